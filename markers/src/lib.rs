@@ -1,0 +1,3 @@
+//! Transaction markers: the coordinator-side writer that delivers COMMIT/ABORT control records
+//! to every participant partition, and the participant-side state a broker embeds.
+#![forbid(unsafe_code)]

@@ -1,0 +1,3 @@
+//! Test harness shared by the integration and end-to-end tests, and the `refbroker` reference
+//! broker.
+#![forbid(unsafe_code)]

@@ -1,0 +1,56 @@
+//! The `TxnLog` trait: the storage seam of the coordinator.
+
+use async_trait::async_trait;
+
+use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerIdBlock};
+
+/// Durable storage for transaction metadata, partitioned like Kafka's `__transaction_state`.
+///
+/// A broker with its own replicated log implements this trait; `MemTxnLog` and
+/// (feature `sled`) `SledTxnLog` are the implementations shipped here. The conformance suite in
+/// `txn_log::suite` (feature `testing`) is the acceptance bar for an implementation.
+///
+/// # To ensure correctness
+///
+/// An implementation must guarantee all of the following; the coordinator relies on each.
+///
+/// 1. **Durable before resolved.** `append`, `claim` and `allocate_block` resolve `Ok` only once
+///    their effect survives a process crash and power loss (fsync or equivalent replication).
+///    An `Err` means the effect may or may not be durable; callers treat the partition as lost.
+/// 2. **Epoch fence.** Each partition stores the highest coordinator epoch claimed for it.
+///    `claim` with a lower epoch fails `Fenced { current }`; equal or higher succeeds and stores
+///    it. `append` with an epoch lower than the stored one fails `Fenced { current }` and writes
+///    nothing; with an epoch that was never claimed it fails `NotClaimed`. The check and the
+///    write are atomic with respect to concurrent `claim`s: once a `claim(c+1)` has resolved, no
+///    append with epoch `c` lands.
+/// 3. **Atomic batches.** An `append` batch is applied entirely or not at all, also across a
+///    crash.
+/// 4. **Ordered per partition.** Appends to one partition are applied in the order their calls
+///    were made; a later entry for an id replaces an earlier one.
+/// 5. **Faithful load.** `load` returns, for every id whose last entry is an upsert, exactly that
+///    record, plus the stored coordinator epoch. A record that fails verification is reported as
+///    `Corrupt` naming the partition and key; it is never skipped silently.
+/// 6. **Unique producer ids.** `allocate_block` never returns overlapping blocks, across restarts
+///    and crashes: the block is durable before it is returned.
+/// 7. **Fail-stop.** After a durability failure the implementation refuses further writes
+///    (`Poisoned`) rather than retrying an fsync whose outcome is unknown.
+#[async_trait]
+pub trait TxnLog: Send + Sync + 'static {
+    /// Records that `epoch` owns `partition`, fencing every lower epoch. Durable on `Ok`.
+    async fn claim(&self, partition: LogPartition, epoch: CoordinatorEpoch)
+    -> Result<(), LogError>;
+
+    /// Appends `batch` to `partition` as coordinator `epoch`. Durable on `Ok`.
+    async fn append(
+        &self,
+        partition: LogPartition,
+        epoch: CoordinatorEpoch,
+        batch: Vec<LogEntry>,
+    ) -> Result<(), LogError>;
+
+    /// Reads the live state of `partition`.
+    async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError>;
+
+    /// Reserves `len` fresh producer ids. Durable on `Ok`.
+    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError>;
+}

@@ -1,0 +1,104 @@
+//! The persisted transaction metadata of one transactional id, and the batches appended to the log.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ProducerEpoch, ProducerId, TopicPartition, TransactionalId, TxnState};
+
+/// Everything Kafka's `TransactionLogValue` v1 persists, plus what Kafka forgets to persist
+/// (`last_producer_epoch`: KAFKA-20357; prev/next ids: KAFKA-20310), so that replay after a
+/// failover reproduces the in-memory state exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRecord {
+    /// Current producer id.
+    pub producer_id: ProducerId,
+    /// Producer id of the last committed transaction before a rotation (`-1` if none).
+    pub prev_producer_id: ProducerId,
+    /// Producer id handed to the client for after the current transaction (TV2 overflow; `-1`).
+    pub next_producer_id: ProducerId,
+    /// Current producer epoch.
+    pub producer_epoch: ProducerEpoch,
+    /// Epoch before the last bump, for retry detection (`-1` if none).
+    pub last_producer_epoch: ProducerEpoch,
+    /// Client-facing epoch after the current transaction (KIP-939; `-1` if unused).
+    pub next_producer_epoch: ProducerEpoch,
+    /// Transaction timeout requested by the client.
+    pub timeout_ms: i32,
+    /// State of the transactional id.
+    pub state: TxnState,
+    /// Partitions in the current transaction (empty unless Ongoing / Prepare*).
+    pub partitions: BTreeSet<TopicPartition>,
+    /// When the current transaction started (ms since the Unix epoch; `-1` if not started).
+    pub txn_start_ms: i64,
+    /// When this record was last updated (ms since the Unix epoch).
+    pub txn_last_update_ms: i64,
+    /// Transaction version (0, 1 or 2) the client used for the last transition.
+    pub client_txn_version: u8,
+}
+
+/// One change to a transactional id within an append batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogOp {
+    /// Replace the id's record.
+    Upsert(TxnRecord),
+    /// Remove the id (it expired).
+    Tombstone,
+}
+
+/// One entry of an append batch: an id and what happens to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// The transactional id this entry is about.
+    pub id: TransactionalId,
+    /// The change.
+    pub op: LogOp,
+}
+
+impl LogEntry {
+    /// An upsert entry.
+    pub fn upsert(id: TransactionalId, record: TxnRecord) -> Self {
+        Self {
+            id,
+            op: LogOp::Upsert(record),
+        }
+    }
+
+    /// A tombstone entry.
+    pub fn tombstone(id: TransactionalId) -> Self {
+        Self {
+            id,
+            op: LogOp::Tombstone,
+        }
+    }
+}
+
+/// A contiguous range of producer ids reserved durably for one coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerIdBlock {
+    /// First producer id of the block.
+    pub first: ProducerId,
+    /// Number of ids in the block.
+    pub len: u32,
+}
+
+impl ProducerIdBlock {
+    /// One past the last id of the block.
+    pub fn end(&self) -> i64 {
+        self.first.0 + i64::from(self.len)
+    }
+
+    /// Whether `pid` lies inside the block.
+    pub fn contains(&self, pid: ProducerId) -> bool {
+        pid.0 >= self.first.0 && pid.0 < self.end()
+    }
+}
+
+/// What `TxnLog::load` returns for one log partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadedPartition {
+    /// The coordinator epoch stored by the last successful `claim`, if any.
+    pub coordinator_epoch: Option<crate::CoordinatorEpoch>,
+    /// The latest record of every live transactional id, ordered by id.
+    pub records: Vec<(TransactionalId, TxnRecord)>,
+}
