@@ -13,6 +13,7 @@
 mod error;
 mod ids;
 mod log;
+pub mod mem;
 mod record;
 mod state;
 pub mod sync;
@@ -23,5 +24,6 @@ pub use ids::{
     TopicPartition, TransactionalId, java_string_hash, kafka_partition_for,
 };
 pub use log::TxnLog;
+pub use mem::MemTxnLog;
 pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
 pub use state::{TxnResult, TxnState};
