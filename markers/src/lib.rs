@@ -1,3 +1,6 @@
 //! Transaction markers: the coordinator-side writer that delivers COMMIT/ABORT control records
 //! to every participant partition, and the participant-side state a broker embeds.
 #![forbid(unsafe_code)]
+
+#[cfg(feature = "net")]
+pub mod wire;

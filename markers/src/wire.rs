@@ -1,0 +1,427 @@
+//! Kafka wire framing over tokio streams, shared by the marker transport, the daemon and the
+//! reference broker.
+//!
+//! Frames are a 4-byte big-endian length followed by the message. Every length read from the
+//! wire is checked before anything is allocated: the frame length against a configured maximum
+//! (Kafka's `socket.request.max.bytes`), and message lengths by the patched `kafka-protocol`
+//! decoders (see `vendor/kafka-protocol/PATCHED.md`). Nothing here panics on input.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, Request, StrBytes, VersionRange,
+    decode_request_header_from_buffer, encode_request_header_into_buffer,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Kafka's default `socket.request.max.bytes` (100 MiB).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
+
+/// Failure to read or write one frame.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The stream failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer announced a frame larger than allowed.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// Announced length.
+        len: i64,
+        /// Configured limit.
+        max: usize,
+    },
+    /// The peer closed the stream in the middle of a frame.
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+}
+
+/// Reads one frame. `Ok(None)` on a clean end of stream before any byte of a frame.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max_bytes: usize,
+) -> Result<Option<Bytes>, FrameError> {
+    let mut len_buf = [0u8; 4];
+    let mut read = 0;
+    while read < 4 {
+        let n = reader.read(&mut len_buf[read..]).await?;
+        if n == 0 {
+            return if read == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
+        }
+        read += n;
+    }
+    let len = i32::from_be_bytes(len_buf);
+    let Ok(len_usize) = usize::try_from(len) else {
+        return Err(FrameError::TooLarge {
+            len: i64::from(len),
+            max: max_bytes,
+        });
+    };
+    if len_usize > max_bytes {
+        return Err(FrameError::TooLarge {
+            len: i64::from(len),
+            max: max_bytes,
+        });
+    }
+    let mut body = BytesMut::zeroed(len_usize);
+    match reader.read_exact(&mut body).await {
+        Ok(_) => Ok(Some(body.freeze())),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Truncated),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `frame` (a message without its length prefix) with its length prefix.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &[u8],
+) -> Result<(), FrameError> {
+    let len = i32::try_from(frame.len()).map_err(|_| FrameError::TooLarge {
+        len: i64::MAX,
+        max: i32::MAX as usize,
+    })?;
+    writer.write_all(&len.to_be_bytes()).await?;
+    writer.write_all(frame).await?;
+    Ok(())
+}
+
+/// A decoded request frame.
+#[derive(Debug, Clone)]
+pub struct RequestFrame {
+    /// The API of the request.
+    pub api_key: ApiKey,
+    /// The request header (correlation id, client id, version).
+    pub header: RequestHeader,
+    /// The request body.
+    pub body: RequestKind,
+}
+
+impl RequestFrame {
+    /// The request's API version.
+    pub fn version(&self) -> i16 {
+        self.header.request_api_version
+    }
+}
+
+/// Why a request frame could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer than the 8 bytes every request header starts with.
+    #[error("frame of {0} bytes is too short for a request header")]
+    TooShort(usize),
+    /// The API key is not one this peer serves.
+    #[error("unsupported API key {api_key}")]
+    UnknownApiKey {
+        /// The raw API key.
+        api_key: i16,
+        /// The correlation id, to answer with.
+        correlation_id: i32,
+    },
+    /// The API is known but not at this version. Answerable (KIP-511 for ApiVersions).
+    #[error("unsupported version {version} of {api_key:?}")]
+    UnsupportedVersion {
+        /// The API.
+        api_key: ApiKey,
+        /// The requested version.
+        version: i16,
+        /// The correlation id, to answer with.
+        correlation_id: i32,
+    },
+    /// The bytes do not form a valid message of the claimed API and version.
+    #[error("malformed {api_key:?} v{version} request: {reason}")]
+    Malformed {
+        /// The API.
+        api_key: ApiKey,
+        /// The version.
+        version: i16,
+        /// What the decoder reported.
+        reason: String,
+    },
+}
+
+/// Decodes a request frame, accepting only APIs (and versions) for which `supported` returns a
+/// range containing the version. Also refuses versions `kafka-protocol` cannot decode.
+pub fn decode_request(
+    mut frame: Bytes,
+    supported: impl Fn(ApiKey) -> Option<VersionRange>,
+) -> Result<RequestFrame, DecodeError> {
+    if frame.len() < 8 {
+        return Err(DecodeError::TooShort(frame.len()));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Some(api_key) = ApiKey::try_from(raw_key)
+        .ok()
+        .filter(|k| supported(*k).is_some())
+    else {
+        return Err(DecodeError::UnknownApiKey {
+            api_key: raw_key,
+            correlation_id,
+        });
+    };
+    let ours = supported(api_key).unwrap_or(VersionRange { min: 0, max: -1 });
+    let codec = api_key.valid_versions();
+    if version < ours.min.max(codec.min) || version > ours.max.min(codec.max) {
+        return Err(DecodeError::UnsupportedVersion {
+            api_key,
+            version,
+            correlation_id,
+        });
+    }
+    let malformed = |e: anyhow::Error| DecodeError::Malformed {
+        api_key,
+        version,
+        reason: e.to_string(),
+    };
+    let header = decode_request_header_from_buffer(&mut frame).map_err(malformed)?;
+    let body = RequestKind::decode(api_key, &mut frame, version).map_err(malformed)?;
+    Ok(RequestFrame {
+        api_key,
+        header,
+        body,
+    })
+}
+
+/// Encodes a response (header + body) for `api_key`/`version`, without the length prefix.
+pub fn encode_response(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> anyhow::Result<Bytes> {
+    let mut out = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, api_key.response_header_version(version))?;
+    body.encode(&mut out, version)?;
+    Ok(out.freeze())
+}
+
+/// Failure of a client call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Framing or the connection failed.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The peer closed the connection before answering.
+    #[error("connection closed before the response arrived")]
+    Closed,
+    /// Encoding the request or decoding the response failed.
+    #[error("codec error: {0}")]
+    Codec(String),
+    /// The response carried another correlation id.
+    #[error("response correlation id {got} does not match request {want}")]
+    CorrelationMismatch {
+        /// Expected.
+        want: i32,
+        /// Received.
+        got: i32,
+    },
+}
+
+/// A minimal Kafka client connection: one request at a time, in order.
+#[derive(Debug)]
+pub struct KafkaConnection<S> {
+    stream: S,
+    client_id: StrBytes,
+    next_correlation_id: i32,
+    max_frame_bytes: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> KafkaConnection<S> {
+    /// Wraps a connected stream.
+    pub fn new(stream: S, client_id: &str) -> Self {
+        Self {
+            stream,
+            client_id: StrBytes::from_string(client_id.to_owned()),
+            next_correlation_id: 1,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+
+    /// Sends `request` at `version` and waits for its response.
+    pub async fn call<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response, CallError> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        encode_request_header_into_buffer(&mut buf, &header)
+            .map_err(|e| CallError::Codec(e.to_string()))?;
+        request
+            .encode(&mut buf, version)
+            .map_err(|e| CallError::Codec(e.to_string()))?;
+        let len = i32::try_from(buf.len() - 4)
+            .map_err(|_| CallError::Codec("request too large".into()))?;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        self.stream
+            .write_all(&buf)
+            .await
+            .map_err(FrameError::from)?;
+        self.stream.flush().await.map_err(FrameError::from)?;
+
+        let mut frame = read_frame(&mut self.stream, self.max_frame_bytes)
+            .await?
+            .ok_or(CallError::Closed)?;
+        let header = ResponseHeader::decode(&mut frame, R::Response::header_version(version))
+            .map_err(|e| CallError::Codec(e.to_string()))?;
+        if header.correlation_id != correlation_id {
+            return Err(CallError::CorrelationMismatch {
+                want: correlation_id,
+                got: header.correlation_id,
+            });
+        }
+        let response = R::Response::decode(&mut frame, version)
+            .map_err(|e| CallError::Codec(e.to_string()))?;
+        if frame.has_remaining() {
+            tracing::debug!(extra = frame.remaining(), "response carried trailing bytes");
+        }
+        Ok(response)
+    }
+
+    /// The underlying stream.
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{
+        InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, ProducerId,
+    };
+
+    fn all(_: ApiKey) -> Option<VersionRange> {
+        Some(VersionRange {
+            min: 0,
+            max: i16::MAX,
+        })
+    }
+
+    /// Metadata v0, null client id, topics count = i32::MAX: 0.18.0 unpatched aborts the process.
+    #[test]
+    fn tiny_frame_claiming_huge_array_is_rejected() {
+        let frame = Bytes::from_static(&[
+            0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff,
+        ]);
+        let err = decode_request(frame, all).expect_err("must not decode");
+        assert!(
+            matches!(
+                err,
+                DecodeError::Malformed {
+                    api_key: ApiKey::Metadata,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn short_and_unknown_frames_are_typed_errors() {
+        assert!(matches!(
+            decode_request(Bytes::from_static(&[0, 3]), all),
+            Err(DecodeError::TooShort(2))
+        ));
+        let unknown = Bytes::from_static(&[0x7f, 0x00, 0, 0, 0, 0, 0, 9]);
+        assert!(matches!(
+            decode_request(unknown, all),
+            Err(DecodeError::UnknownApiKey {
+                api_key: 0x7f00,
+                correlation_id: 9
+            })
+        ));
+        let only_metadata =
+            |k: ApiKey| (k == ApiKey::Metadata).then_some(VersionRange { min: 0, max: 12 });
+        let v99 = Bytes::from_static(&[0, 3, 0, 99, 0, 0, 0, 5, 0xff, 0xff]);
+        assert!(matches!(
+            decode_request(v99, only_metadata),
+            Err(DecodeError::UnsupportedVersion {
+                api_key: ApiKey::Metadata,
+                version: 99,
+                correlation_id: 5
+            })
+        ));
+    }
+
+    #[test]
+    fn request_round_trips_through_frames() {
+        let mut buf = BytesMut::new();
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Metadata as i16)
+            .with_request_api_version(12)
+            .with_correlation_id(42);
+        encode_request_header_into_buffer(&mut buf, &header).expect("header");
+        MetadataRequest::default()
+            .encode(&mut buf, 12)
+            .expect("body");
+        let frame = decode_request(buf.freeze(), all).expect("decodes");
+        assert_eq!(frame.header.correlation_id, 42);
+        assert!(matches!(frame.body, RequestKind::Metadata(_)));
+    }
+
+    #[tokio::test]
+    async fn client_call_round_trips_over_a_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.expect("accept");
+            let frame = read_frame(&mut sock, 1024)
+                .await
+                .expect("read")
+                .expect("frame");
+            let req = decode_request(frame, all).expect("decode");
+            let resp = ResponseKind::InitProducerId(
+                InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
+            );
+            let out = encode_response(req.api_key, req.version(), req.header.correlation_id, &resp)
+                .expect("encode");
+            write_frame(&mut sock, &out).await.expect("write");
+        });
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut conn = KafkaConnection::new(stream, "test");
+        let resp = conn
+            .call(&InitProducerIdRequest::default(), 4)
+            .await
+            .expect("call");
+        assert_eq!(resp.producer_id, ProducerId(7));
+        server.await.expect("server");
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_refused_before_allocation() {
+        let mut input: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 1, 2, 3];
+        assert!(matches!(
+            read_frame(&mut input, 1024).await,
+            Err(FrameError::TooLarge { .. })
+        ));
+        let mut negative: &[u8] = &[0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            read_frame(&mut negative, 1024).await,
+            Err(FrameError::TooLarge { .. })
+        ));
+        let mut truncated: &[u8] = &[0, 0, 0, 9, 1];
+        assert!(matches!(
+            read_frame(&mut truncated, 1024).await,
+            Err(FrameError::Truncated)
+        ));
+        let mut empty: &[u8] = &[];
+        assert!(matches!(read_frame(&mut empty, 1024).await, Ok(None)));
+    }
+}
