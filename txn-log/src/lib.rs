@@ -10,6 +10,7 @@
 //! - implementations of the trait (in memory with a crash model; sled, the embedded default).
 #![forbid(unsafe_code)]
 
+pub mod codec;
 mod error;
 mod ids;
 mod log;
