@@ -4,4 +4,72 @@
 //! a synchronous, deterministic core (requests, log outcomes and time in; effects out). The
 //! `shell` feature (on by default) adds the tokio shell, the Kafka wire server and the
 //! `txn-coordinator` daemon.
+//!
+//! # Driving an [`Engine`]
+//!
+//! One engine per owned transaction-log partition, owned by one task (no locks):
+//!
+//! 1. `Engine::new(partition, config, allocator)` (loading: requests get
+//!    COORDINATOR_LOAD_IN_PROGRESS), claim the partition in the `TxnLog` at coordinator epoch
+//!    `c`, `load` it, then [`Engine::handle_load`]`(now, c, loaded)`.
+//! 2. Feed inputs: [`Engine::handle_request`], [`Engine::handle_append_done`] /
+//!    [`Engine::handle_append_failed`] for every [`Effect::AppendLog`],
+//!    [`Engine::handle_markers_done`] for every [`Effect::WriteMarkers`], and
+//!    [`Engine::handle_timeout`] when the deadline of [`Engine::poll_timeout`] passes
+//!    (re-read the clock when the timer fires).
+//! 3. After every input, execute [`Engine::poll_effect`] until `None`, in order. Responses
+//!    come out only when the records they depend on are durable.
+//! 4. [`Effect::NeedProducerIds`]: `TxnLog::allocate_block(block_size)` then
+//!    [`ProducerIdAllocator::add_block`] (or `refill_failed`).
+//! 5. [`Effect::Unloaded`]: drop marker work of the partition; the engine answers
+//!    NOT_COORDINATOR until reloaded ([`Engine::handle_begin_load`] + `handle_load`).
+//!
+//! Requests that need no partition (null-id InitProducerId, empty ids, invalid timeouts) can
+//! be answered by [`handle_unrouted`] without an engine.
+//!
+//! ```
+//! use coordinator::*;
+//! use txn_log::*;
+//!
+//! let alloc = ProducerIdAllocator::with_block(ProducerIdBlock { first: ProducerId(0), len: 1000 }).unwrap();
+//! let config = Config { transaction_state_log_num_partitions: 1, ..Config::default() };
+//! let mut engine = Engine::new(LogPartition(0), config, alloc);
+//! engine.handle_load(Millis(0), CoordinatorEpoch(1), LoadedPartition::default());
+//! engine.handle_request(Millis(1), RequestId(7), Request::InitProducerId(InitProducerIdRequest {
+//!     version: 4,
+//!     transactional_id: Some("app".into()),
+//!     transaction_timeout_ms: 60_000,
+//!     producer_id: ProducerId::NONE,
+//!     producer_epoch: ProducerEpoch::NONE,
+//! }));
+//! let Some(Effect::AppendLog { io, .. }) = engine.poll_effect() else { panic!() };
+//! assert!(engine.poll_effect().is_none(), "no reply before the record is durable");
+//! engine.handle_append_done(io);
+//! let Some(Effect::Respond { to, response: Response::InitProducerId(r) }) = engine.poll_effect() else { panic!() };
+//! assert_eq!((to, r.error, r.producer_epoch), (RequestId(7), ErrorCode::NONE, ProducerEpoch(0)));
+//! ```
 #![forbid(unsafe_code)]
+
+mod config;
+mod effect;
+mod engine;
+mod error;
+mod pid;
+mod request;
+mod sync;
+
+// Public interface:
+pub use config::{
+    CONSUMER_OFFSETS_TOPIC, Config, ConfigError, consumer_offsets_partition_for, partition_for,
+};
+pub use effect::{Effect, IoId, MarkerOutcome, MarkersDone, Millis, RequestId, UnloadReason};
+pub use engine::{Engine, EngineMetrics, handle_unrouted, is_epoch_exhausted};
+pub use error::ErrorCode;
+pub use pid::{InvalidBlock, ProducerIdAllocator};
+pub use request::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    AddPartitionsTxn, AddPartitionsTxnResult, DescribeTransactionsRequest, DescribedTxn,
+    EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ListedTxn, Request, Response,
+    merge_list_responses, unknown_state_filters,
+};

@@ -1,0 +1,221 @@
+//! Coordinator configuration: one public field per Kafka property (units in the name),
+//! `Default` = Kafka's defaults (reference §7), and the partition functions.
+
+use txn_log::{
+    LogPartition, TopicPartition, TransactionalId, java_string_hash, kafka_partition_for,
+};
+
+/// Name of Kafka's group-offsets topic, the partition AddOffsetsToTxn adds.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Coordinator settings. Build with `Config { field: .., ..Config::default() }` and call
+/// [`Config::validate`] before handing it to an engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `transaction.max.timeout.ms` (default 900000): upper bound of a client's
+    /// `transaction.timeout.ms`; larger values get INVALID_TRANSACTION_TIMEOUT.
+    pub transaction_max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms` (default 604800000 = 7 d): idle time after which an
+    /// Empty/CompleteCommit/CompleteAbort transactional id is tombstoned.
+    pub transactional_id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (default 10000): reaper period.
+    pub abort_timed_out_transaction_cleanup_interval_ms: i64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms` (default 3600000): expiry period.
+    pub remove_expired_transaction_cleanup_interval_ms: i64,
+    /// `transaction.state.log.num.partitions` (default 50).
+    pub transaction_state_log_num_partitions: u32,
+    /// Cluster feature `transaction.version` (0, 1 or 2; default 2). TV2 semantics for EndTxn
+    /// need both this ≥ 2 and EndTxn v5+.
+    pub transaction_version: u8,
+    /// `offsets.topic.num.partitions` (default 50), for the AddOffsetsToTxn partition.
+    pub offsets_topic_num_partitions: u32,
+    /// Producer-id block size (Kafka's `PRODUCER_ID_BLOCK_SIZE`, 1000).
+    pub producer_id_block_size: u32,
+    /// Maximum number of transactional ids the reaper or the expiry task examines per
+    /// `handle_timeout` call; a longer scan continues at the next call (default 1000).
+    pub cleanup_scan_max: usize,
+    /// Maximum number of tombstones per expiry append (default 500).
+    pub expiry_batch_max: usize,
+    /// Delay before a failed Complete* append is retried (default 50 ms, Kafka's marker backoff).
+    pub complete_retry_backoff_ms: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            remove_expired_transaction_cleanup_interval_ms: 3_600_000,
+            transaction_state_log_num_partitions: 50,
+            transaction_version: 2,
+            offsets_topic_num_partitions: 50,
+            producer_id_block_size: 1000,
+            cleanup_scan_max: 1000,
+            expiry_batch_max: 500,
+            complete_retry_backoff_ms: 50,
+        }
+    }
+}
+
+/// Why a [`Config`] is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value that must be strictly positive is not.
+    #[error("{key} must be positive, got {value}")]
+    NotPositive {
+        /// The Kafka key (or field name) of the setting.
+        key: &'static str,
+        /// The value given.
+        value: i64,
+    },
+    /// `transaction.version` is not 0, 1 or 2.
+    #[error("transaction.version must be 0, 1 or 2, got {0}")]
+    UnknownTransactionVersion(u8),
+}
+
+impl Config {
+    /// Checks every setting; returns the config unchanged if all are valid.
+    pub fn validate(self) -> Result<Self, ConfigError> {
+        let positive: [(&'static str, i64); 10] = [
+            (
+                "transaction.max.timeout.ms",
+                i64::from(self.transaction_max_timeout_ms),
+            ),
+            (
+                "transactional.id.expiration.ms",
+                self.transactional_id_expiration_ms,
+            ),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.abort_timed_out_transaction_cleanup_interval_ms,
+            ),
+            (
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                self.remove_expired_transaction_cleanup_interval_ms,
+            ),
+            (
+                "transaction.state.log.num.partitions",
+                i64::from(self.transaction_state_log_num_partitions),
+            ),
+            (
+                "offsets.topic.num.partitions",
+                i64::from(self.offsets_topic_num_partitions),
+            ),
+            (
+                "producer_id_block_size",
+                i64::from(self.producer_id_block_size),
+            ),
+            (
+                "cleanup_scan_max",
+                i64::try_from(self.cleanup_scan_max).unwrap_or(i64::MAX),
+            ),
+            (
+                "expiry_batch_max",
+                i64::try_from(self.expiry_batch_max).unwrap_or(i64::MAX),
+            ),
+            ("complete_retry_backoff_ms", self.complete_retry_backoff_ms),
+        ];
+        for (key, value) in positive {
+            if value <= 0 {
+                return Err(ConfigError::NotPositive { key, value });
+            }
+        }
+        if self.transaction_version > 2 {
+            return Err(ConfigError::UnknownTransactionVersion(
+                self.transaction_version,
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The log partition owning `id` under this config.
+    pub fn partition_for(&self, id: &TransactionalId) -> LogPartition {
+        partition_for(id, self.transaction_state_log_num_partitions)
+    }
+
+    /// The `__consumer_offsets` partition of `group_id` under this config.
+    pub fn offsets_partition_for(&self, group_id: &str) -> TopicPartition {
+        consumer_offsets_partition_for(group_id, self.offsets_topic_num_partitions)
+    }
+}
+
+/// Kafka's `partitionFor`: `abs(javaStringHash(id)) % num_partitions`, with `MIN_VALUE -> 0`.
+pub fn partition_for(id: &TransactionalId, num_partitions: u32) -> LogPartition {
+    LogPartition(kafka_partition_for(id.java_hash(), num_partitions))
+}
+
+/// The partition AddOffsetsToTxn adds for `group_id`:
+/// `__consumer_offsets-<abs(javaStringHash(group)) % num_partitions>`.
+pub fn consumer_offsets_partition_for(group_id: &str, num_partitions: u32) -> TopicPartition {
+    let p = kafka_partition_for(java_string_hash(group_id), num_partitions);
+    // `p < num_partitions <= u32::MAX`, and Kafka partition counts fit an i32.
+    let p = i32::try_from(p).unwrap_or(i32::MAX);
+    TopicPartition::new(CONSUMER_OFFSETS_TOPIC, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas_and_valid() {
+        let c = Config::default().validate().expect("defaults are valid");
+        assert_eq!(c.transaction_max_timeout_ms, 900_000);
+        assert_eq!(c.transactional_id_expiration_ms, 604_800_000);
+        assert_eq!(c.abort_timed_out_transaction_cleanup_interval_ms, 10_000);
+        assert_eq!(c.remove_expired_transaction_cleanup_interval_ms, 3_600_000);
+        assert_eq!(c.transaction_state_log_num_partitions, 50);
+        assert_eq!(c.transaction_version, 2);
+        assert_eq!(c.offsets_topic_num_partitions, 50);
+        assert_eq!(c.producer_id_block_size, 1000);
+    }
+
+    #[test]
+    fn validate_rejects_bad_values() {
+        let c = Config {
+            transaction_state_log_num_partitions: 0,
+            ..Config::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::NotPositive { .. })));
+        let c = Config {
+            transaction_version: 3,
+            ..Config::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::UnknownTransactionVersion(3)));
+    }
+
+    #[test]
+    fn partition_vectors() {
+        let c = Config::default();
+        for (id, want) in [
+            ("one", 32),
+            ("two", 26),
+            ("a", 47),
+            ("b", 48),
+            ("known", 27),
+            ("txnId1", 48),
+            ("transactional-producer", 8),
+            ("polygenelubricants", 0),
+        ] {
+            let id = TransactionalId::new(id).expect("valid");
+            assert_eq!(c.partition_for(&id), LogPartition(want), "{id}");
+        }
+    }
+
+    /// S41: the group maps to `__consumer_offsets-<abs(hash(g)) % 50>`.
+    #[test]
+    fn s41_add_offsets_partition_mapping() {
+        let c = Config::default();
+        // "g".hashCode() = 103; 103 % 50 = 3.
+        assert_eq!(
+            c.offsets_partition_for("g"),
+            TopicPartition::new("__consumer_offsets", 3)
+        );
+        assert_eq!(
+            c.offsets_partition_for("polygenelubricants"),
+            TopicPartition::new("__consumer_offsets", 0)
+        );
+    }
+}

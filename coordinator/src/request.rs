@@ -1,0 +1,314 @@
+//! Typed requests and responses of the coordinator APIs, decoupled from the wire codec.
+//!
+//! Transactional ids arrive as raw strings (`Option<String>` where Kafka allows null) so that
+//! the engine, not the codec, answers null/empty ids with Kafka's codes. The `version` fields
+//! carry the API version where behaviour depends on it.
+
+use txn_log::{ProducerEpoch, ProducerId, TopicPartition, TxnState};
+
+use crate::ErrorCode;
+
+/// A request to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// InitProducerId (api 22), v0-5.
+    InitProducerId(InitProducerIdRequest),
+    /// AddPartitionsToTxn (api 24), v0-5.
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    /// AddOffsetsToTxn (api 25), v0-4.
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    /// EndTxn (api 26), v0-5.
+    EndTxn(EndTxnRequest),
+    /// DescribeTransactions (api 65), v0.
+    DescribeTransactions(DescribeTransactionsRequest),
+    /// ListTransactions (api 66), v0-1.
+    ListTransactions(ListTransactionsRequest),
+}
+
+/// InitProducerId request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdRequest {
+    /// API version (v<4: PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH).
+    pub version: i16,
+    /// `TransactionalId` (null = idempotent producer).
+    pub transactional_id: Option<String>,
+    /// `TransactionTimeoutMs`.
+    pub transaction_timeout_ms: i32,
+    /// `ProducerId` (v3+, -1 = none).
+    pub producer_id: ProducerId,
+    /// `ProducerEpoch` (v3+, -1 = none).
+    pub producer_epoch: ProducerEpoch,
+}
+
+/// InitProducerId response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitProducerIdResponse {
+    /// Error code.
+    pub error: ErrorCode,
+    /// Assigned producer id (-1 on error).
+    pub producer_id: ProducerId,
+    /// Assigned epoch (-1 on error).
+    pub producer_epoch: ProducerEpoch,
+}
+
+/// One transaction of an AddPartitionsToTxn request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsTxn {
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// `ProducerId`.
+    pub producer_id: ProducerId,
+    /// `ProducerEpoch`.
+    pub producer_epoch: ProducerEpoch,
+    /// `VerifyOnly` (v4+; always false below v4): check membership, write nothing.
+    pub verify_only: bool,
+    /// Partitions to add or verify.
+    pub partitions: Vec<TopicPartition>,
+}
+
+/// AddPartitionsToTxn request. v0-3 carry exactly one transaction; v4+ a batch.
+///
+/// A v4+ batch may span several log partitions: the shell splits it by
+/// [`crate::partition_for`] and merges the engines' [`AddPartitionsToTxnResponse`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsToTxnRequest {
+    /// API version (v<2: PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH).
+    pub version: i16,
+    /// The transactions.
+    pub transactions: Vec<AddPartitionsTxn>,
+}
+
+/// The per-transaction result of AddPartitionsToTxn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsTxnResult {
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// Error per partition, in request order.
+    pub partitions: Vec<(TopicPartition, ErrorCode)>,
+}
+
+/// AddPartitionsToTxn response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsToTxnResponse {
+    /// Top-level error (v4+; NONE unless the whole request was malformed).
+    pub error: ErrorCode,
+    /// One result per transaction, in request order (v0-3: exactly one).
+    pub results: Vec<AddPartitionsTxnResult>,
+}
+
+/// AddOffsetsToTxn request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddOffsetsToTxnRequest {
+    /// API version (v<2: PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH).
+    pub version: i16,
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// `ProducerId`.
+    pub producer_id: ProducerId,
+    /// `ProducerEpoch`.
+    pub producer_epoch: ProducerEpoch,
+    /// `GroupId`.
+    pub group_id: String,
+}
+
+/// EndTxn request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnRequest {
+    /// API version: v5+ is TV2 (when the cluster `transaction.version` ≥ 2); v<2 maps
+    /// PRODUCER_FENCED to INVALID_PRODUCER_EPOCH.
+    pub version: i16,
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// `ProducerId`.
+    pub producer_id: ProducerId,
+    /// `ProducerEpoch`.
+    pub producer_epoch: ProducerEpoch,
+    /// `Committed` (true = commit, false = abort).
+    pub committed: bool,
+}
+
+/// EndTxn response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnResponse {
+    /// Error code.
+    pub error: ErrorCode,
+    /// v5+: the producer id the client continues with (-1 on error).
+    pub producer_id: ProducerId,
+    /// v5+: the producer epoch the client continues with (-1 on error).
+    pub producer_epoch: ProducerEpoch,
+}
+
+/// DescribeTransactions request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeTransactionsRequest {
+    /// Ids to describe (the shell sends each engine the ids of its partition).
+    pub transactional_ids: Vec<String>,
+}
+
+/// One described transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedTxn {
+    /// Error code.
+    pub error: ErrorCode,
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// State name (empty on error).
+    pub state: String,
+    /// Timeout (0 on error).
+    pub timeout_ms: i32,
+    /// Start timestamp (-1 on error or not started).
+    pub start_time_ms: i64,
+    /// Producer id (-1 on error).
+    pub producer_id: ProducerId,
+    /// Producer epoch (-1 on error).
+    pub producer_epoch: ProducerEpoch,
+    /// Partitions of the transaction, sorted.
+    pub partitions: Vec<TopicPartition>,
+}
+
+/// ListTransactions request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListTransactionsRequest {
+    /// `StateFilters` (state names; unknown names are echoed back).
+    pub state_filters: Vec<String>,
+    /// `ProducerIdFilters`.
+    pub producer_id_filters: Vec<ProducerId>,
+    /// `DurationFilter` (v1+, -1 = none): keep transactions running longer than this.
+    pub duration_filter_ms: i64,
+}
+
+/// One listed transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTxn {
+    /// `TransactionalId`.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: ProducerId,
+    /// State.
+    pub state: TxnState,
+}
+
+/// ListTransactions response (of one engine; see [`merge_list_responses`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListTransactionsResponse {
+    /// Error code.
+    pub error: ErrorCode,
+    /// State filters that name no known state.
+    pub unknown_state_filters: Vec<String>,
+    /// The matching transactions, sorted by id.
+    pub transactions: Vec<ListedTxn>,
+}
+
+/// A response from the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Response {
+    /// InitProducerId.
+    InitProducerId(InitProducerIdResponse),
+    /// AddPartitionsToTxn.
+    AddPartitionsToTxn(AddPartitionsToTxnResponse),
+    /// AddOffsetsToTxn.
+    AddOffsetsToTxn(ErrorCode),
+    /// EndTxn.
+    EndTxn(EndTxnResponse),
+    /// DescribeTransactions.
+    DescribeTransactions(Vec<DescribedTxn>),
+    /// ListTransactions.
+    ListTransactions(ListTransactionsResponse),
+}
+
+impl InitProducerIdResponse {
+    /// An error response (pid and epoch -1).
+    pub fn error(error: ErrorCode) -> Self {
+        Self {
+            error,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+        }
+    }
+}
+
+impl EndTxnResponse {
+    /// An error response (pid and epoch -1).
+    pub fn error(error: ErrorCode) -> Self {
+        Self {
+            error,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+        }
+    }
+}
+
+impl DescribedTxn {
+    /// An error entry for `id`.
+    pub fn error(id: &str, error: ErrorCode) -> Self {
+        Self {
+            error,
+            transactional_id: id.to_owned(),
+            state: String::new(),
+            timeout_ms: 0,
+            start_time_ms: -1,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+            partitions: Vec::new(),
+        }
+    }
+}
+
+impl AddPartitionsToTxnResponse {
+    /// Every partition of every transaction of `req` answered with `error`.
+    pub fn all(req: &AddPartitionsToTxnRequest, error: ErrorCode) -> Self {
+        Self {
+            error: ErrorCode::NONE,
+            results: req
+                .transactions
+                .iter()
+                .map(|t| AddPartitionsTxnResult::all(t, error))
+                .collect(),
+        }
+    }
+}
+
+impl AddPartitionsTxnResult {
+    /// Every partition of `txn` answered with `error`.
+    pub fn all(txn: &AddPartitionsTxn, error: ErrorCode) -> Self {
+        Self {
+            transactional_id: txn.transactional_id.clone(),
+            partitions: txn.partitions.iter().map(|p| (p.clone(), error)).collect(),
+        }
+    }
+}
+
+/// The state filters of a ListTransactions request that name no state (echoed back).
+pub fn unknown_state_filters(filters: &[String]) -> Vec<String> {
+    filters
+        .iter()
+        .filter(|f| TxnState::from_name(f).is_none())
+        .cloned()
+        .collect()
+}
+
+/// Merges the per-engine ListTransactions answers of one process (Kafka lists every owned
+/// partition; any partition still loading makes the whole answer COORDINATOR_LOAD_IN_PROGRESS).
+pub fn merge_list_responses(
+    request: &ListTransactionsRequest,
+    parts: impl IntoIterator<Item = ListTransactionsResponse>,
+) -> ListTransactionsResponse {
+    let mut out = ListTransactionsResponse {
+        error: ErrorCode::NONE,
+        unknown_state_filters: unknown_state_filters(&request.state_filters),
+        transactions: Vec::new(),
+    };
+    for p in parts {
+        if !p.error.is_none() {
+            out.error = p.error;
+            out.transactions.clear();
+            return out;
+        }
+        out.transactions.extend(p.transactions);
+    }
+    out.transactions
+        .sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+    out
+}
