@@ -421,11 +421,8 @@ mod tests {
     #[test]
     fn huge_sequence_length_in_payload_does_not_allocate() {
         // A record payload whose partition-set length prefix claims u64::MAX entries.
-        let mut payload = Vec::new();
-        for _ in 0..6 {
-            payload.push(0); // three pids, three epochs (varint 0)
-        }
-        payload.extend_from_slice(&[0, 0]); // timeout, state
+        // Three pids, three epochs, timeout, state: all varint 0.
+        let mut payload = vec![0u8; 8];
         payload.push(253); // bincode varint marker: a u64 follows
         payload.extend_from_slice(&u64::MAX.to_le_bytes());
         let key = record_key(LogPartition(0), &TransactionalId::new("x").unwrap());
