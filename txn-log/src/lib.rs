@@ -16,6 +16,8 @@ mod ids;
 mod log;
 pub mod mem;
 mod record;
+#[cfg(feature = "sled")]
+pub mod sled_log;
 mod state;
 pub mod sync;
 
@@ -27,4 +29,6 @@ pub use ids::{
 pub use log::TxnLog;
 pub use mem::MemTxnLog;
 pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
+#[cfg(feature = "sled")]
+pub use sled_log::{GroupCommitStats, SledConfig, SledTxnLog, SyncMode};
 pub use state::{TxnResult, TxnState};
