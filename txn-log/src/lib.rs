@@ -19,6 +19,8 @@ mod record;
 #[cfg(feature = "sled")]
 pub mod sled_log;
 mod state;
+#[cfg(feature = "testing")]
+pub mod suite;
 pub mod sync;
 
 pub use error::LogError;
