@@ -2,5 +2,7 @@
 //! to every participant partition, and the participant-side state a broker embeds.
 #![forbid(unsafe_code)]
 
+pub mod participant;
+
 #[cfg(feature = "net")]
 pub mod wire;

@@ -1,0 +1,4 @@
+//! Tests of the participant across its files: each Kafka rule, the wire format, and a
+//! property test over random interleavings.
+
+mod rules;
