@@ -502,6 +502,11 @@ impl Engine {
 
     // ===== getters =====
 
+    /// The configuration of this engine.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The log partition of this engine.
     pub fn partition(&self) -> LogPartition {
         self.partition

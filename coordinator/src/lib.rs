@@ -58,6 +58,9 @@ mod pid;
 mod request;
 mod sync;
 
+#[cfg(test)]
+mod tests;
+
 // Public interface:
 pub use config::{
     CONSUMER_OFFSETS_TOPIC, Config, ConfigError, consumer_offsets_partition_for, partition_for,
