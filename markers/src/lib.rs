@@ -6,3 +6,4 @@ pub mod participant;
 
 #[cfg(feature = "net")]
 pub mod wire;
+pub mod writer;

@@ -1,0 +1,382 @@
+//! How a `WriteTxnMarkers` request reaches a broker: over Kafka's wire protocol, or in process
+//! for a broker that hosts the coordinator itself.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use std::sync::Arc;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use txn_log::sync::Mutex;
+
+use super::BrokerEndpoint;
+use crate::wire::{CallError, KafkaConnection};
+
+/// The `WriteTxnMarkers` version sent on the wire (the only one kafka-protocol 0.18 has).
+pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+
+/// Why a request got no answer. Every variant makes the writer retry the request's partitions
+/// after backoff with a fresh leader lookup.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// Could not connect.
+    #[error("connect to broker {node_id} failed: {reason}")]
+    Connect {
+        /// Broker id.
+        node_id: i32,
+        /// Why.
+        reason: String,
+    },
+    /// The connection broke before the answer arrived.
+    #[error("broker {node_id} disconnected: {reason}")]
+    Disconnected {
+        /// Broker id.
+        node_id: i32,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the request timeout.
+    #[error("request to broker {node_id} timed out")]
+    Timeout {
+        /// Broker id.
+        node_id: i32,
+    },
+    /// The request could not be encoded or the answer decoded.
+    #[error("codec error talking to broker {node_id}: {reason}")]
+    Codec {
+        /// Broker id.
+        node_id: i32,
+        /// Why.
+        reason: String,
+    },
+    /// The (in-process) broker is not available.
+    #[error("broker {node_id} unavailable: {reason}")]
+    Unavailable {
+        /// Broker id.
+        node_id: i32,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Sends one `WriteTxnMarkers` request to one broker. The writer keeps at most one request in
+/// flight per broker and applies its own request timeout around each call (a call may be
+/// dropped at any await point).
+#[async_trait]
+pub trait MarkerTransport: Send + Sync {
+    /// Sends `request` to `broker` and returns its answer.
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+    ) -> Result<WriteTxnMarkersResponse, TransportError>;
+
+    /// As [`write_markers`](Self::write_markers), with the transaction version of each marker
+    /// (parallel to `request.markers`), which `WriteTxnMarkers` v1 cannot carry. The writer
+    /// calls this one; the default ignores the versions.
+    async fn write_markers_versioned(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        let _ = txn_versions;
+        self.write_markers(broker, request).await
+    }
+}
+
+/// Settings of [`KafkaWireTransport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireTransportConfig {
+    /// Client id in request headers.
+    pub client_id: String,
+    /// Limit for one TCP connect.
+    pub connect_timeout: Duration,
+    /// Wait before reconnecting after a failure; doubles per consecutive failure.
+    pub reconnect_backoff: Duration,
+    /// Reconnect backoff cap.
+    pub reconnect_backoff_max: Duration,
+}
+
+impl Default for WireTransportConfig {
+    fn default() -> Self {
+        Self {
+            client_id: "txn-coordinator-markers".into(),
+            connect_timeout: Duration::from_secs(10),
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    endpoint: Option<(String, u16)>,
+    conn: Option<KafkaConnection<TcpStream>>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// `WriteTxnMarkers` v1 over Kafka's wire protocol: one TCP connection per broker, reused,
+/// re-established after a failure with exponential reconnect backoff.
+#[derive(Debug)]
+pub struct KafkaWireTransport {
+    config: WireTransportConfig,
+    slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
+}
+
+impl KafkaWireTransport {
+    /// A transport with no connections yet.
+    pub fn new(config: WireTransportConfig) -> Self {
+        Self {
+            config,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn slot(&self, node_id: i32) -> Arc<tokio::sync::Mutex<Slot>> {
+        self.slots.lock().entry(node_id).or_default().clone()
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let shift = failures.saturating_sub(1).min(16);
+        self.config
+            .reconnect_backoff
+            .saturating_mul(1u32 << shift)
+            .min(self.config.reconnect_backoff_max)
+    }
+}
+
+#[async_trait]
+impl MarkerTransport for KafkaWireTransport {
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        let node_id = broker.node_id;
+        let slot = self.slot(node_id);
+        let mut s = slot.lock().await;
+        let endpoint = (broker.host.clone(), broker.port);
+        if s.endpoint.as_ref() != Some(&endpoint) {
+            *s = Slot {
+                endpoint: Some(endpoint),
+                ..Slot::default()
+            };
+        }
+        // Taken out for the call: if the call is dropped half-way, the connection (with a
+        // half-read answer) is dropped with it and the next call reconnects.
+        let mut conn = match s.conn.take() {
+            Some(conn) => conn,
+            None => {
+                if let Some(at) = s.retry_at {
+                    tokio::time::sleep_until(at).await;
+                }
+                let connect = TcpStream::connect((broker.host.as_str(), broker.port));
+                match tokio::time::timeout(self.config.connect_timeout, connect).await {
+                    Ok(Ok(stream)) => {
+                        let _ = stream.set_nodelay(true);
+                        KafkaConnection::new(stream, &self.config.client_id)
+                    }
+                    Ok(Err(e)) => {
+                        s.failures += 1;
+                        s.retry_at = Some(Instant::now() + self.backoff(s.failures));
+                        return Err(TransportError::Connect {
+                            node_id,
+                            reason: e.to_string(),
+                        });
+                    }
+                    Err(_) => {
+                        s.failures += 1;
+                        s.retry_at = Some(Instant::now() + self.backoff(s.failures));
+                        return Err(TransportError::Connect {
+                            node_id,
+                            reason: "connect timed out".into(),
+                        });
+                    }
+                }
+            }
+        };
+        match conn.call(&request, WRITE_TXN_MARKERS_VERSION).await {
+            Ok(response) => {
+                s.conn = Some(conn);
+                s.failures = 0;
+                s.retry_at = None;
+                Ok(response)
+            }
+            Err(e) => {
+                s.failures += 1;
+                s.retry_at = Some(Instant::now() + self.backoff(s.failures));
+                Err(match e {
+                    CallError::Codec(reason) => TransportError::Codec { node_id, reason },
+                    other => TransportError::Disconnected {
+                        node_id,
+                        reason: other.to_string(),
+                    },
+                })
+            }
+        }
+    }
+}
+
+/// What a broker embedding the coordinator implements to apply markers locally (typically by
+/// handing them to its participant state), instead of sending them to itself over TCP.
+#[async_trait]
+pub trait LocalMarkerHandler: Send + Sync {
+    /// Applies `request` (markers for partitions `broker` leads) and answers per partition,
+    /// exactly as the broker's `WriteTxnMarkers` handler would. `txn_versions` is parallel to
+    /// `request.markers`.
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError>;
+}
+
+type LocalFn = dyn Fn(
+        &BrokerEndpoint,
+        WriteTxnMarkersRequest,
+        &[u8],
+    ) -> Result<WriteTxnMarkersResponse, TransportError>
+    + Send
+    + Sync;
+
+struct FnHandler(Box<LocalFn>);
+
+#[async_trait]
+impl LocalMarkerHandler for FnHandler {
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        (self.0)(broker, request, &txn_versions)
+    }
+}
+
+/// The in-process transport: every request goes to a [`LocalMarkerHandler`].
+#[derive(Clone)]
+pub struct InProcessTransport {
+    handler: Arc<dyn LocalMarkerHandler>,
+}
+
+impl std::fmt::Debug for InProcessTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessTransport").finish_non_exhaustive()
+    }
+}
+
+impl InProcessTransport {
+    /// Wraps an async handler.
+    pub fn new(handler: Arc<dyn LocalMarkerHandler>) -> Self {
+        Self { handler }
+    }
+
+    /// Wraps a synchronous closure `(broker, request, txn_versions) -> answer`.
+    pub fn from_fn<F>(f: F) -> Self
+    where
+        F: Fn(
+                &BrokerEndpoint,
+                WriteTxnMarkersRequest,
+                &[u8],
+            ) -> Result<WriteTxnMarkersResponse, TransportError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        Self {
+            handler: Arc::new(FnHandler(Box::new(f))),
+        }
+    }
+}
+
+#[async_trait]
+impl MarkerTransport for InProcessTransport {
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        self.handler
+            .write_markers(broker, request, Vec::new())
+            .await
+    }
+
+    async fn write_markers_versioned(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        self.handler
+            .write_markers(broker, request, txn_versions)
+            .await
+    }
+}
+
+/// Sends to one local broker id in process and to every other broker through `remote`: the
+/// transport of a broker that embeds the coordinator.
+#[derive(Clone)]
+pub struct RoutingTransport {
+    local_node_id: i32,
+    local: Arc<dyn MarkerTransport>,
+    remote: Arc<dyn MarkerTransport>,
+}
+
+impl std::fmt::Debug for RoutingTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingTransport")
+            .field("local_node_id", &self.local_node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoutingTransport {
+    /// Requests for `local_node_id` go to `local`, the others to `remote`.
+    pub fn new(
+        local_node_id: i32,
+        local: Arc<dyn MarkerTransport>,
+        remote: Arc<dyn MarkerTransport>,
+    ) -> Self {
+        Self {
+            local_node_id,
+            local,
+            remote,
+        }
+    }
+
+    fn pick(&self, broker: &BrokerEndpoint) -> &dyn MarkerTransport {
+        if broker.node_id == self.local_node_id {
+            self.local.as_ref()
+        } else {
+            self.remote.as_ref()
+        }
+    }
+}
+
+#[async_trait]
+impl MarkerTransport for RoutingTransport {
+    async fn write_markers(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        self.pick(broker).write_markers(broker, request).await
+    }
+
+    async fn write_markers_versioned(
+        &self,
+        broker: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        self.pick(broker)
+            .write_markers_versioned(broker, request, txn_versions)
+            .await
+    }
+}
