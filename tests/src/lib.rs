@@ -1,3 +1,5 @@
 //! Test harness shared by the integration and end-to-end tests, and the `refbroker` reference
 //! broker.
 #![forbid(unsafe_code)]
+
+pub mod refbroker;

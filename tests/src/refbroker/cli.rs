@@ -1,0 +1,196 @@
+//! The command line (a contract the end-to-end tests rely on):
+//!
+//! ```text
+//! refbroker --listen HOST:PORT --data-dir DIR --topics NAME:PARTITIONS[,...]
+//!           (--embedded-coordinator | --coordinator HOST:PORT [--coordinator-node-id N])
+//!           [--node-id N --cluster 1=HOST:PORT,2=HOST:PORT,...]
+//!           [--offsets-partitions N] [--set KEY=VALUE]...
+//! ```
+//!
+//! `--listen HOST:0` binds a free port; the broker prints `refbroker listening on ADDR` on
+//! stdout once it accepts connections. `--set` keys:
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `group.initial.rebalance.delay.ms` | 0 | wait before the first rebalance of an empty group completes |
+//! | `group.min.session.timeout.ms` | 1000 | smallest session timeout accepted |
+//! | `group.max.session.timeout.ms` | 300000 | largest session timeout accepted |
+//! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
+//! | `transaction.max.timeout.ms` | 900000 | embedded coordinator: largest transaction timeout |
+//! | `transaction.abort.timed.out.transaction.cleanup.interval.ms` | 10000 | embedded coordinator: reaper interval |
+//! | `transaction.state.log.num.partitions` | 50 | embedded coordinator: txn-log partitions |
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use anyhow::{Context, bail};
+
+use super::{Config, NodeAddr};
+
+/// Where the transaction coordinator runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoordinatorMode {
+    /// In this process (`--embedded-coordinator`).
+    Embedded,
+    /// A standalone `txn-coordinator` daemon (`--coordinator HOST:PORT`).
+    Standalone {
+        /// Its address.
+        addr: NodeAddr,
+        /// The node id clients are given for it (`--coordinator-node-id`, default 1000).
+        node_id: i32,
+    },
+}
+
+fn parse_addr(s: &str) -> anyhow::Result<NodeAddr> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .with_context(|| format!("{s:?} is not HOST:PORT"))?;
+    let port = port
+        .parse()
+        .with_context(|| format!("bad port in {s:?}"))?;
+    Ok(NodeAddr {
+        host: host.to_owned(),
+        port,
+    })
+}
+
+/// Parses the command line (without the program name).
+pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Config> {
+    let mut args = args.into_iter();
+    let mut listen: Option<SocketAddr> = None;
+    let mut data_dir = None;
+    let mut topics = Vec::new();
+    let mut node_id = 1;
+    let mut cluster = BTreeMap::new();
+    let mut embedded = false;
+    let mut coordinator = None;
+    let mut coordinator_node_id = 1000;
+    let mut offsets_partitions = 50;
+    let mut settings = BTreeMap::new();
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .with_context(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--listen" => {
+                let v = value()?;
+                listen = Some(
+                    v.to_socket_addrs()
+                        .with_context(|| format!("cannot resolve {v:?}"))?
+                        .next()
+                        .with_context(|| format!("{v:?} resolves to nothing"))?,
+                );
+            }
+            "--data-dir" => data_dir = Some(value()?.into()),
+            "--topics" => {
+                for t in value()?.split(',').filter(|t| !t.is_empty()) {
+                    let (name, n) = t
+                        .rsplit_once(':')
+                        .with_context(|| format!("topic {t:?} is not NAME:PARTITIONS"))?;
+                    let n: i32 = n.parse().with_context(|| format!("bad count in {t:?}"))?;
+                    if n <= 0 || name.is_empty() || name.starts_with("__") {
+                        bail!("topic {t:?}: need a non-internal name and a positive count");
+                    }
+                    topics.push((name.to_owned(), n));
+                }
+            }
+            "--node-id" => node_id = value()?.parse().context("--node-id")?,
+            "--cluster" => {
+                for n in value()?.split(',').filter(|n| !n.is_empty()) {
+                    let (id, addr) = n
+                        .split_once('=')
+                        .with_context(|| format!("cluster entry {n:?} is not ID=HOST:PORT"))?;
+                    cluster.insert(id.parse().context("cluster node id")?, parse_addr(addr)?);
+                }
+            }
+            "--embedded-coordinator" => embedded = true,
+            "--coordinator" => coordinator = Some(parse_addr(&value()?)?),
+            "--coordinator-node-id" => {
+                coordinator_node_id = value()?.parse().context("--coordinator-node-id")?;
+            }
+            "--offsets-partitions" => {
+                offsets_partitions = value()?.parse().context("--offsets-partitions")?;
+            }
+            "--set" => {
+                let v = value()?;
+                let (k, val) = v
+                    .split_once('=')
+                    .with_context(|| format!("--set {v:?} is not KEY=VALUE"))?;
+                settings.insert(k.to_owned(), val.to_owned());
+            }
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let coordinator = match (embedded, coordinator) {
+        (true, None) => CoordinatorMode::Embedded,
+        (false, Some(addr)) => CoordinatorMode::Standalone {
+            addr,
+            node_id: coordinator_node_id,
+        },
+        _ => bail!("give exactly one of --embedded-coordinator and --coordinator HOST:PORT"),
+    };
+    if !cluster.is_empty() && !cluster.contains_key(&node_id) {
+        bail!("--cluster does not list this node's id {node_id}");
+    }
+    if offsets_partitions <= 0 {
+        bail!("--offsets-partitions must be positive");
+    }
+    if let CoordinatorMode::Standalone { node_id: c, .. } = &coordinator
+        && cluster.contains_key(c)
+    {
+        bail!("--coordinator-node-id {c} collides with a broker id");
+    }
+    Ok(Config {
+        listen: listen.context("--listen is required")?,
+        data_dir: data_dir.context("--data-dir is required")?,
+        topics,
+        node_id,
+        cluster,
+        coordinator,
+        offsets_partitions,
+        settings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_documented_command_lines_parse() {
+        let c = parse_args(args(
+            "--listen 127.0.0.1:9092 --data-dir /tmp/x --topics a:3,b:1 --embedded-coordinator",
+        ))
+        .unwrap();
+        assert_eq!(c.topics, vec![("a".into(), 3), ("b".into(), 1)]);
+        assert_eq!(c.coordinator, CoordinatorMode::Embedded);
+        let c = parse_args(args(
+            "--listen 127.0.0.1:9093 --data-dir d --topics a:1 --coordinator 127.0.0.1:9000 \
+             --node-id 2 --cluster 1=127.0.0.1:9092,2=127.0.0.1:9093 --set fetch.max.wait.ms=50",
+        ))
+        .unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.cluster.len(), 2);
+        assert_eq!(c.setting_i64("fetch.max.wait.ms", 0), 50);
+        assert!(matches!(c.coordinator, CoordinatorMode::Standalone { node_id: 1000, .. }));
+    }
+
+    #[test]
+    fn contradictory_or_incomplete_command_lines_are_refused() {
+        for bad in [
+            "--listen 127.0.0.1:1 --data-dir d --topics a:1",
+            "--listen 127.0.0.1:1 --data-dir d --topics a:0 --embedded-coordinator",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --coordinator h:1",
+            "--data-dir d --embedded-coordinator",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --node-id 3 --cluster 1=h:1",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --bogus",
+        ] {
+            assert!(parse_args(args(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,488 @@
+//! Request handlers for the data path: ApiVersions, Metadata, FindCoordinator, Produce,
+//! Fetch, ListOffsets and WriteTxnMarkers. Group and transaction APIs are delegated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestKind, ResponseKind, TopicName, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
+
+use super::server::{Broker, Req};
+use super::{CONSUMER_OFFSETS, CoordinatorMode};
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+/// Handles one request. `Ok(None)`: no response is owed (acks=0); `Err`: close the connection.
+pub(crate) async fn dispatch(
+    broker: &Arc<Broker>,
+    req: Req,
+) -> anyhow::Result<Option<ResponseKind>> {
+    let v = req.version();
+    let body = match req.body {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(broker.api_versions(0)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, &r, v)),
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator(broker, &r, v))
+        }
+        RequestKind::Produce(r) => match produce(broker, r, v).await {
+            Some(resp) => ResponseKind::Produce(resp),
+            None => return Ok(None),
+        },
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(broker, &r, v).await),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(broker, &r, v).await),
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers(broker, &r).await)
+        }
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(super::groups::offset_commit(broker, r, v).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(super::groups::offset_fetch(broker, r, v).await)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(super::groups::txn_offset_commit(broker, r).await)
+        }
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(broker.groups.sync(broker, r, v).await),
+        RequestKind::Heartbeat(r) => {
+            ResponseKind::Heartbeat(broker.groups.heartbeat(broker, r).await)
+        }
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(broker.groups.leave(broker, r, v).await)
+        }
+        other => return super::txn::dispatch(broker, other, v).await.map(Some),
+    };
+    Ok(Some(body))
+}
+
+// ===== Metadata =====
+
+fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    };
+    let brokers = broker
+        .cluster
+        .nodes()
+        .iter()
+        .map(|(&id, a)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(&a.host))
+                .with_port(i32::from(a.port))
+        })
+        .collect();
+    let names: Vec<String> = match &r.topics {
+        Some(list) if !(v == 0 && list.is_empty()) => list
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .collect(),
+        // null (or an empty v0 list): every topic; internal topics are left out
+        _ => broker
+            .topics
+            .keys()
+            .filter(|t| !t.starts_with("__"))
+            .cloned()
+            .collect(),
+    };
+    let topics = names
+        .into_iter()
+        .map(|name| {
+            let mut t = MetadataResponseTopic::default()
+                .with_name(Some(TopicName(str_bytes(&name))));
+            if v >= 1 {
+                t.is_internal = name.starts_with("__");
+            }
+            match broker.topics.get(&name) {
+                None => t.with_error_code(code(ResponseError::UnknownTopicOrPartition)),
+                Some(&n) => t.with_partitions(
+                    (0..n)
+                        .map(|p| {
+                            let leader = BrokerId(broker.cluster.leader(&name, p));
+                            let mut part = MetadataResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_leader_id(leader)
+                                .with_replica_nodes(vec![leader])
+                                .with_isr_nodes(vec![leader]);
+                            if v >= 7 {
+                                part.leader_epoch = 0;
+                            }
+                            part
+                        })
+                        .collect(),
+                ),
+            }
+        })
+        .collect();
+    let mut resp = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_topics(topics);
+    if v >= 1 {
+        resp.controller_id = BrokerId(broker.cluster.controller());
+    }
+    if v >= 2 {
+        resp.cluster_id = Some(str_bytes("refbroker"));
+    }
+    resp
+}
+
+// ===== FindCoordinator =====
+
+/// The node coordinating `key` of `key_type` (0 group, 1 transaction).
+fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, String, u16), i16> {
+    let node = match key_type {
+        0 => broker.cluster.leader(
+            CONSUMER_OFFSETS,
+            super::groups::offsets_partition_for(broker, key),
+        ),
+        1 => match &broker.config.coordinator {
+            CoordinatorMode::Standalone { addr, node_id } => {
+                return Ok((*node_id, addr.host.clone(), addr.port));
+            }
+            CoordinatorMode::Embedded => broker.txn.coordinator_node(broker, key),
+        },
+        _ => return Err(code(ResponseError::InvalidRequest)),
+    };
+    let addr = broker
+        .cluster
+        .addr(node)
+        .ok_or(code(ResponseError::CoordinatorNotAvailable))?;
+    Ok((node, addr.host.clone(), addr.port))
+}
+
+fn find_coordinator(broker: &Broker, r: &FindCoordinatorRequest, v: i16) -> FindCoordinatorResponse {
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    if v >= 4 {
+        let coordinators = r
+            .coordinator_keys
+            .iter()
+            .map(|k| {
+                let c = Coordinator::default().with_key(k.clone());
+                match coordinator_for(broker, r.key_type, k) {
+                    Ok((id, host, port)) => c
+                        .with_node_id(BrokerId(id))
+                        .with_host(str_bytes(&host))
+                        .with_port(i32::from(port)),
+                    Err(e) => c.with_error_code(e).with_node_id(BrokerId(-1)).with_port(-1),
+                }
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    match coordinator_for(broker, r.key_type, &r.key) {
+        Ok((id, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(id))
+            .with_host(str_bytes(&host))
+            .with_port(i32::from(port)),
+        Err(e) => FindCoordinatorResponse::default()
+            .with_error_code(e)
+            .with_node_id(BrokerId(-1))
+            .with_port(-1),
+    }
+}
+
+// ===== Produce =====
+
+async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<ProduceResponse> {
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    let acks = r.acks;
+    let mut responses = Vec::with_capacity(r.topic_data.len());
+    let mut appended = false;
+    for t in r.topic_data {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::with_capacity(t.partition_data.len());
+        for p in t.partition_data {
+            let mut resp = PartitionProduceResponse::default()
+                .with_index(p.index)
+                .with_base_offset(-1);
+            let result = if !(-1..=1).contains(&acks) {
+                Err(ResponseError::InvalidRequiredAcks)
+            } else if name.starts_with("__") {
+                Err(ResponseError::InvalidTopicException)
+            } else if let Some(part) = broker.partition(&name, p.index) {
+                let records = p.records.unwrap_or_default();
+                let mut part = part.lock().await;
+                let res = part.append_produce(&records, acks == -1, now_ms());
+                if v >= 5 {
+                    resp.log_start_offset = part.log_start_offset();
+                }
+                res
+            } else if broker.exists(&name, p.index) {
+                Err(ResponseError::NotLeaderOrFollower)
+            } else {
+                Err(ResponseError::UnknownTopicOrPartition)
+            };
+            match result {
+                Ok(base) => {
+                    appended = true;
+                    resp.base_offset = base;
+                }
+                Err(e) => resp.error_code = code(e),
+            }
+            parts.push(resp);
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(TopicName(str_bytes(&name)))
+                .with_partition_responses(parts),
+        );
+    }
+    if appended {
+        broker.appended.notify_waiters();
+    }
+    (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}
+
+// ===== Fetch =====
+
+async fn fetch(broker: &Arc<Broker>, r: &FetchRequest, v: i16) -> FetchResponse {
+    let cap = broker.config.setting_i64("fetch.max.wait.ms", 1000);
+    let wait_ms = i64::from(r.max_wait_ms.max(0)).min(cap);
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+    // bounded: each pass either returns or waits for an append / the deadline
+    loop {
+        let notified = broker.appended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (resp, bytes) = fetch_once(broker, r, v).await;
+        let min_bytes = usize::try_from(r.min_bytes.max(1)).unwrap_or(1);
+        if bytes >= min_bytes || tokio::time::Instant::now() >= deadline {
+            return resp;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return fetch_once(broker, r, v).await.0;
+        }
+    }
+}
+
+async fn fetch_once(broker: &Broker, r: &FetchRequest, v: i16) -> (FetchResponse, usize) {
+    use kafka_protocol::messages::fetch_response::{
+        AbortedTransaction, FetchableTopicResponse, PartitionData,
+    };
+    let read_committed = r.isolation_level == 1;
+    let mut budget = usize::try_from(r.max_bytes.max(1)).unwrap_or(usize::MAX);
+    let mut total = 0usize;
+    let mut responses = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let name = t.topic.0.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let mut data = PartitionData::default()
+                .with_partition_index(p.partition)
+                .with_high_watermark(-1)
+                .with_aborted_transactions(None)
+                .with_records(None);
+            let Some(part) = broker.partition(&name, p.partition) else {
+                data.error_code = code(if broker.exists(&name, p.partition) {
+                    ResponseError::NotLeaderOrFollower
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                });
+                parts.push(data);
+                continue;
+            };
+            let part = part.lock().await;
+            data.high_watermark = part.high_watermark();
+            data.last_stable_offset = part.last_stable_offset();
+            if v >= 5 {
+                data.log_start_offset = part.log_start_offset();
+            }
+            if p.fetch_offset < part.log_start_offset() || p.fetch_offset > part.high_watermark() {
+                data.error_code = code(ResponseError::OffsetOutOfRange);
+                parts.push(data);
+                continue;
+            }
+            let max = usize::try_from(p.partition_max_bytes.max(1))
+                .unwrap_or(usize::MAX)
+                .min(budget.max(1));
+            let read = if budget == 0 {
+                None
+            } else {
+                Some(part.read(p.fetch_offset, read_committed, max))
+            };
+            if let Some(read) = read {
+                budget = budget.saturating_sub(read.records.len());
+                total += read.records.len();
+                data.aborted_transactions = read.aborted.map(|list| {
+                    list.into_iter()
+                        .map(|(pid, first)| {
+                            AbortedTransaction::default()
+                                .with_producer_id(kafka_protocol::messages::ProducerId(pid))
+                                .with_first_offset(first)
+                        })
+                        .collect()
+                });
+                data.records = Some(read.records);
+            } else {
+                data.records = Some(bytes::Bytes::new());
+            }
+            parts.push(data);
+        }
+        responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(str_bytes(&name)))
+                .with_partitions(parts),
+        );
+    }
+    (FetchResponse::default().with_responses(responses), total)
+}
+
+// ===== ListOffsets =====
+
+async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOffsetsResponse {
+    use kafka_protocol::messages::list_offsets_response::{
+        ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+    };
+    let read_committed = r.isolation_level == 1;
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let partitions = t.partitions.iter().map(|p| {
+                let mut out = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1);
+                if v >= 4 {
+                    out.leader_epoch = 0;
+                }
+                (name.clone(), p.timestamp, out)
+            });
+            (name.clone(), partitions.collect::<Vec<_>>())
+        })
+        .collect::<Vec<_>>();
+    let mut out_topics = Vec::with_capacity(topics.len());
+    for (name, parts) in topics {
+        let mut out_parts = Vec::with_capacity(parts.len());
+        for (topic, ts, mut out) in parts {
+            match broker.partition(&topic, out.partition_index) {
+                None => {
+                    out.error_code = code(if broker.exists(&topic, out.partition_index) {
+                        ResponseError::NotLeaderOrFollower
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    });
+                }
+                Some(part) => {
+                    let part = part.lock().await;
+                    let latest = if read_committed {
+                        part.last_stable_offset()
+                    } else {
+                        part.high_watermark()
+                    };
+                    match ts {
+                        -1 => out.offset = latest,
+                        -2 => out.offset = part.log_start_offset(),
+                        ts if ts >= 0 => {
+                            if let Some((o, t)) = part.offset_for_timestamp(ts)
+                                && o < latest
+                            {
+                                out.offset = o;
+                                out.timestamp = t;
+                            }
+                        }
+                        _ => out.error_code = code(ResponseError::UnsupportedVersion),
+                    }
+                }
+            }
+            out_parts.push(out);
+        }
+        out_topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(TopicName(str_bytes(&name)))
+                .with_partitions(out_parts),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(out_topics)
+}
+
+// ===== WriteTxnMarkers =====
+
+/// Applies transaction markers to the partitions this node leads (the participant side of
+/// KIP-98): one control batch per partition, appended and synced before answering.
+pub(crate) async fn write_txn_markers(
+    broker: &Broker,
+    r: &WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    let mut markers = Vec::with_capacity(r.markers.len());
+    let mut appended = false;
+    for m in &r.markers {
+        let result = if m.transaction_result {
+            TxnResult::Commit
+        } else {
+            TxnResult::Abort
+        };
+        let mut topics = Vec::with_capacity(m.topics.len());
+        for t in &m.topics {
+            let name = t.name.0.to_string();
+            let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+            for &p in &t.partition_indexes {
+                let error = match broker.partition(&name, p) {
+                    Some(part) => {
+                        let mut part = part.lock().await;
+                        match part.write_marker(
+                            ProducerId(m.producer_id.0),
+                            ProducerEpoch(m.producer_epoch),
+                            CoordinatorEpoch(m.coordinator_epoch),
+                            result,
+                            now_ms(),
+                        ) {
+                            Ok(()) => {
+                                appended = true;
+                                0
+                            }
+                            Err(e) => code(e),
+                        }
+                    }
+                    None if broker.exists(&name, p) => code(ResponseError::NotLeaderOrFollower),
+                    None => code(ResponseError::UnknownTopicOrPartition),
+                };
+                partitions.push(
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_error_code(error),
+                );
+            }
+            topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions),
+            );
+        }
+        markers.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(topics),
+        );
+    }
+    if appended {
+        broker.appended.notify_waiters();
+    }
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}

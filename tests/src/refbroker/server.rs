@@ -1,0 +1,246 @@
+//! The broker process: state, the accept loop and per-connection request handling.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ResponseKind};
+use kafka_protocol::protocol::VersionRange;
+use markers::wire::{
+    DEFAULT_MAX_FRAME_BYTES, DecodeError, RequestFrame, decode_request, encode_response,
+    read_frame, write_frame,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, Notify};
+
+use super::groups::Groups;
+use super::partition::Partition;
+use super::txn::TxnService;
+use super::{CONSUMER_OFFSETS, Cluster, Config, NodeAddr};
+
+/// A partition of a topic.
+pub(crate) type Tp = (String, i32);
+
+/// The broker's shared state.
+#[derive(Debug)]
+pub struct Broker {
+    pub(crate) config: Config,
+    pub(crate) cluster: Cluster,
+    /// Every topic (user and internal) and its partition count.
+    pub(crate) topics: BTreeMap<String, i32>,
+    /// The partitions this node leads.
+    pub(crate) partitions: BTreeMap<Tp, Arc<Mutex<Partition>>>,
+    /// Woken after every append (long-polling fetches wait on it).
+    pub(crate) appended: Notify,
+    pub(crate) groups: Groups,
+    pub(crate) txn: TxnService,
+}
+
+impl Broker {
+    /// Opens every partition this node leads (replaying its log) and prepares the services.
+    pub async fn open(mut config: Config, bound: NodeAddr) -> anyhow::Result<Arc<Self>> {
+        if config.cluster.is_empty() {
+            config.cluster.insert(config.node_id, bound);
+        }
+        let cluster = Cluster::new(config.cluster.clone());
+        let mut topics: BTreeMap<String, i32> = config.topics.iter().cloned().collect();
+        topics.insert(CONSUMER_OFFSETS.to_owned(), config.offsets_partitions);
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        let mut partitions = BTreeMap::new();
+        for (topic, &count) in &topics {
+            for p in 0..count {
+                if cluster.leader(topic, p) != config.node_id {
+                    continue;
+                }
+                let dir = config.data_dir.join(format!("{topic}-{p}"));
+                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS)
+                    .with_context(|| format!("opening {}", dir.display()))?;
+                partitions.insert((topic.clone(), p), Arc::new(Mutex::new(part)));
+            }
+        }
+        let groups = Groups::new(&config);
+        let txn = TxnService::new(&config);
+        let broker = Arc::new(Self {
+            config,
+            cluster,
+            topics,
+            partitions,
+            appended: Notify::new(),
+            groups,
+            txn,
+        });
+        TxnService::start(&broker).await?;
+        Groups::start(&broker);
+        Ok(broker)
+    }
+
+    /// The partition `topic`/`partition` if this node leads it.
+    pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<&Arc<Mutex<Partition>>> {
+        self.partitions.get(&(topic.to_owned(), partition))
+    }
+
+    /// Whether `topic`/`partition` exists in the cluster.
+    pub(crate) fn exists(&self, topic: &str, partition: i32) -> bool {
+        self.topics
+            .get(topic)
+            .is_some_and(|&n| (0..n).contains(&partition))
+    }
+
+    /// The APIs and versions this broker serves.
+    pub(crate) fn supported(&self, key: ApiKey) -> Option<VersionRange> {
+        let (min, max) = match key {
+            ApiKey::Produce => (3, 10),
+            ApiKey::Fetch => (4, 12),
+            ApiKey::ListOffsets => (1, 7),
+            ApiKey::Metadata => (0, 12),
+            ApiKey::OffsetCommit => (2, 8),
+            ApiKey::OffsetFetch => (1, 7),
+            ApiKey::FindCoordinator => (0, 4),
+            ApiKey::JoinGroup => (0, 7),
+            ApiKey::Heartbeat => (0, 4),
+            ApiKey::LeaveGroup => (0, 4),
+            ApiKey::SyncGroup => (0, 5),
+            ApiKey::ApiVersions => (0, 4),
+            ApiKey::WriteTxnMarkers => (1, 1),
+            ApiKey::TxnOffsetCommit => (0, 3),
+            ApiKey::InitProducerId => (0, 4),
+            ApiKey::AddPartitionsToTxn => (0, 3),
+            ApiKey::AddOffsetsToTxn => (0, 3),
+            ApiKey::EndTxn => (0, 3),
+            ApiKey::DescribeTransactions if self.txn.is_embedded() => (0, 0),
+            ApiKey::ListTransactions if self.txn.is_embedded() => (0, 1),
+            _ => return None,
+        };
+        let codec = key.valid_versions();
+        let range = VersionRange {
+            min: min.max(codec.min),
+            max: max.min(codec.max),
+        };
+        (range.min <= range.max).then_some(range)
+    }
+
+    /// The ApiVersions table.
+    pub(crate) fn api_versions(&self, error_code: i16) -> ApiVersionsResponse {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        let api_keys = ApiKey::iter()
+            .filter_map(|k| {
+                self.supported(k).map(|r| {
+                    ApiVersion::default()
+                        .with_api_key(k as i16)
+                        .with_min_version(r.min)
+                        .with_max_version(r.max)
+                })
+            })
+            .collect();
+        ApiVersionsResponse::default()
+            .with_error_code(error_code)
+            .with_api_keys(api_keys)
+    }
+}
+
+/// Binds `config.listen`, prints `refbroker listening on ADDR`, and serves until the process
+/// ends.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let local = listener.local_addr()?;
+    let bound = NodeAddr {
+        host: local.ip().to_string(),
+        port: local.port(),
+    };
+    let broker = Broker::open(config, bound).await?;
+    println!("refbroker listening on {local}");
+    tracing::info!(node = broker.config.node_id, %local, "refbroker listening");
+    loop {
+        let (sock, peer) = listener.accept().await?;
+        let _ = sock.set_nodelay(true);
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(&broker, sock).await {
+                tracing::debug!(%peer, error = %e, "connection closed");
+            }
+        });
+    }
+}
+
+async fn serve_connection(broker: &Arc<Broker>, sock: TcpStream) -> anyhow::Result<()> {
+    let (mut rd, mut wr) = sock.into_split();
+    serve_stream(broker, &mut rd, &mut wr).await
+}
+
+/// Serves requests from `rd` one at a time, in order (as Kafka does per connection).
+pub(crate) async fn serve_stream<R, W>(
+    broker: &Arc<Broker>,
+    rd: &mut R,
+    wr: &mut W,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        let Some(frame) = read_frame(rd, DEFAULT_MAX_FRAME_BYTES).await? else {
+            return Ok(());
+        };
+        match handle_frame(broker, frame).await {
+            Reply::Send(bytes) => write_frame(wr, &bytes).await?,
+            Reply::Nothing => {}
+            Reply::Close(why) => {
+                tracing::debug!(%why, "closing connection");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// What to do after one request.
+pub(crate) enum Reply {
+    /// Send this response frame.
+    Send(Bytes),
+    /// No response (Produce with acks=0).
+    Nothing,
+    /// Close the connection (what Kafka does with a request it cannot parse).
+    Close(String),
+}
+
+async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Reply {
+    let req = match decode_request(frame, |k| broker.supported(k)) {
+        Ok(req) => req,
+        Err(DecodeError::UnsupportedVersion {
+            api_key: ApiKey::ApiVersions,
+            correlation_id,
+            ..
+        }) => {
+            // KIP-511: answer a too-new ApiVersions with v0 and UNSUPPORTED_VERSION.
+            let body = ResponseKind::ApiVersions(
+                broker.api_versions(kafka_protocol::ResponseError::UnsupportedVersion.code()),
+            );
+            return match encode_response(ApiKey::ApiVersions, 0, correlation_id, &body) {
+                Ok(b) => Reply::Send(b),
+                Err(e) => Reply::Close(e.to_string()),
+            };
+        }
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let api_key = req.api_key;
+    let version = req.version();
+    let correlation_id = req.header.correlation_id;
+    match super::handlers::dispatch(broker, req).await {
+        Ok(Some(body)) => match encode_response(api_key, version, correlation_id, &body) {
+            Ok(b) => Reply::Send(b),
+            Err(e) => {
+                tracing::error!(?api_key, version, error = %e, "cannot encode response");
+                Reply::Close(e.to_string())
+            }
+        },
+        Ok(None) => Reply::Nothing,
+        Err(e) => Reply::Close(e.to_string()),
+    }
+}
+
+/// A decoded request, for handlers.
+pub(crate) type Req = RequestFrame;
