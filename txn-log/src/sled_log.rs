@@ -54,8 +54,9 @@ pub enum SyncMode {
     OsBuffered,
 }
 
-/// Configuration of a [`SledTxnLog`].
+/// Configuration of a [`SledTxnLog`]: build with [`SledConfig::new`], then set fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SledConfig {
     /// Directory of the sled database (created if missing).
     pub path: PathBuf,
@@ -66,6 +67,11 @@ pub struct SledConfig {
     pub max_batch: usize,
     /// Capacity of the queue in front of the writer (default 4096); callers wait for room.
     pub queue_capacity: usize,
+    /// How long `open` retries while the database's file lock is held (default 5 s). sled
+    /// releases the lock of a dropped database only when its background work and deferred
+    /// (epoch-based) destruction have finished, which can lag a `drop` by milliseconds; a
+    /// lock held by another live process makes `open` fail after this long.
+    pub lock_wait: std::time::Duration,
 }
 
 impl SledConfig {
@@ -76,12 +82,14 @@ impl SledConfig {
             sync_mode: SyncMode::Fsync,
             max_batch: 512,
             queue_capacity: 4096,
+            lock_wait: std::time::Duration::from_secs(5),
         }
     }
 }
 
 /// Group-commit counters of a [`SledTxnLog`] (monotonic since open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct GroupCommitStats {
     /// Batches committed (one sled batch + flush + fsync each).
     pub batches: u64,
@@ -182,6 +190,29 @@ fn sled_err(e: sled::Error) -> LogError {
     }
 }
 
+/// Opens the sled database, retrying while its file lock is still held (see
+/// [`SledConfig::lock_wait`]).
+fn open_db(config: &SledConfig) -> Result<sled::Db, LogError> {
+    let deadline = std::time::Instant::now() + config.lock_wait;
+    loop {
+        let result = sled::Config::new()
+            .path(&config.path)
+            // We flush explicitly after every batch; a background flusher only adds contention.
+            .flush_every_ms(None)
+            .open();
+        match result {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(sled_err(e)),
+        }
+    }
+}
+
 impl SledTxnLog {
     /// Opens (or creates) the log in `path` with default settings. Blocking.
     pub fn open_path(path: impl Into<PathBuf>) -> Result<Self, LogError> {
@@ -199,12 +230,7 @@ impl SledTxnLog {
             ));
         }
         std::fs::create_dir_all(&config.path)?;
-        let db = sled::Config::new()
-            .path(&config.path)
-            // We flush explicitly after every batch; a background flusher only adds contention.
-            .flush_every_ms(None)
-            .open()
-            .map_err(sled_err)?;
+        let db = open_db(&config)?;
         let tree = db.open_tree(TREE).map_err(sled_err)?;
 
         let mut epochs = HashMap::new();

@@ -278,9 +278,24 @@ fn fencing_holds_after_reopen() {
 /// A change to a raw stored value.
 type Mutation = dyn Fn(&mut Vec<u8>);
 
+/// Opens the raw sled database, waiting (bounded) for a just-dropped instance to release its
+/// file lock (sled releases it after its deferred destruction).
+fn raw_open(dir: &Path) -> sled::Db {
+    for _ in 0..500 {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("raw sled open: {e}"),
+        }
+    }
+    panic!("sled lock still held after 5 s");
+}
+
 /// Applies `f` to the raw value stored under `key`, through sled directly.
 fn tamper(dir: &Path, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
-    let db = sled::open(dir).unwrap();
+    let db = raw_open(dir);
     let tree = db.open_tree("txn-log").unwrap();
     let mut v = tree.get(key).unwrap().expect("key present").to_vec();
     f(&mut v);
@@ -289,7 +304,7 @@ fn tamper(dir: &Path, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
 }
 
 fn raw_get(dir: &Path, key: &[u8]) -> Vec<u8> {
-    let db = sled::open(dir).unwrap();
+    let db = raw_open(dir);
     let tree = db.open_tree("txn-log").unwrap();
     tree.get(key).unwrap().expect("key present").to_vec()
 }
