@@ -76,3 +76,6 @@ pub use request::{
     ListTransactionsRequest, ListTransactionsResponse, ListedTxn, Request, Response,
     merge_list_responses, unknown_state_filters,
 };
+
+#[cfg(feature = "shell")]
+pub mod shell;

@@ -1,0 +1,422 @@
+//! One driver task per owned log partition: owns the [`Engine`], feeds it inputs and executes
+//! its effects in order (house style §11.3 rule 7).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
+use txn_log::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition};
+
+use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared};
+use crate::{
+    Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
+    Response, UnloadReason,
+};
+
+/// How the epoch of a load is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EpochChoice {
+    /// Exactly this epoch (an external leader election chose it).
+    Exact(CoordinatorEpoch),
+    /// One above the stored epoch (0 if none): single-node ownership.
+    NextAfterStored,
+}
+
+/// Inputs of a driver.
+pub(crate) enum Msg {
+    Request {
+        request: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    Load {
+        epoch: EpochChoice,
+        done: oneshot::Sender<Result<CoordinatorEpoch, LogError>>,
+    },
+    Loaded {
+        generation: u64,
+        result: Result<(CoordinatorEpoch, LoadedPartition), LogError>,
+        started: Instant,
+    },
+    AppendDone {
+        io: IoId,
+        result: Result<(), LogError>,
+    },
+    Markers(MarkerJobDone),
+    Unload {
+        done: oneshot::Sender<()>,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+pub(crate) struct Driver {
+    partition: LogPartition,
+    engine: Engine,
+    shared: Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    tx: mpsc::UnboundedSender<Msg>,
+    appends: mpsc::UnboundedSender<(IoId, CoordinatorEpoch, Vec<LogEntry>)>,
+    markers: mpsc::UnboundedSender<MarkerJob>,
+    waiting: HashMap<RequestId, oneshot::Sender<Response>>,
+    next_request: u64,
+    appends_in_flight: usize,
+    /// Bumped on every load and unload, so that a stale load result is ignored.
+    generation: u64,
+    load_waiters: Vec<oneshot::Sender<Result<CoordinatorEpoch, LogError>>>,
+    loaded_gauge: bool,
+    last_metrics: EngineMetrics,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Driver {
+    /// Spawns the driver of `partition` (in the unloaded state: NOT_COORDINATOR until loaded).
+    pub(crate) fn spawn(
+        partition: LogPartition,
+        shared: Arc<Shared>,
+    ) -> mpsc::UnboundedSender<Msg> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut engine = Engine::new(partition, shared.config.clone(), shared.allocator.clone());
+        engine.handle_unload();
+        // Unloading a fresh engine only emits `Unloaded`; nothing to execute.
+        let _ = engine.drain_effects();
+        let appends = spawn_appender(partition, shared.clone(), tx.clone());
+        let markers = spawn_marker_submitter(shared.clone());
+        let driver = Self {
+            partition,
+            engine,
+            shared,
+            rx,
+            tx: tx.clone(),
+            appends,
+            markers,
+            waiting: HashMap::new(),
+            next_request: 1,
+            appends_in_flight: 0,
+            generation: 0,
+            load_waiters: Vec::new(),
+            loaded_gauge: false,
+            last_metrics: EngineMetrics::default(),
+            shutdown: None,
+        };
+        let span = tracing::info_span!("log_partition", partition = partition.0);
+        tokio::spawn(driver.run().instrument(span));
+        tx
+    }
+
+    async fn run(mut self) {
+        loop {
+            let deadline = if self.shutdown.is_some() {
+                None
+            } else {
+                self.engine.poll_timeout()
+            };
+            let timer = deadline.map(|d| self.shared.clock.sleep_until(d));
+            let msg = match timer {
+                Some(t) => tokio::select! {
+                    m = self.rx.recv() => m,
+                    () = t => {
+                        let now = self.shared.clock.now_ms();
+                        self.engine.handle_timeout(now);
+                        self.execute();
+                        continue;
+                    }
+                },
+                None => self.rx.recv().await,
+            };
+            let Some(msg) = msg else { break };
+            self.handle(msg);
+            self.execute();
+            if self.shutdown.is_some() && self.appends_in_flight == 0 {
+                break;
+            }
+        }
+        if let Some(done) = self.shutdown.take() {
+            let _ = done.send(());
+        }
+        if self.loaded_gauge {
+            self.shared.metrics.partitions_loaded.dec();
+        }
+        tracing::debug!("driver stopped");
+    }
+
+    fn now(&self) -> Millis {
+        self.shared.clock.now_ms()
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Request { request, reply } => {
+                if self.shutdown.is_some() {
+                    let _ = reply.send(super::error_response(
+                        &request,
+                        crate::ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                    ));
+                    return;
+                }
+                let id = RequestId(self.next_request);
+                self.next_request += 1;
+                self.waiting.insert(id, reply);
+                let now = self.now();
+                self.engine.handle_request(now, id, request);
+            }
+            Msg::Load { epoch, done } => self.start_load(epoch, done),
+            Msg::Loaded {
+                generation,
+                result,
+                started,
+            } => {
+                if generation != self.generation {
+                    return;
+                }
+                let waiters = std::mem::take(&mut self.load_waiters);
+                match result {
+                    Ok((epoch, loaded)) => {
+                        let ids = loaded.records.len();
+                        let now = self.now();
+                        self.engine.handle_load(now, epoch, loaded);
+                        let secs = started.elapsed().as_secs_f64();
+                        self.shared.metrics.partition_load_seconds.observe(secs);
+                        self.shared.metrics.ids_loaded.inc_by(ids as u64);
+                        if self.engine.is_loaded() {
+                            if !self.loaded_gauge {
+                                self.loaded_gauge = true;
+                                self.shared.metrics.partitions_loaded.inc();
+                            }
+                            tracing::info!(
+                                coordinator_epoch = epoch.0,
+                                ids,
+                                load_ms = started.elapsed().as_millis() as u64,
+                                "log partition loaded"
+                            );
+                            for w in waiters {
+                                let _ = w.send(Ok(epoch));
+                            }
+                        } else {
+                            for w in waiters {
+                                let _ = w.send(Err(LogError::Fenced {
+                                    partition: self.partition,
+                                    current: epoch,
+                                }));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "loading the log partition failed");
+                        self.engine.handle_unload();
+                        for w in waiters {
+                            let _ = w.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+            Msg::AppendDone { io, result } => {
+                self.appends_in_flight = self.appends_in_flight.saturating_sub(1);
+                match result {
+                    Ok(()) => self.engine.handle_append_done(io),
+                    Err(e) => {
+                        self.shared.metrics.log_append_failures.inc();
+                        tracing::warn!(error = %e, "log append failed");
+                        if matches!(e, LogError::Poisoned { .. }) {
+                            self.shared.log_poisoned(&e);
+                        }
+                        self.engine.handle_append_failed(io, e);
+                    }
+                }
+            }
+            Msg::Markers(done) => {
+                self.shared.metrics.markers_pending.dec();
+                let outcome = match done.outcome {
+                    MarkerJobOutcome::Completed => MarkerOutcome::Written,
+                    MarkerJobOutcome::CoordinatorFenced => MarkerOutcome::CoordinatorFenced,
+                    MarkerJobOutcome::Cancelled | MarkerJobOutcome::Superseded => return,
+                };
+                let now = self.now();
+                self.engine.handle_markers_done(
+                    now,
+                    MarkersDone {
+                        transactional_id: done.transactional_id,
+                        producer_id: done.producer_id,
+                        producer_epoch: done.producer_epoch,
+                        coordinator_epoch: done.coordinator_epoch,
+                        outcome,
+                    },
+                );
+            }
+            Msg::Unload { done } => {
+                self.generation += 1;
+                self.engine.handle_unload();
+                let _ = done.send(());
+            }
+            Msg::Shutdown { done } => {
+                self.shutdown = Some(done);
+            }
+        }
+    }
+
+    fn start_load(
+        &mut self,
+        choice: EpochChoice,
+        done: oneshot::Sender<Result<CoordinatorEpoch, LogError>>,
+    ) {
+        self.generation += 1;
+        // A reload of a loaded partition starts over.
+        self.engine.handle_begin_load();
+        for w in self.load_waiters.drain(..) {
+            let _ = w.send(Err(LogError::Closed));
+        }
+        self.load_waiters.push(done);
+        let generation = self.generation;
+        let partition = self.partition;
+        let log = self.shared.log.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(
+            async move {
+                let started = Instant::now();
+                let result = async {
+                    let epoch = match choice {
+                        EpochChoice::Exact(e) => e,
+                        EpochChoice::NextAfterStored => {
+                            let before = log.load(partition).await?;
+                            CoordinatorEpoch(before.coordinator_epoch.map_or(0, |e| e.0 + 1))
+                        }
+                    };
+                    log.claim(partition, epoch).await?;
+                    let loaded = log.load(partition).await?;
+                    Ok((epoch, loaded))
+                }
+                .await;
+                let _ = tx.send(Msg::Loaded {
+                    generation,
+                    result,
+                    started,
+                });
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// Executes every queued effect, in order.
+    fn execute(&mut self) {
+        while let Some(effect) = self.engine.poll_effect() {
+            match effect {
+                Effect::AppendLog {
+                    io,
+                    partition,
+                    coordinator_epoch,
+                    entries,
+                } => {
+                    debug_assert_eq!(partition, self.partition);
+                    self.appends_in_flight += 1;
+                    if self.appends.send((io, coordinator_epoch, entries)).is_err() {
+                        self.appends_in_flight -= 1;
+                        self.engine.handle_append_failed(io, LogError::Closed);
+                    }
+                }
+                Effect::Respond { to, response } => {
+                    if let Some(w) = self.waiting.remove(&to) {
+                        // The caller may have gone away (connection closed); nothing to do.
+                        let _ = w.send(response);
+                    }
+                }
+                Effect::WriteMarkers {
+                    partition,
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    coordinator_epoch,
+                    result,
+                    partitions,
+                    transaction_version,
+                } => {
+                    tracing::debug!(
+                        transactional_id = %transactional_id,
+                        producer_id = producer_id.0,
+                        producer_epoch = producer_epoch.0,
+                        ?result,
+                        participants = partitions.len(),
+                        "writing markers"
+                    );
+                    self.shared.metrics.markers_pending.inc();
+                    self.shared.metrics.marker_jobs.inc();
+                    let _ = self.markers.send(MarkerJob {
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        log_partition: partition,
+                        result,
+                        partitions: partitions.into_iter().collect(),
+                        txn_version: transaction_version,
+                    });
+                }
+                Effect::NeedProducerIds { block_size } => {
+                    self.shared.refill_producer_ids(block_size);
+                }
+                Effect::Unloaded {
+                    partition,
+                    coordinator_epoch,
+                    reason,
+                } => {
+                    match &reason {
+                        UnloadReason::Requested => {
+                            tracing::info!(?coordinator_epoch, "log partition unloaded");
+                        }
+                        other => tracing::warn!(
+                            ?coordinator_epoch,
+                            reason = ?other,
+                            "log partition unloaded: no longer the coordinator"
+                        ),
+                    }
+                    self.shared.markers.cancel_log_partition(partition);
+                    if self.loaded_gauge {
+                        self.loaded_gauge = false;
+                        self.shared.metrics.partitions_loaded.dec();
+                    }
+                }
+            }
+        }
+        let now = self.engine.metrics().clone();
+        self.shared
+            .metrics
+            .add_engine_delta(&self.last_metrics, &now);
+        self.last_metrics = now;
+    }
+}
+
+/// Appends of one partition, one at a time and in order (the log's ordering obligation is
+/// about call order; group commit happens across partitions inside the log).
+fn spawn_appender(
+    partition: LogPartition,
+    shared: Arc<Shared>,
+    driver: mpsc::UnboundedSender<Msg>,
+) -> mpsc::UnboundedSender<(IoId, CoordinatorEpoch, Vec<LogEntry>)> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(IoId, CoordinatorEpoch, Vec<LogEntry>)>();
+    tokio::spawn(async move {
+        while let Some((io, epoch, entries)) = rx.recv().await {
+            let started = Instant::now();
+            let result = shared.log.append(partition, epoch, entries).await;
+            shared
+                .metrics
+                .log_append_seconds
+                .observe(started.elapsed().as_secs_f64());
+            if driver.send(Msg::AppendDone { io, result }).is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// Submits marker jobs in order (the sink may apply backpressure without stalling the driver).
+fn spawn_marker_submitter(shared: Arc<Shared>) -> mpsc::UnboundedSender<MarkerJob> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<MarkerJob>();
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            shared.markers.submit(job).await;
+        }
+    });
+    tx
+}

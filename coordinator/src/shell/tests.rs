@@ -1,0 +1,291 @@
+//! Shell tests: the handle over `MemTxnLog` with the recording marker sink and a manual clock.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use txn_log::{
+    CoordinatorEpoch, LogPartition, MemTxnLog, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnLog, TxnState,
+};
+
+use super::*;
+use crate::{AddPartitionsTxn, ListTransactionsRequest};
+
+struct Harness {
+    coordinator: Coordinator,
+    markers: RecordingMarkerSink,
+    clock: ManualClock,
+    log: Arc<MemTxnLog>,
+}
+
+fn harness_with(log: Arc<MemTxnLog>, auto_markers: bool) -> Harness {
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let markers = RecordingMarkerSink::new(done_tx, auto_markers);
+    let clock = ManualClock::new(1_000_000);
+    let coordinator = Coordinator::start(CoordinatorOptions {
+        config: Config {
+            transaction_state_log_num_partitions: 4,
+            ..Config::default()
+        },
+        log: log.clone(),
+        clock: Arc::new(clock.clone()),
+        markers: Arc::new(markers.clone()),
+        marker_completions: done_rx,
+        metrics: Metrics::new(),
+    });
+    Harness {
+        coordinator,
+        markers,
+        clock,
+        log,
+    }
+}
+
+fn harness(auto_markers: bool) -> Harness {
+    harness_with(Arc::new(MemTxnLog::new()), auto_markers)
+}
+
+fn init(id: &str) -> InitProducerIdRequest {
+    InitProducerIdRequest {
+        version: 4,
+        transactional_id: Some(id.into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: ProducerId::NONE,
+        producer_epoch: ProducerEpoch::NONE,
+    }
+}
+
+fn add(id: &str, pid: ProducerId, epoch: ProducerEpoch, topic: &str) -> AddPartitionsToTxnRequest {
+    AddPartitionsToTxnRequest {
+        version: 3,
+        transactions: vec![AddPartitionsTxn {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            verify_only: false,
+            partitions: vec![TopicPartition::new(topic, 0)],
+        }],
+    }
+}
+
+fn end(id: &str, pid: ProducerId, epoch: ProducerEpoch, commit: bool) -> EndTxnRequest {
+    EndTxnRequest {
+        version: 3,
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: commit,
+    }
+}
+
+/// Retries while the coordinator is still fetching a producer-id block.
+async fn init_ok(c: &Coordinator, id: &str) -> InitProducerIdResponse {
+    for _ in 0..1000 {
+        let r = c.init_producer_id(init(id)).await;
+        if r.error != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {
+            return r;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("producer ids never became available");
+}
+
+async fn state_of(c: &Coordinator, id: &str) -> String {
+    let d = c
+        .describe_transactions(DescribeTransactionsRequest {
+            transactional_ids: vec![id.into()],
+        })
+        .await;
+    d[0].state.clone()
+}
+
+#[tokio::test]
+async fn requests_before_load_get_not_coordinator() {
+    let h = harness(true);
+    let r = h.coordinator.init_producer_id(init("one")).await;
+    assert!(
+        r.error == ErrorCode::NOT_COORDINATOR || r.error == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+        "{r:?}"
+    );
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "one").await;
+    assert_eq!(r.error, ErrorCode::NONE);
+    assert_eq!(r.producer_epoch, ProducerEpoch(0));
+}
+
+#[tokio::test]
+async fn commit_cycle_writes_markers_and_completes() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "app").await;
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    let a = h
+        .coordinator
+        .add_partitions_to_txn(add("app", pid, epoch, "t"))
+        .await;
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    assert_eq!(state_of(&h.coordinator, "app").await, "Ongoing");
+    let e = h.coordinator.end_txn(end("app", pid, epoch, true)).await;
+    assert_eq!(e.error, ErrorCode::NONE);
+    // Markers complete at once; the CompleteCommit append follows.
+    let mut state = String::new();
+    for _ in 0..1000 {
+        state = state_of(&h.coordinator, "app").await;
+        if state == "CompleteCommit" {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(state, "CompleteCommit");
+    let jobs = h.markers.jobs();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].partitions, vec![TopicPartition::new("t", 0)]);
+    assert_eq!(jobs[0].producer_id, pid);
+    assert_eq!(h.coordinator.metrics().transactions_committed.get(), 1);
+}
+
+#[tokio::test]
+async fn prepare_commit_is_redriven_after_reload_with_the_new_epoch() {
+    let h = harness(false);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "app").await;
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    h.coordinator
+        .add_partitions_to_txn(add("app", pid, epoch, "t"))
+        .await;
+    let e = h.coordinator.end_txn(end("app", pid, epoch, true)).await;
+    assert_eq!(e.error, ErrorCode::NONE);
+    assert_eq!(state_of(&h.coordinator, "app").await, "PrepareCommit");
+    let p = h
+        .coordinator
+        .config()
+        .partition_for(&TransactionalId::new("app").expect("id"));
+    let first_epoch = h.markers.jobs()[0].coordinator_epoch;
+
+    // A second coordinator over the same log takes over (as after a restart).
+    h.coordinator.unload_partition(p).await;
+    assert!(h.markers.cancelled().contains(&p));
+    let h2 = harness_with(h.log.clone(), true);
+    let new_epoch = h2
+        .coordinator
+        .load_partition_next_epoch(p)
+        .await
+        .expect("reload");
+    assert!(new_epoch > first_epoch);
+    let mut state = String::new();
+    for _ in 0..1000 {
+        state = state_of(&h2.coordinator, "app").await;
+        if state == "CompleteCommit" {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(state, "CompleteCommit");
+    assert_eq!(h2.markers.jobs()[0].coordinator_epoch, new_epoch);
+}
+
+#[tokio::test]
+async fn a_fenced_append_unloads_and_answers_not_coordinator() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "app").await;
+    let p = h
+        .coordinator
+        .config()
+        .partition_for(&TransactionalId::new("app").expect("id"));
+    // Another owner claims the partition at a higher epoch behind our back.
+    h.log.claim(p, CoordinatorEpoch(1000)).await.expect("claim");
+    let a = h
+        .coordinator
+        .add_partitions_to_txn(add("app", r.producer_id, r.producer_epoch, "t"))
+        .await;
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NOT_COORDINATOR);
+    let again = h.coordinator.init_producer_id(init("app")).await;
+    assert_eq!(again.error, ErrorCode::NOT_COORDINATOR);
+    assert!(h.markers.cancelled().contains(&p));
+}
+
+#[tokio::test]
+async fn reaper_aborts_a_timed_out_transaction_when_the_clock_moves() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let mut req = init("slow");
+    req.transaction_timeout_ms = 1000;
+    let r = loop {
+        let r = h.coordinator.init_producer_id(req.clone()).await;
+        if r.error != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {
+            break r;
+        }
+        tokio::task::yield_now().await;
+    };
+    h.coordinator
+        .add_partitions_to_txn(add("slow", r.producer_id, r.producer_epoch, "t"))
+        .await;
+    h.clock.advance(20_000);
+    let mut state = String::new();
+    for _ in 0..1000 {
+        state = state_of(&h.coordinator, "slow").await;
+        if state == "CompleteAbort" {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(state, "CompleteAbort");
+    assert_eq!(h.coordinator.metrics().transactions_timed_out.get(), 1);
+}
+
+#[tokio::test]
+async fn list_and_describe_span_partitions_in_request_order() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    for id in ["a", "b", "one", "two"] {
+        assert_eq!(init_ok(&h.coordinator, id).await.error, ErrorCode::NONE);
+    }
+    let d = h
+        .coordinator
+        .describe_transactions(DescribeTransactionsRequest {
+            transactional_ids: vec!["two".into(), "".into(), "a".into(), "missing".into()],
+        })
+        .await;
+    let got: Vec<_> = d
+        .iter()
+        .map(|x| (x.transactional_id.as_str(), x.error))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("two", ErrorCode::NONE),
+            ("", ErrorCode::INVALID_REQUEST),
+            ("a", ErrorCode::NONE),
+            ("missing", ErrorCode::TRANSACTIONAL_ID_NOT_FOUND),
+        ]
+    );
+    let l = h
+        .coordinator
+        .list_transactions(ListTransactionsRequest {
+            state_filters: vec!["Empty".into(), "Bogus".into()],
+            producer_id_filters: vec![],
+            duration_filter_ms: -1,
+        })
+        .await;
+    assert_eq!(l.error, ErrorCode::NONE);
+    assert_eq!(l.unknown_state_filters, vec!["Bogus".to_string()]);
+    let ids: Vec<_> = l
+        .transactions
+        .iter()
+        .map(|t| t.transactional_id.as_str())
+        .collect();
+    assert_eq!(ids, vec!["a", "b", "one", "two"]);
+    assert!(l.transactions.iter().all(|t| t.state == TxnState::Empty));
+}
+
+#[tokio::test]
+async fn shutdown_answers_later_requests_without_hanging() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    init_ok(&h.coordinator, "x").await;
+    h.coordinator.shutdown().await;
+    let r = h.coordinator.init_producer_id(init("x")).await;
+    assert_ne!(r.error, ErrorCode::NONE);
+    let _ = LogPartition(0);
+}
