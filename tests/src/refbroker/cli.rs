@@ -45,9 +45,7 @@ fn parse_addr(s: &str) -> anyhow::Result<NodeAddr> {
     let (host, port) = s
         .rsplit_once(':')
         .with_context(|| format!("{s:?} is not HOST:PORT"))?;
-    let port = port
-        .parse()
-        .with_context(|| format!("bad port in {s:?}"))?;
+    let port = port.parse().with_context(|| format!("bad port in {s:?}"))?;
     Ok(NodeAddr {
         host: host.to_owned(),
         port,
@@ -68,10 +66,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
     let mut offsets_partitions = 50;
     let mut settings = BTreeMap::new();
     while let Some(flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .with_context(|| format!("{flag} needs a value"))
-        };
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--listen" => {
                 let v = value()?;
@@ -177,7 +172,10 @@ mod tests {
         assert_eq!(c.node_id, 2);
         assert_eq!(c.cluster.len(), 2);
         assert_eq!(c.setting_i64("fetch.max.wait.ms", 0), 50);
-        assert!(matches!(c.coordinator, CoordinatorMode::Standalone { node_id: 1000, .. }));
+        assert!(matches!(
+            c.coordinator,
+            CoordinatorMode::Standalone { node_id: 1000, .. }
+        ));
     }
 
     #[test]

@@ -88,7 +88,11 @@ mod tests {
         let p2 = c.leader("orders", 2);
         let mut all = vec![p0, p1, p2];
         all.sort_unstable();
-        assert_eq!(all, vec![1, 2, 3], "three partitions spread over three nodes");
+        assert_eq!(
+            all,
+            vec![1, 2, 3],
+            "three partitions spread over three nodes"
+        );
         assert_eq!(c.leader("orders", 3), p0);
         let single = cluster(1);
         assert_eq!(single.leader("anything", 17), 1);

@@ -132,8 +132,10 @@ impl Groups {
         Self {
             groups: Mutex::new(BTreeMap::new()),
             next_member: Mutex::new(0),
-            initial_delay_ms: u64::try_from(config.setting_i64("group.initial.rebalance.delay.ms", 0))
-                .unwrap_or(0),
+            initial_delay_ms: u64::try_from(
+                config.setting_i64("group.initial.rebalance.delay.ms", 0),
+            )
+            .unwrap_or(0),
             min_session_ms: i32::try_from(config.setting_i64("group.min.session.timeout.ms", 1000))
                 .unwrap_or(1000),
             max_session_ms: i32::try_from(
@@ -166,7 +168,9 @@ impl Groups {
                 .filter(|(_, m)| {
                     m.join_waiter.is_none()
                         && now.saturating_duration_since(m.last_seen)
-                            > Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
+                            > Duration::from_millis(
+                                u64::try_from(m.session_timeout_ms).unwrap_or(0),
+                            )
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
@@ -357,16 +361,15 @@ impl Groups {
                 None => return join_error(ResponseError::UnknownMemberId, &member_id, v),
             };
             if !g.members.is_empty()
-                && g.protocol_type.as_deref().is_some_and(|t| t != protocol_type)
+                && g.protocol_type
+                    .as_deref()
+                    .is_some_and(|t| t != protocol_type)
             {
                 return join_error(ResponseError::InconsistentGroupProtocol, &id, v);
             }
             let was_empty = g.members.is_empty();
             g.protocol_type = Some(protocol_type);
-            let changed = g
-                .members
-                .get(&id)
-                .is_none_or(|m| m.protocols != protocols);
+            let changed = g.members.get(&id).is_none_or(|m| m.protocols != protocols);
             let member = g.members.entry(id.clone()).or_insert_with(|| Member {
                 group_instance_id: r.group_instance_id.clone(),
                 protocols: Vec::new(),
@@ -512,7 +515,11 @@ impl Groups {
     }
 
     /// Heartbeat.
-    pub(crate) async fn heartbeat(&self, broker: &Broker, r: HeartbeatRequest) -> HeartbeatResponse {
+    pub(crate) async fn heartbeat(
+        &self,
+        broker: &Broker,
+        r: HeartbeatRequest,
+    ) -> HeartbeatResponse {
         let group_id = r.group_id.0.to_string();
         let e = if !is_coordinator(broker, &group_id) {
             Some(ResponseError::NotCoordinator)
@@ -649,7 +656,11 @@ pub(crate) async fn offset_commit(
     } else {
         broker
             .groups
-            .check_member(&group, r.member_id.as_str(), r.generation_id_or_member_epoch)
+            .check_member(
+                &group,
+                r.member_id.as_str(),
+                r.generation_id_or_member_epoch,
+            )
             .await
     };
     let now = now_ms();

@@ -61,8 +61,12 @@ pub(crate) async fn dispatch(
         RequestKind::TxnOffsetCommit(r) => {
             ResponseKind::TxnOffsetCommit(super::groups::txn_offset_commit(broker, r).await)
         }
-        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await),
-        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(broker.groups.sync(broker, r, v).await),
+        RequestKind::JoinGroup(r) => {
+            ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await)
+        }
+        RequestKind::SyncGroup(r) => {
+            ResponseKind::SyncGroup(broker.groups.sync(broker, r, v).await)
+        }
         RequestKind::Heartbeat(r) => {
             ResponseKind::Heartbeat(broker.groups.heartbeat(broker, r).await)
         }
@@ -107,8 +111,8 @@ fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
     let topics = names
         .into_iter()
         .map(|name| {
-            let mut t = MetadataResponseTopic::default()
-                .with_name(Some(TopicName(str_bytes(&name))));
+            let mut t =
+                MetadataResponseTopic::default().with_name(Some(TopicName(str_bytes(&name))));
             if v >= 1 {
                 t.is_internal = name.starts_with("__");
             }
@@ -169,7 +173,11 @@ fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, Str
     Ok((node, addr.host.clone(), addr.port))
 }
 
-fn find_coordinator(broker: &Broker, r: &FindCoordinatorRequest, v: i16) -> FindCoordinatorResponse {
+fn find_coordinator(
+    broker: &Broker,
+    r: &FindCoordinatorRequest,
+    v: i16,
+) -> FindCoordinatorResponse {
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     if v >= 4 {
         let coordinators = r
@@ -182,7 +190,10 @@ fn find_coordinator(broker: &Broker, r: &FindCoordinatorRequest, v: i16) -> Find
                         .with_node_id(BrokerId(id))
                         .with_host(str_bytes(&host))
                         .with_port(i32::from(port)),
-                    Err(e) => c.with_error_code(e).with_node_id(BrokerId(-1)).with_port(-1),
+                    Err(e) => c
+                        .with_error_code(e)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1),
                 }
             })
             .collect();
@@ -259,8 +270,8 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
 async fn fetch(broker: &Arc<Broker>, r: &FetchRequest, v: i16) -> FetchResponse {
     let cap = broker.config.setting_i64("fetch.max.wait.ms", 1000);
     let wait_ms = i64::from(r.max_wait_ms.max(0)).min(cap);
-    let deadline = tokio::time::Instant::now()
-        + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
     // bounded: each pass either returns or waits for an append / the deadline
     loop {
         let notified = broker.appended.notified();

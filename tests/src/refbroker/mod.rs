@@ -17,6 +17,7 @@ mod handlers;
 mod log;
 mod offsets;
 mod partition;
+pub mod process;
 mod server;
 mod txn;
 

@@ -21,8 +21,7 @@ use std::collections::HashMap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use markers::participant::{OffsetCommitRecord, PendingTxnOffsets, merge_committed};
 use txn_log::{ProducerEpoch, ProducerId, TxnResult};
@@ -139,14 +138,12 @@ pub(crate) fn encode_batch(
             producer_epoch: epoch.0,
             timestamp_type: TimestampType::Creation,
             offset: i64::try_from(i).unwrap_or(0),
-            sequence: if producer.is_some() {
-                markers::participant::increment_sequence(
-                    base_sequence,
-                    i32::try_from(i).unwrap_or(0),
-                )
-            } else {
-                -1
-            },
+            // The encoder starts a new batch whenever `offset - sequence` changes, so a plain
+            // batch (base sequence -1) numbers its records -1, 0, 1, ... to stay one batch.
+            sequence: markers::participant::increment_sequence(
+                base_sequence,
+                i32::try_from(i).unwrap_or(0),
+            ),
             timestamp: now_ms,
             key: Some(encode_key(k)),
             value: Some(encode_value(v)),
@@ -270,7 +267,10 @@ mod tests {
         s.complete(ProducerId(7), TxnResult::Commit);
         assert_eq!(s.get(&key(0)).map(|v| v.offset), Some(10));
         assert_eq!(s.get(&key(1)).map(|v| v.offset), Some(20));
-        assert_eq!(s.get(&key(1)).and_then(|v| v.metadata.clone()), Some("m".into()));
+        assert_eq!(
+            s.get(&key(1)).and_then(|v| v.metadata.clone()),
+            Some("m".into())
+        );
 
         s.apply_batch(&txn, 3);
         s.complete(ProducerId(7), TxnResult::Abort);
@@ -281,12 +281,31 @@ mod tests {
     #[test]
     fn a_later_plain_commit_wins_over_an_earlier_staged_one() {
         let mut s = OffsetStore::default();
-        let txn = encode_batch(&[(key(0), val(10))], Some((ProducerId(1), ProducerEpoch(0), 0)), 1)
-            .unwrap();
+        let txn = encode_batch(
+            &[(key(0), val(10))],
+            Some((ProducerId(1), ProducerEpoch(0), 0)),
+            1,
+        )
+        .unwrap();
         s.apply_batch(&txn, 0);
         s.apply_batch(&encode_batch(&[(key(0), val(99))], None, 1).unwrap(), 1);
         s.complete(ProducerId(1), TxnResult::Commit);
         assert_eq!(s.get(&key(0)).map(|v| v.offset), Some(99));
+    }
+
+    #[test]
+    fn several_offsets_encode_as_one_batch() {
+        for producer in [None, Some((ProducerId(3), ProducerEpoch(1), 7))] {
+            let b = encode_batch(
+                &[(key(0), val(1)), (key(1), val(2)), (key(2), val(3))],
+                producer,
+                1,
+            )
+            .unwrap();
+            let (h, len) = markers::participant::BatchHeader::parse(&b).unwrap();
+            assert_eq!((len, h.record_count), (b.len(), 3));
+            assert_eq!(h.base_sequence, producer.map_or(-1, |p| p.2));
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use markers::participant::{
-    BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState, ProduceDecision,
-    TxnVersion, increment_sequence,
+    BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState, ProduceDecision, TxnVersion,
+    increment_sequence,
 };
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
@@ -142,8 +142,8 @@ impl Partition {
             };
             (pid, epoch, seq)
         });
-        let batch =
-            encode_batch(entries, producer, now_ms).map_err(|_| ResponseError::UnknownServerError)?;
+        let batch = encode_batch(entries, producer, now_ms)
+            .map_err(|_| ResponseError::UnknownServerError)?;
         self.append_produce(&batch, true, now_ms).map(|_| ())
     }
 
@@ -175,7 +175,8 @@ impl Partition {
             .control_batch(base, 0, now_ms)
             .encode()
             .map_err(|_| ResponseError::UnknownServerError)?;
-        let (header, _) = BatchHeader::parse(&bytes).map_err(|_| ResponseError::UnknownServerError)?;
+        let (header, _) =
+            BatchHeader::parse(&bytes).map_err(|_| ResponseError::UnknownServerError)?;
         self.log
             .append(&bytes, &header, base, true)
             .map_err(|_| ResponseError::KafkaStorageError)?;

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::server::Broker;
-use super::{CoordinatorMode, Config, NodeAddr};
+use super::{Config, CoordinatorMode, NodeAddr};
 
 /// How this broker answers the coordinator APIs.
 #[derive(Debug)]
@@ -98,9 +98,7 @@ pub(crate) async fn dispatch(
         RequestKind::DescribeTransactions(r) => {
             ResponseKind::DescribeTransactions(t.forward(&r, v).await?)
         }
-        RequestKind::ListTransactions(r) => {
-            ResponseKind::ListTransactions(t.forward(&r, v).await?)
-        }
+        RequestKind::ListTransactions(r) => ResponseKind::ListTransactions(t.forward(&r, v).await?),
         other => anyhow::bail!("request {other:?} is not served"),
     })
 }

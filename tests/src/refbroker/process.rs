@@ -1,0 +1,69 @@
+//! Starting a `refbroker` binary from tests: spawn, wait for its "listening" line, kill on
+//! drop.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// A running `refbroker` process (killed when dropped).
+#[derive(Debug)]
+pub struct BrokerProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl BrokerProcess {
+    /// Runs `bin` with `args` (use `--listen 127.0.0.1:0` for a free port) and waits up to
+    /// `startup` for the broker to report its address.
+    pub fn spawn(bin: &Path, args: &[String], startup: Duration) -> anyhow::Result<Self> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            // keep draining so the broker never blocks on a full pipe
+            for _ in lines {}
+        });
+        let Ok(line) = rx.recv_timeout(startup) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("refbroker did not report its address within {startup:?}");
+        };
+        let Some(addr) = line.strip_prefix("refbroker listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("unexpected first line from refbroker: {line:?}");
+        };
+        let addr = addr.trim().parse().context("parsing the listen address")?;
+        Ok(Self { child, addr })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// SIGKILLs the process and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

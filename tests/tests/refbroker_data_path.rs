@@ -1,0 +1,561 @@
+//! The refbroker binary over loopback, driven with kafka-protocol requests: plain, idempotent
+//! and transactional produce, markers, read_committed fetch (LSO and aborted transactions),
+//! ListOffsets, transactional offset commits, a consumer group round, and that a restart
+//! rebuilds producer state, the LSO and offsets from the partition logs.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, BrokerId, FetchRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProducerId as WireProducerId,
+    SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+use txn_tests::refbroker::process::BrokerProcess;
+
+type Conn = KafkaConnection<TcpStream>;
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+fn start(dir: &std::path::Path) -> BrokerProcess {
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.to_str().expect("utf-8 path"),
+        "--topics",
+        "t:2",
+        "--coordinator",
+        "127.0.0.1:9",
+        "--offsets-partitions",
+        "5",
+        "--set",
+        "fetch.max.wait.ms=50",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    BrokerProcess::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
+        &args,
+        Duration::from_secs(30),
+    )
+    .expect("refbroker starts")
+}
+
+async fn connect(b: &BrokerProcess) -> Conn {
+    let s = TcpStream::connect(b.addr()).await.expect("connect");
+    KafkaConnection::new(s, "refbroker-test")
+}
+
+/// A v2 batch of `n` records `prefix-i`; producer `(pid, epoch, seq)` or plain.
+fn batch(producer: Option<(i64, i16, i32)>, transactional: bool, n: i32, prefix: &str) -> Bytes {
+    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::from(i),
+            // the encoder splits batches where `offset - sequence` changes: a plain batch
+            // (base sequence -1) numbers its records -1, 0, 1, ...
+            sequence: seq + i,
+            timestamp: 1_700_000_000_000 + i64::from(i),
+            key: None,
+            value: Some(Bytes::from(format!("{prefix}-{i}"))),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode");
+    buf.freeze()
+}
+
+/// Produces `records` to `t`/`partition`; returns (error_code, base_offset).
+async fn produce(c: &mut Conn, partition: i32, records: Bytes, txn_id: Option<&str>) -> (i16, i64) {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let req = ProduceRequest::default()
+        .with_transactional_id(txn_id.map(|t| TransactionalId(sb(t))))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(sb("t")))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records)),
+                ]),
+        ]);
+    let resp = c.call(&req, 9).await.expect("produce");
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+struct Fetched {
+    error: i16,
+    high_watermark: i64,
+    last_stable_offset: i64,
+    aborted: Option<Vec<(i64, i64)>>,
+    /// (offset, value) of data records; control records as value "<control>".
+    records: Vec<(i64, String)>,
+}
+
+async fn fetch(c: &mut Conn, partition: i32, offset: i64, read_committed: bool) -> Fetched {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(i8::from(read_committed))
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(sb("t")))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let resp = c.call(&req, 11).await.expect("fetch");
+    let p = &resp.responses[0].partitions[0];
+    let mut records = Vec::new();
+    if let Some(bytes) = &p.records {
+        let mut buf = bytes.clone();
+        for set in RecordBatchDecoder::decode_all(&mut buf).expect("decodable records") {
+            for r in set.records {
+                let v = if r.control {
+                    "<control>".to_owned()
+                } else {
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
+                };
+                records.push((r.offset, v));
+            }
+        }
+    }
+    Fetched {
+        error: p.error_code,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        aborted: p.aborted_transactions.as_ref().map(|a| {
+            a.iter()
+                .map(|t| (t.producer_id.0, t.first_offset))
+                .collect()
+        }),
+        records,
+    }
+}
+
+/// Sends one marker for `pid` to the given topic partitions; returns the error codes.
+async fn marker(
+    c: &mut Conn,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    partitions: &[(&str, i32)],
+) -> Vec<i16> {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    let topics = partitions
+        .iter()
+        .map(|(t, p)| {
+            WritableTxnMarkerTopic::default()
+                .with_name(TopicName(sb(t)))
+                .with_partition_indexes(vec![*p])
+        })
+        .collect();
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(WireProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_transaction_result(commit)
+            .with_topics(topics)
+            .with_coordinator_epoch(1),
+    ]);
+    let resp = c.call(&req, 1).await.expect("write markers");
+    resp.markers[0]
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+        .collect()
+}
+
+async fn latest(c: &mut Conn, partition: i32, read_committed: bool) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(i8::from(read_committed))
+        .with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(sb("t")))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_timestamp(-1),
+                ]),
+        ]);
+    let resp = c.call(&req, 5).await.expect("list offsets");
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+fn values(f: &Fetched) -> Vec<&str> {
+    f.records.iter().map(|(_, v)| v.as_str()).collect()
+}
+
+/// Kafka's partition of `group` in `__consumer_offsets` with 5 partitions.
+fn offsets_partition(group: &str) -> i32 {
+    i32::try_from(txn_log::kafka_partition_for(
+        txn_log::java_string_hash(group),
+        5,
+    ))
+    .unwrap()
+}
+
+async fn fetch_offset(c: &mut Conn, group: &str, partition: i32) -> (i16, i64) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_require_stable(true)
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(sb("t")))
+                .with_partition_indexes(vec![partition]),
+        ]));
+    let resp = c.call(&req, 7).await.expect("offset fetch");
+    assert_eq!(resp.error_code, 0);
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.committed_offset)
+}
+
+#[tokio::test]
+async fn api_versions_and_metadata_advertise_what_librdkafka_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    let v = c
+        .call(&ApiVersionsRequest::default(), 3)
+        .await
+        .expect("api versions");
+    assert_eq!(v.error_code, 0);
+    let range = |k: ApiKey| {
+        v.api_keys
+            .iter()
+            .find(|a| a.api_key == k as i16)
+            .map(|a| (a.min_version, a.max_version))
+    };
+    assert!(range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 4));
+    assert!(range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 3));
+    assert_eq!(range(ApiKey::WriteTxnMarkers), Some((1, 1)));
+    assert!(range(ApiKey::InitProducerId).is_some());
+
+    let md = c
+        .call(&MetadataRequest::default().with_topics(None), 12)
+        .await
+        .expect("metadata");
+    assert_eq!(md.brokers.len(), 1);
+    assert_eq!(md.brokers[0].port, i32::from(b.addr().port()));
+    let t = md
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("t"));
+    let t = t.expect("topic t listed");
+    assert_eq!(t.partitions.len(), 2);
+    assert!(t.partitions.iter().all(|p| p.leader_id == BrokerId(1)));
+
+    let fc = c
+        .call(
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_key(sb("tx")),
+            2,
+        )
+        .await
+        .expect("find coordinator");
+    assert_eq!((fc.error_code, fc.node_id, fc.port), (0, BrokerId(1000), 9));
+}
+
+#[tokio::test]
+async fn transactions_markers_and_read_committed_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = start(dir.path());
+    let mut c = connect(&b).await;
+
+    // plain producer
+    assert_eq!(
+        produce(&mut c, 0, batch(None, false, 3, "plain"), None).await,
+        (0, 0)
+    );
+    // idempotent producer: a retry is acknowledged with the original offset, a gap refused
+    let idem = batch(Some((5000, 0, 0)), false, 2, "idem");
+    assert_eq!(produce(&mut c, 0, idem.clone(), None).await, (0, 3));
+    assert_eq!(produce(&mut c, 0, idem.clone(), None).await, (0, 3));
+    let gap = batch(Some((5000, 0, 7)), false, 1, "gap");
+    assert_eq!(produce(&mut c, 0, gap, None).await.0, 45);
+
+    // transaction 1 (producer 6000) is aborted, transaction 2 committed
+    let tx1 = batch(Some((6000, 0, 0)), true, 2, "aborted");
+    assert_eq!(produce(&mut c, 0, tx1, Some("tx")).await, (0, 5));
+    assert_eq!(
+        latest(&mut c, 0, true).await,
+        5,
+        "the open transaction holds the LSO"
+    );
+    assert_eq!(latest(&mut c, 0, false).await, 7);
+    let f = fetch(&mut c, 0, 0, true).await;
+    assert_eq!(f.last_stable_offset, 5);
+    assert_eq!(
+        values(&f),
+        ["plain-0", "plain-1", "plain-2", "idem-0", "idem-1"]
+    );
+    assert_eq!(marker(&mut c, 6000, 0, false, &[("t", 0)]).await, vec![0]);
+    let tx2 = batch(Some((6000, 0, 2)), true, 1, "committed");
+    assert_eq!(produce(&mut c, 0, tx2, Some("tx")).await, (0, 8));
+    assert_eq!(marker(&mut c, 6000, 0, true, &[("t", 0)]).await, vec![0]);
+
+    let f = fetch(&mut c, 0, 5, true).await;
+    assert_eq!(
+        (f.error, f.high_watermark, f.last_stable_offset),
+        (0, 10, 10)
+    );
+    assert_eq!(f.aborted, Some(vec![(6000, 5)]));
+    assert_eq!(
+        values(&f),
+        [
+            "aborted-0",
+            "aborted-1",
+            "<control>",
+            "committed-0",
+            "<control>"
+        ],
+        "data and control batches are served as stored; the client drops aborted ones"
+    );
+    let f = fetch(&mut c, 0, 5, false).await;
+    assert_eq!(f.aborted, None);
+
+    // a third transaction stays open across the restart
+    let tx3 = batch(Some((6000, 0, 3)), true, 1, "open");
+    assert_eq!(produce(&mut c, 0, tx3, Some("tx")).await, (0, 10));
+    // a zombie with an older epoch is fenced once a newer epoch wrote
+    let newer = batch(Some((7000, 1, 0)), false, 1, "new-epoch");
+    assert_eq!(produce(&mut c, 1, newer, None).await, (0, 0));
+    let zombie = batch(Some((7000, 0, 1)), false, 1, "zombie");
+    assert_eq!(produce(&mut c, 1, zombie, None).await.0, 47);
+    // a marker from an older producer epoch is refused
+    assert_eq!(marker(&mut c, 7000, 0, false, &[("t", 1)]).await, vec![47]);
+    // unknown partitions are refused per partition
+    assert_eq!(marker(&mut c, 6000, 0, true, &[("nope", 0)]).await, vec![3]);
+    drop(c);
+
+    b.kill();
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    assert_eq!(latest(&mut c, 0, false).await, 11);
+    assert_eq!(
+        latest(&mut c, 0, true).await,
+        10,
+        "replay restores the open transaction"
+    );
+    assert_eq!(
+        produce(&mut c, 0, idem, None).await,
+        (0, 3),
+        "replay restores duplicate detection"
+    );
+    assert_eq!(marker(&mut c, 6000, 0, false, &[("t", 0)]).await, vec![0]);
+    let f = fetch(&mut c, 0, 0, true).await;
+    assert_eq!(f.last_stable_offset, 12);
+    assert_eq!(f.aborted, Some(vec![(6000, 5), (6000, 10)]));
+    let f = fetch(&mut c, 0, 13, false).await;
+    assert_eq!(
+        f.error, 1,
+        "offset beyond the log end is OFFSET_OUT_OF_RANGE"
+    );
+}
+
+#[tokio::test]
+async fn txn_offset_commits_become_visible_with_the_commit_marker() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = start(dir.path());
+    let mut c = connect(&b).await;
+    let group = "g1";
+    let op = offsets_partition(group);
+
+    let plain = OffsetCommitRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(sb("t")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(4),
+                ]),
+        ]);
+    let r = c.call(&plain, 8).await.expect("offset commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    assert_eq!(fetch_offset(&mut c, group, 0).await, (0, 4));
+
+    let txn_commit = |epoch: i16, offset: i64| {
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(sb("tx")))
+            .with_group_id(GroupId(sb(group)))
+            .with_producer_id(WireProducerId(8000))
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(sb("t")))
+                    .with_partitions(vec![
+                        TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(offset),
+                    ]),
+            ])
+    };
+    let r = c
+        .call(&txn_commit(0, 9), 3)
+        .await
+        .expect("txn offset commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    assert_eq!(
+        fetch_offset(&mut c, group, 0).await.0,
+        88,
+        "staged offsets make require_stable answer UNSTABLE_OFFSET_COMMIT"
+    );
+    assert_eq!(
+        marker(&mut c, 8000, 0, false, &[("__consumer_offsets", op)]).await,
+        vec![0]
+    );
+    assert_eq!(
+        fetch_offset(&mut c, group, 0).await,
+        (0, 4),
+        "aborted: old offset"
+    );
+
+    let r = c
+        .call(&txn_commit(0, 11), 3)
+        .await
+        .expect("txn offset commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    assert_eq!(
+        marker(&mut c, 8000, 0, true, &[("__consumer_offsets", op)]).await,
+        vec![0]
+    );
+    assert_eq!(fetch_offset(&mut c, group, 0).await, (0, 11));
+
+    // the producer's next epoch fences commits of the old one
+    let r = c
+        .call(&txn_commit(1, 12), 3)
+        .await
+        .expect("txn offset commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let r = c
+        .call(&txn_commit(0, 13), 3)
+        .await
+        .expect("txn offset commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 47);
+    drop(c);
+
+    b.kill();
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    assert_eq!(
+        fetch_offset(&mut c, group, 0).await.0,
+        88,
+        "staged survives restart"
+    );
+    assert_eq!(
+        marker(&mut c, 8000, 1, true, &[("__consumer_offsets", op)]).await,
+        vec![0]
+    );
+    assert_eq!(fetch_offset(&mut c, group, 0).await, (0, 12));
+}
+
+#[tokio::test]
+async fn a_single_member_group_joins_syncs_heartbeats_and_leaves() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(sb("cg")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(sb("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(sb("range"))
+                .with_metadata(Bytes::from_static(b"sub")),
+        ]);
+    let j = c.call(&join, 5).await.expect("join");
+    assert_eq!(j.error_code, 0);
+    assert_eq!(j.generation_id, 1);
+    assert_eq!(j.leader, j.member_id);
+    assert_eq!(j.members.len(), 1);
+    assert_eq!(j.protocol_name.as_deref(), Some("range"));
+
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(sb("cg")))
+        .with_generation_id(1)
+        .with_member_id(j.member_id.clone())
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(j.member_id.clone())
+                .with_assignment(Bytes::from_static(b"assigned")),
+        ]);
+    let s = c.call(&sync, 4).await.expect("sync");
+    assert_eq!((s.error_code, s.assignment.as_ref()), (0, &b"assigned"[..]));
+
+    let hb = |generation| {
+        HeartbeatRequest::default()
+            .with_group_id(GroupId(sb("cg")))
+            .with_generation_id(generation)
+            .with_member_id(j.member_id.clone())
+    };
+    assert_eq!(c.call(&hb(1), 4).await.expect("heartbeat").error_code, 0);
+    assert_eq!(c.call(&hb(0), 4).await.expect("heartbeat").error_code, 22);
+
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(GroupId(sb("cg")))
+        .with_members(vec![
+            MemberIdentity::default().with_member_id(j.member_id.clone()),
+        ]);
+    let l = c.call(&leave, 4).await.expect("leave");
+    assert_eq!((l.error_code, l.members[0].error_code), (0, 0));
+    assert_eq!(c.call(&hb(1), 4).await.expect("heartbeat").error_code, 25);
+}
