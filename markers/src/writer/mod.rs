@@ -17,6 +17,8 @@
 //! or a newer decision takes over).
 
 mod planner;
+#[cfg(test)]
+mod tests;
 
 #[cfg(feature = "net")]
 mod driver;
