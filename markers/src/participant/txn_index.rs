@@ -41,6 +41,9 @@ pub(crate) struct TxnIndex {
     unreplicated: VecDeque<CompletedTxn>,
     /// Aborted transactions in marker-offset order.
     aborted: Vec<AbortedTxn>,
+    /// Largest `last_offset - first_offset` ever indexed: an entry with `first_offset < end`
+    /// has `last_offset < end + max_aborted_span`, which bounds the scan of a query.
+    max_aborted_span: i64,
     high_watermark: i64,
 }
 
@@ -52,6 +55,9 @@ impl TxnIndex {
     pub(crate) fn complete(&mut self, txn: CompletedTxn) {
         self.open.remove(&txn.first_offset);
         if txn.result == TxnResult::Abort {
+            self.max_aborted_span = self
+                .max_aborted_span
+                .max(txn.marker_offset - txn.first_offset);
             self.aborted.push(AbortedTxn {
                 producer_id: txn.producer_id,
                 first_offset: txn.first_offset,
@@ -109,8 +115,10 @@ impl TxnIndex {
         let from = self
             .aborted
             .partition_point(|t| t.last_offset < range.start);
+        let stop = range.end.saturating_add(self.max_aborted_span);
         self.aborted[from..]
             .iter()
+            .take_while(|t| t.last_offset <= stop)
             .filter(|t| t.first_offset < range.end)
             .copied()
             .collect()
@@ -165,6 +173,24 @@ mod tests {
         assert_eq!(pids(&ix, 7..7), Vec::<i64>::new());
         ix.truncate_before(6);
         assert_eq!(pids(&ix, 0..100), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_long_aborted_transaction_is_found_behind_many_short_ones() {
+        let mut ix = TxnIndex::default();
+        ix.set_high_watermark(10_000);
+        ix.open(0, ProducerId(1));
+        for i in 0..50 {
+            let first = 10 + i * 10;
+            ix.open(first, ProducerId(100 + i));
+            ix.complete(done(100 + i, first, first + 2, TxnResult::Abort));
+        }
+        ix.complete(done(1, 0, 5_000, TxnResult::Abort));
+        let got = ix.aborted_overlapping(0..5);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].producer_id, ProducerId(1));
+        assert_eq!(ix.aborted_overlapping(4_000..4_001).len(), 1);
+        assert_eq!(ix.aborted_overlapping(10..21).len(), 3);
     }
 
     #[test]
