@@ -1358,7 +1358,14 @@ impl Engine {
                 producer_epoch: epoch,
             })
         };
-        let tv2 = version >= 5 && self.config.transaction_version >= 2;
+        // A new decision (Ongoing, Empty) follows the request's TV: v5+ on a TV2 cluster. A
+        // request that meets a decision already made (Prepare*, Complete*) is judged by the TV
+        // that decision was made under, as Kafka [S] judges by the metadata's TV (S54, S55).
+        let request_tv2 = version >= 5 && self.config.transaction_version >= 2;
+        let tv2 = match cur.state {
+            Ongoing | Empty => request_tv2,
+            _ => cur.client_txn_version >= 2,
+        };
         use TxnResult::{Abort, Commit};
         use TxnState::*;
         if !tv2 {

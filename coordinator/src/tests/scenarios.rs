@@ -11,6 +11,18 @@ fn t1() -> Vec<txn_log::TopicPartition> {
     vec![tp("topic1", 0)]
 }
 
+/// A record written under TV2 (`client_txn_version` 2), as the fixtures of Kafka's TV2 tests.
+fn rec2(
+    pid: i64,
+    epoch: i16,
+    state: TxnState,
+    parts: &[txn_log::TopicPartition],
+) -> txn_log::TxnRecord {
+    let mut r = rec(pid, epoch, state, parts);
+    r.client_txn_version = 2;
+    r
+}
+
 fn tv0() -> Config {
     Config {
         transaction_version: 0,
@@ -430,6 +442,33 @@ fn s22_s24_bump_retry_and_new_producer_serialize() {
     );
 }
 
+/// S21/S23 serialized: two InitProducerId for a new id before the first is durable — the
+/// first wins with epoch 0, the second waits (CONCURRENT_TRANSACTIONS).
+#[test]
+fn s21_s23_second_init_for_new_id_waits() {
+    let mut fx = Fx::new(vec![]);
+    let a = fx.init(Some("known"), 10, Some((11, 10)));
+    let b = fx.init(Some("known"), 10, Some((11, 10)));
+    let evs = fx.effects();
+    assert_eq!(init_reply(&evs, b).0, ErrorCode::CONCURRENT_TRANSACTIONS);
+    assert_eq!(init_reply(&fx.ack(&evs), a), (ErrorCode::NONE, 0, 0));
+}
+
+/// S26: a failed InitProducerId does not leak an epoch bump: the next one bumps exactly once.
+#[test]
+fn s26_failed_init_does_not_leak_a_bump() {
+    let mut fx = Fx::new(vec![("known", rec(10, 4, TxnState::CompleteCommit, &[]))]);
+    let to = fx.init(Some("known"), 10, None);
+    let evs = fx.effects();
+    assert_eq!(
+        init_reply(&fx.fail(&evs, io_error()), to).0,
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    );
+    let to = fx.init(Some("known"), 10, None);
+    let evs = fx.effects();
+    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 5));
+}
+
 #[test]
 fn s25_pid_boundary_rotation_then_new_producer() {
     let mut fx = Fx::new(vec![("known", rec(11, 32766, TxnState::Empty, &[]))]);
@@ -772,7 +811,12 @@ fn s48_s49_idempotent_retry_after_complete() {
         (TxnState::CompleteAbort, false),
     ] {
         for (v, epoch) in [(3, 1), (5, 0)] {
-            let mut fx = Fx::new(vec![("known", rec(10, 1, state, &[]))]);
+            let r = if v >= 5 {
+                rec2(10, 1, state, &[])
+            } else {
+                rec(10, 1, state, &[])
+            };
+            let mut fx = Fx::new(vec![("known", r)]);
             let to = fx.end(v, "known", 10, epoch, commit);
             let evs = fx.effects();
             assert_eq!(
@@ -800,7 +844,7 @@ fn s50_wrong_result_after_complete() {
         );
     }
     // TV2 (CTn): CompleteCommit + ABORT at the current epoch starts an (empty) abort.
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
     fx.now = 77;
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
@@ -809,7 +853,7 @@ fn s50_wrong_result_after_complete() {
         (prep.state, prep.producer_epoch.0, prep.txn_start_ms),
         (TxnState::PrepareAbort, 2, 77)
     );
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
     let to = fx.end(5, "known", 10, 0, false);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
 }
@@ -817,7 +861,12 @@ fn s50_wrong_result_after_complete() {
 #[test]
 fn s51_still_completing_is_concurrent() {
     for (v, epoch) in [(3, 1), (5, 0)] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareCommit, &t1()))]);
+        let r = if v >= 5 {
+            rec2(10, 1, TxnState::PrepareCommit, &t1())
+        } else {
+            rec(10, 1, TxnState::PrepareCommit, &t1())
+        };
+        let mut fx = Fx::new(vec![("known", r)]);
         let to = fx.end(v, "known", 10, epoch, true);
         assert_eq!(
             end_reply(&fx.effects(), to).0,
@@ -832,6 +881,7 @@ fn s52_mismatched_result_while_preparing() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareAbort, &t1()))]);
     let to = fx.end(3, "known", 10, 1, true);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::PrepareAbort, &t1()))]);
     let to = fx.end(5, "known", 10, 0, true);
     assert_eq!(
         end_reply(&fx.effects(), to).0,
@@ -857,15 +907,47 @@ fn s53_epoch_too_large_or_too_small() {
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
 }
 
+/// S54: a TV2 decision in flight, retried by a TV0 client, is judged by TV2 rules.
+#[test]
+fn s54_tv_downgrade_mid_flight() {
+    let mut r = rec2(10, 2, TxnState::PrepareCommit, &t1());
+    r.last_producer_epoch = ProducerEpoch(1);
+    let mut fx = Fx::new(vec![("known", r)]);
+    let loaded = fx.loaded.clone();
+    let to = fx.end(3, "known", 10, 1, true);
+    assert_eq!(
+        end_reply(&fx.effects(), to),
+        (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
+    );
+    let _ = fx.settle(loaded);
+    let to = fx.end(3, "known", 10, 1, true);
+    assert_eq!(end_reply(&fx.effects(), to), (ErrorCode::NONE, 10, 2));
+}
+
+/// S55: a TV0 decision in flight, retried by a TV2 client, is judged by TV0 rules (no bump).
+#[test]
+fn s55_tv_upgrade_mid_flight() {
+    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareCommit, &t1()))]);
+    let loaded = fx.loaded.clone();
+    let to = fx.end(5, "known", 10, 1, true);
+    assert_eq!(
+        end_reply(&fx.effects(), to),
+        (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
+    );
+    let _ = fx.settle(loaded);
+    let to = fx.end(5, "known", 10, 1, true);
+    assert_eq!(end_reply(&fx.effects(), to), (ErrorCode::NONE, 10, 1));
+}
+
 #[test]
 fn s56_tv2_same_epoch_is_next_transaction_not_retry() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareCommit, &t1()))]);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::PrepareCommit, &t1()))]);
     let to = fx.end(5, "known", 10, 1, true);
     assert_eq!(
         end_reply(&fx.effects(), to).0,
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
     let to = fx.end(5, "known", 10, 1, true);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
 }
@@ -967,7 +1049,7 @@ fn s60_tv2_abort_from_empty() {
 
 #[test]
 fn s61_tv2_abort_after_abort() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteAbort, &[]))]);
+    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteAbort, &[]))]);
     let to = fx.end(5, "known", 10, 0, false);
     let evs = fx.effects();
     assert_eq!(end_reply(&evs, to), (ErrorCode::NONE, 10, 1));
