@@ -8,6 +8,21 @@
 //! - the [`TxnLog`] trait, the seam a broker implements with its own replicated log, with its
 //!   correctness obligations;
 //! - implementations of the trait (in memory with a crash model; sled, the embedded default).
+//!
+//! # Modules and features
+//!
+//! - [`mem`]: [`MemTxnLog`] (`MemTxnLog::new()`), live/durable split, `crash()`, fault
+//!   injection, and the runtime-free [`mem::block_on`] / [`mem::poll_once`]. Always built;
+//!   loom-ready under `--cfg txn_loom`.
+//! - `sled_log` (feature `sled`, default): `SledTxnLog::open(SledConfig::new(dir))` or
+//!   `SledTxnLog::open_path(dir)`; group commit, fsync before acknowledging, poisoning.
+//!   Not usable under loom.
+//! - [`codec`]: the on-disk keys and envelope (docs/txn-log-format.md); the only bincode user.
+//! - `suite` (feature `testing`): the conformance suite for any `TxnLog`; no stability promise.
+//!   `SledTxnLog::fail_next_sync` (fsync fault injection) is also behind `testing`.
+//! - [`sync`]: the loom facade.
+//!
+//! The binary `txn-log-crash-writer` is a test helper of `tests/sled.rs`, not a user tool.
 #![forbid(unsafe_code)]
 
 pub mod codec;
