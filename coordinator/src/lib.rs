@@ -79,3 +79,5 @@ pub use request::{
 
 #[cfg(feature = "shell")]
 pub mod shell;
+#[cfg(feature = "shell")]
+pub mod server;

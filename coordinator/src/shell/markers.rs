@@ -4,7 +4,7 @@
 //! A [`MarkerSink`] receives one [`MarkerJob`] per decision and reports exactly one
 //! [`MarkerJobDone`] per job on the completion channel handed to
 //! [`crate::shell::Coordinator::start`]. The real sink is the markers writer
-//! (`markers::writer::MarkerWriter`, see [`crate::shell::writer`] when present);
+//! ([`crate::shell::WriterSink`] over `markers::writer::MarkerWriter`);
 //! [`RecordingMarkerSink`] is the test double.
 
 use std::sync::Arc;

@@ -40,6 +40,7 @@ mod clock;
 mod driver;
 mod markers;
 mod metrics;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -55,6 +56,7 @@ pub use markers::{
     MarkerJob, MarkerJobDone, MarkerJobOutcome, MarkerSink, MarkerSinkStats, RecordingMarkerSink,
 };
 pub use metrics::{ApiErrorLabels, ApiLabels, Metrics};
+pub use writer::WriterSink;
 
 use driver::{Driver, EpochChoice, Msg};
 

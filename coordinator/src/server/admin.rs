@@ -1,0 +1,442 @@
+//! Admin commands (like `kafka-transactions.sh`), speaking the Kafka protocol to a running
+//! coordinator, and `dump-log`, which decodes the sled log offline.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use kafka_protocol::messages::{self as km};
+use kafka_protocol::protocol::StrBytes;
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+use txn_log::{LogPartition, SledConfig, SledTxnLog, TxnLog, TxnRecord};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns.
+    Table,
+    /// One JSON document.
+    Json,
+}
+
+/// A connection to a coordinator.
+pub struct AdminClient {
+    conn: KafkaConnection<TcpStream>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminClient").finish_non_exhaustive()
+    }
+}
+
+/// One row of `list` / `find-hanging`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnRow {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch (-1 when unknown).
+    pub producer_epoch: i16,
+    /// State name.
+    pub state: String,
+    /// Timeout (ms; -1 when unknown).
+    pub timeout_ms: i32,
+    /// Start time (ms since epoch; -1 when not started).
+    pub start_ms: i64,
+    /// Partitions of the open transaction.
+    pub partitions: Vec<String>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn err_name(code: i16) -> String {
+    crate::ErrorCode(code)
+        .name()
+        .map_or_else(|| code.to_string(), str::to_owned)
+}
+
+impl AdminClient {
+    /// Connects to `addr` (`HOST:PORT`).
+    pub async fn connect(addr: &str) -> anyhow::Result<Self> {
+        let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
+            .await
+            .with_context(|| format!("connecting to {addr}: timed out"))?
+            .with_context(|| format!("connecting to {addr}"))?;
+        Ok(Self {
+            conn: KafkaConnection::new(stream, "txn-coordinator-admin"),
+        })
+    }
+
+    /// ListTransactions v1 with filters.
+    pub async fn list(
+        &mut self,
+        states: &[String],
+        producer_ids: &[i64],
+        duration_ms: Option<i64>,
+    ) -> anyhow::Result<Vec<TxnRow>> {
+        let req = km::ListTransactionsRequest::default()
+            .with_state_filters(states.iter().map(|x| s(x)).collect())
+            .with_producer_id_filters(producer_ids.iter().map(|p| km::ProducerId(*p)).collect())
+            .with_duration_filter(duration_ms.unwrap_or(-1));
+        let r = self.conn.call(&req, 1).await?;
+        anyhow::ensure!(
+            r.error_code == 0,
+            "ListTransactions failed: {}",
+            err_name(r.error_code)
+        );
+        if !r.unknown_state_filters.is_empty() {
+            eprintln!("unknown states ignored: {:?}", r.unknown_state_filters);
+        }
+        Ok(r.transaction_states
+            .iter()
+            .map(|t| TxnRow {
+                transactional_id: t.transactional_id.0.to_string(),
+                producer_id: t.producer_id.0,
+                producer_epoch: -1,
+                state: t.transaction_state.to_string(),
+                timeout_ms: -1,
+                start_ms: -1,
+                partitions: Vec::new(),
+            })
+            .collect())
+    }
+
+    /// DescribeTransactions v0 for `ids`.
+    pub async fn describe(
+        &mut self,
+        ids: &[String],
+    ) -> anyhow::Result<Vec<(String, Result<TxnRow, String>)>> {
+        let req = km::DescribeTransactionsRequest::default()
+            .with_transactional_ids(ids.iter().map(|i| km::TransactionalId(s(i))).collect());
+        let r = self.conn.call(&req, 0).await?;
+        Ok(r.transaction_states
+            .iter()
+            .map(|t| {
+                let id = t.transactional_id.0.to_string();
+                if t.error_code != 0 {
+                    return (id, Err(err_name(t.error_code)));
+                }
+                let partitions = t
+                    .topics
+                    .iter()
+                    .flat_map(|tp| {
+                        tp.partitions
+                            .iter()
+                            .map(move |p| format!("{}-{p}", tp.topic.0))
+                    })
+                    .collect();
+                (
+                    id.clone(),
+                    Ok(TxnRow {
+                        transactional_id: id,
+                        producer_id: t.producer_id.0,
+                        producer_epoch: t.producer_epoch,
+                        state: t.transaction_state.to_string(),
+                        timeout_ms: t.transaction_timeout_ms,
+                        start_ms: t.transaction_start_time_ms,
+                        partitions,
+                    }),
+                )
+            })
+            .collect())
+    }
+
+    /// Open transactions (Ongoing, PrepareCommit, PrepareAbort) running longer than their
+    /// timeout. A Prepare* one means its markers are not delivered: the LSO of its partitions
+    /// is stuck until they are.
+    pub async fn find_hanging(&mut self) -> anyhow::Result<Vec<TxnRow>> {
+        let states: Vec<String> = [
+            "Ongoing",
+            "PrepareCommit",
+            "PrepareAbort",
+            "PrepareEpochFence",
+        ]
+        .iter()
+        .map(|x| (*x).to_owned())
+        .collect();
+        let ids: Vec<String> = self
+            .list(&states, &[], None)
+            .await?
+            .into_iter()
+            .map(|r| r.transactional_id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        Ok(self
+            .describe(&ids)
+            .await?
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .filter(|r| r.start_ms >= 0 && now - r.start_ms > i64::from(r.timeout_ms))
+            .collect())
+    }
+
+    /// Aborts the open transaction of `id` by fencing its producer, as `Admin.fenceProducers`
+    /// (KIP-618) does: InitProducerId with the id bumps the epoch and aborts what is open.
+    /// Waits (bounded) until the id is idle again and returns its final row.
+    pub async fn abort(&mut self, id: &str) -> anyhow::Result<TxnRow> {
+        let described = self.describe(&[id.to_owned()]).await?;
+        let row = match described.into_iter().next() {
+            Some((_, Ok(r))) => r,
+            Some((_, Err(e))) => anyhow::bail!("{id}: {e}"),
+            None => anyhow::bail!("{id}: no answer"),
+        };
+        if matches!(
+            row.state.as_str(),
+            "Empty" | "CompleteCommit" | "CompleteAbort"
+        ) {
+            anyhow::bail!("{id} has no open transaction (state {})", row.state);
+        }
+        let req = km::InitProducerIdRequest::default()
+            .with_transactional_id(Some(km::TransactionalId(s(id))))
+            .with_transaction_timeout_ms(row.timeout_ms.max(1));
+        for _ in 0..600 {
+            let r = self.conn.call(&req, 4).await?;
+            match r.error_code {
+                0 => break,
+                // 51 CONCURRENT_TRANSACTIONS: the fence/abort is under way; 14 loading.
+                51 | 14 => tokio::time::sleep(Duration::from_millis(100)).await,
+                e => anyhow::bail!("fencing {id} failed: {}", err_name(e)),
+            }
+        }
+        match self.describe(&[id.to_owned()]).await?.into_iter().next() {
+            Some((_, Ok(r))) => Ok(r),
+            Some((_, Err(e))) => anyhow::bail!("{id}: {e}"),
+            None => anyhow::bail!("{id}: no answer"),
+        }
+    }
+}
+
+fn json_str(v: &str) -> String {
+    let mut out = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Renders rows as a table or JSON.
+pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
+    match format {
+        Format::Json => {
+            let items: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    let parts: Vec<String> = r.partitions.iter().map(|p| json_str(p)).collect();
+                    format!(
+                        "{{\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"state\":{},\"timeoutMs\":{},\"startTimeMs\":{},\"partitions\":[{}]}}",
+                        json_str(&r.transactional_id),
+                        r.producer_id,
+                        r.producer_epoch,
+                        json_str(&r.state),
+                        r.timeout_ms,
+                        r.start_ms,
+                        parts.join(",")
+                    )
+                })
+                .collect();
+            format!("[{}]\n", items.join(","))
+        }
+        Format::Table => {
+            let now = now_ms();
+            let mut table: Vec<Vec<String>> = Vec::new();
+            if detailed {
+                table.push(
+                    [
+                        "TransactionalId",
+                        "ProducerId",
+                        "ProducerEpoch",
+                        "State",
+                        "TimeoutMs",
+                        "DurationMs",
+                        "Partitions",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                );
+            } else {
+                table.push(
+                    ["TransactionalId", "ProducerId", "State"]
+                        .map(String::from)
+                        .to_vec(),
+                );
+            }
+            for r in rows {
+                if detailed {
+                    let dur = if r.start_ms >= 0 {
+                        (now - r.start_ms).to_string()
+                    } else {
+                        "-".into()
+                    };
+                    table.push(vec![
+                        r.transactional_id.clone(),
+                        r.producer_id.to_string(),
+                        r.producer_epoch.to_string(),
+                        r.state.clone(),
+                        r.timeout_ms.to_string(),
+                        dur,
+                        r.partitions.join(","),
+                    ]);
+                } else {
+                    table.push(vec![
+                        r.transactional_id.clone(),
+                        r.producer_id.to_string(),
+                        r.state.clone(),
+                    ]);
+                }
+            }
+            let cols = table[0].len();
+            let widths: Vec<usize> = (0..cols)
+                .map(|c| {
+                    table
+                        .iter()
+                        .map(|row| row[c].chars().count())
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let mut out = String::new();
+            for row in &table {
+                let line: Vec<String> = row
+                    .iter()
+                    .zip(&widths)
+                    .map(|(cell, w)| format!("{cell:<w$}"))
+                    .collect();
+                out.push_str(line.join("  ").trim_end());
+                out.push('\n');
+            }
+            out
+        }
+    }
+}
+
+/// Kafka's dump format of one record (`TransactionLog` formatter, reference §1.5).
+pub fn dump_value(r: &TxnRecord) -> String {
+    let parts: Vec<String> = r.partitions.iter().map(ToString::to_string).collect();
+    format!(
+        "producerId:{},producerEpoch:{},state={},partitions=[{}],txnLastUpdateTimestamp={},txnTimeoutMs={}",
+        r.producer_id.0,
+        r.producer_epoch.0,
+        r.state.name(),
+        parts.join(","),
+        r.txn_last_update_ms,
+        r.timeout_ms
+    )
+}
+
+/// Decodes the sled log in `dir` offline (the daemon must be stopped: sled locks the
+/// directory) and renders every live record of partitions `0..partitions`.
+pub async fn dump_log(dir: &Path, partitions: u32, format: Format) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        dir.join("db").exists(),
+        "{} holds no transaction log",
+        dir.display()
+    );
+    let d = dir.to_path_buf();
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(d)))
+        .await?
+        .with_context(|| format!("opening {} (is the daemon still running?)", dir.display()))?;
+    let mut out = String::new();
+    let mut json = Vec::new();
+    for p in 0..partitions {
+        let loaded = log.load(LogPartition(p)).await?;
+        if loaded.records.is_empty() && loaded.coordinator_epoch.is_none() {
+            continue;
+        }
+        match format {
+            Format::Table => {
+                out.push_str(&format!(
+                    "# __transaction_state-{p} coordinatorEpoch={} records={}\n",
+                    loaded.coordinator_epoch.map_or(-1, |e| e.0),
+                    loaded.records.len()
+                ));
+                for (id, r) in &loaded.records {
+                    out.push_str(&format!(
+                        "key: transaction_metadata::transactionalId={id} payload: {}\n",
+                        dump_value(r)
+                    ));
+                }
+            }
+            Format::Json => {
+                for (id, r) in &loaded.records {
+                    let parts: Vec<String> = r
+                        .partitions
+                        .iter()
+                        .map(|tp| json_str(&tp.to_string()))
+                        .collect();
+                    json.push(format!(
+                        "{{\"partition\":{p},\"coordinatorEpoch\":{},\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"lastProducerEpoch\":{},\"prevProducerId\":{},\"nextProducerId\":{},\"state\":{},\"partitions\":[{}],\"txnStartTimestamp\":{},\"txnLastUpdateTimestamp\":{},\"txnTimeoutMs\":{},\"clientTransactionVersion\":{}}}",
+                        loaded.coordinator_epoch.map_or(-1, |e| e.0),
+                        json_str(id.as_str()),
+                        r.producer_id.0,
+                        r.producer_epoch.0,
+                        r.last_producer_epoch.0,
+                        r.prev_producer_id.0,
+                        r.next_producer_id.0,
+                        json_str(r.state.name()),
+                        parts.join(","),
+                        r.txn_start_ms,
+                        r.txn_last_update_ms,
+                        r.timeout_ms,
+                        r.client_txn_version
+                    ));
+                }
+            }
+        }
+    }
+    let l2 = std::sync::Arc::new(log);
+    tokio::task::spawn_blocking(move || l2.shutdown()).await?;
+    Ok(match format {
+        Format::Table => out,
+        Format::Json => format!("[{}]\n", json.join(",")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_and_json_render_every_row() {
+        let rows = vec![TxnRow {
+            transactional_id: "a\"b".into(),
+            producer_id: 7,
+            producer_epoch: 1,
+            state: "Ongoing".into(),
+            timeout_ms: 1000,
+            start_ms: 5,
+            partitions: vec!["t-0".into()],
+        }];
+        let t = render_rows(&rows, Format::Table, true);
+        assert!(
+            t.lines().nth(1).is_some_and(|l| l.starts_with("a\"b")
+                && l.contains("Ongoing")
+                && l.contains("t-0")),
+            "{t}"
+        );
+        let j = render_rows(&rows, Format::Json, true);
+        assert!(
+            j.contains("\"transactionalId\":\"a\\\"b\"") && j.contains("\"partitions\":[\"t-0\"]"),
+            "{j}"
+        );
+    }
+}

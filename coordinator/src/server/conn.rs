@@ -1,0 +1,385 @@
+//! One task per client connection: bounded frames, guarded decode, one request at a time
+//! (Kafka answers a connection's requests in order), errors closing only this connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use markers::wire::{
+    DecodeError, FrameError, decode_request, encode_response, read_frame, write_frame,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::Context;
+use super::protocol as p;
+use crate::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, ErrorCode,
+};
+
+/// Serves one connection until the peer closes it, bad input arrives, it idles out, or the
+/// server shuts down (after the request in progress is answered).
+pub(crate) async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let span = tracing::info_span!("connection", %peer);
+    async move {
+        let (mut rd, mut wr) = tokio::io::split(stream);
+        let idle = Duration::from_millis(ctx.settings.connections_max_idle_ms);
+        loop {
+            let frame = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|s| *s) => break,
+                r = tokio::time::timeout(idle, read_frame(&mut rd, ctx.settings.socket_request_max_bytes)) => r,
+            };
+            let frame = match frame {
+                Err(_) => {
+                    tracing::debug!("idle connection closed");
+                    break;
+                }
+                Ok(Ok(Some(f))) => f,
+                Ok(Ok(None)) => break,
+                Ok(Err(FrameError::TooLarge { len, max })) => {
+                    ctx.metrics.connections_rejected.inc();
+                    tracing::warn!(len, max, "frame over socket.request.max.bytes; closing connection");
+                    break;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "connection read failed");
+                    break;
+                }
+            };
+            let raw_version = if frame.len() >= 4 { i16::from_be_bytes([frame[2], frame[3]]) } else { 0 };
+            let out = match decode_request(frame, p::supported) {
+                Ok(req) => {
+                    let api = req.api_key;
+                    let version = req.version();
+                    let correlation_id = req.header.correlation_id;
+                    let Some(body) = handle(&ctx, version, req.body).await else {
+                        continue; // Produce with acks=0: no response.
+                    };
+                    encode_response(api, version, correlation_id, &body)
+                        .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))
+                }
+                Err(DecodeError::UnsupportedVersion { api_key: ApiKey::ApiVersions, version, correlation_id }) => {
+                    // KIP-511: answer in v0 with our ranges so the client can pick a version.
+                    tracing::debug!(version, "ApiVersions version fallback");
+                    let body = ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
+                    encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).map_err(|e| e.to_string())
+                }
+                Err(DecodeError::UnsupportedVersion { api_key, version, correlation_id }) => {
+                    ctx.metrics.record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
+                    match p::unsupported_response(api_key, version) {
+                        Some(body) => encode_response(api_key, version, correlation_id, &body).map_err(|e| e.to_string()),
+                        None => Err(format!("unsupported {api_key:?} v{version} cannot be answered")),
+                    }
+                }
+                Err(DecodeError::UnknownApiKey { api_key, correlation_id }) => {
+                    let known = ApiKey::try_from(api_key).ok();
+                    match known.and_then(|k| Some(k).zip(p::unsupported_response(k, raw_version))) {
+                        Some((k, body)) => {
+                            ctx.metrics.record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
+                            encode_response(k, raw_version, correlation_id, &body).map_err(|e| e.to_string())
+                        }
+                        None => Err(format!("unknown API key {api_key}")),
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match out {
+                Ok(bytes) => {
+                    let write = write_frame(&mut wr, &bytes);
+                    match tokio::time::timeout(Duration::from_millis(ctx.settings.request_timeout_ms), write).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "write failed");
+                            break;
+                        }
+                        Err(_) => {
+                            tracing::warn!("client does not read its responses; closing connection");
+                            break;
+                        }
+                    }
+                }
+                Err(reason) => {
+                    ctx.metrics.connections_rejected.inc();
+                    tracing::warn!(%reason, "bad request; closing connection");
+                    break;
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Answers one decoded request. `None` = send nothing (Produce with acks=0).
+pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Option<ResponseKind> {
+    let c = &ctx.coordinator;
+    Some(match body {
+        RequestKind::ApiVersions(_) => {
+            ctx.metrics.record("ApiVersions", ErrorCode::NONE);
+            ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::NONE))
+        }
+        RequestKind::Metadata(r) => {
+            ctx.metrics.record("Metadata", ErrorCode::NONE);
+            ResponseKind::Metadata(metadata(ctx, version, &r).await)
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator(ctx, version, &r).await)
+        }
+        RequestKind::InitProducerId(r) => {
+            p::init_producer_id_response(c.init_producer_id(p::init_producer_id(version, &r)).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            let req = p::add_partitions(version, &r);
+            let resp = add_partitions_checked(ctx, req).await;
+            p::add_partitions_response(version, &resp)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            p::add_offsets_response(c.add_offsets_to_txn(p::add_offsets(version, &r)).await)
+        }
+        RequestKind::EndTxn(r) => {
+            p::end_txn_response(version, c.end_txn(p::end_txn(version, &r)).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            p::describe_response(&c.describe_transactions(p::describe(&r)).await)
+        }
+        RequestKind::ListTransactions(r) => {
+            p::list_response(&c.list_transactions(p::list(version, &r)).await)
+        }
+        RequestKind::Produce(r) => {
+            ctx.metrics
+                .record("Produce", ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            if r.acks == 0 {
+                return None;
+            }
+            p::produce_response(&r)
+        }
+        RequestKind::Fetch(r) => {
+            ctx.metrics
+                .record("Fetch", ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            p::fetch_response(&r)
+        }
+        other => {
+            // decode_request only lets the advertised APIs through; anything else is a bug.
+            tracing::error!(request = ?other, "request of an unadvertised API reached the handler");
+            return None;
+        }
+    })
+}
+
+/// AddPartitionsToTxn with Kafka's broker-side check first: partitions the brokers do not know
+/// get UNKNOWN_TOPIC_OR_PARTITION and the rest of that transaction OPERATION_NOT_ATTEMPTED;
+/// nothing of that transaction reaches the coordinator.
+async fn add_partitions_checked(
+    ctx: &Context,
+    req: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let mut rejected: Vec<Option<AddPartitionsTxnResult>> = vec![None; req.transactions.len()];
+    if !ctx.brokers.is_empty() {
+        for (i, t) in req.transactions.iter().enumerate() {
+            if t.verify_only {
+                continue;
+            }
+            match ctx.brokers.unknown_partitions(&t.partitions).await {
+                Ok(unknown) if unknown.is_empty() => {}
+                Ok(unknown) => {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|tp| {
+                            let e = if unknown.contains(tp) {
+                                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                            } else {
+                                ErrorCode::OPERATION_NOT_ATTEMPTED
+                            };
+                            (tp.clone(), e)
+                        })
+                        .collect();
+                    rejected[i] = Some(AddPartitionsTxnResult {
+                        transactional_id: t.transactional_id.clone(),
+                        partitions,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "topic check failed: brokers unreachable");
+                    rejected[i] = Some(AddPartitionsTxnResult::all(
+                        t,
+                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                    ));
+                }
+            }
+        }
+    }
+    if rejected.iter().all(Option::is_none) {
+        return ctx.coordinator.add_partitions_to_txn(req).await;
+    }
+    ctx.metrics
+        .record("AddPartitionsToTxn", ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    let rest: Vec<_> = req
+        .transactions
+        .iter()
+        .zip(&rejected)
+        .filter(|(_, r)| r.is_none())
+        .map(|(t, _)| t.clone())
+        .collect();
+    let mut served = if rest.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        ctx.coordinator
+            .add_partitions_to_txn(AddPartitionsToTxnRequest {
+                version: req.version,
+                transactions: rest,
+            })
+            .await
+            .results
+            .into_iter()
+    };
+    AddPartitionsToTxnResponse {
+        error: ErrorCode::NONE,
+        results: rejected
+            .into_iter()
+            .zip(&req.transactions)
+            .map(|(r, t)| {
+                r.or_else(|| served.next()).unwrap_or_else(|| {
+                    AddPartitionsTxnResult::all(t, ErrorCode::UNKNOWN_SERVER_ERROR)
+                })
+            })
+            .collect(),
+    }
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn this_broker(ctx: &Context) -> km::metadata_response::MetadataResponseBroker {
+    km::metadata_response::MetadataResponseBroker::default()
+        .with_node_id(km::BrokerId(ctx.node_id))
+        .with_host(s(&ctx.advertised_host))
+        .with_port(i32::from(ctx.advertised_port))
+}
+
+/// Metadata: the brokers' answer plus this node; without brokers, this node alone.
+async fn metadata(ctx: &Context, version: i16, r: &km::MetadataRequest) -> km::MetadataResponse {
+    let forwarded = if ctx.brokers.is_empty() {
+        None
+    } else {
+        match ctx.brokers.metadata(r, version).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata from the brokers unavailable");
+                None
+            }
+        }
+    };
+    let mut resp = match forwarded {
+        Some(m) => m,
+        None => {
+            // Topics asked for by name are unknown (no brokers) or not available (brokers down).
+            let err = if ctx.brokers.is_empty() { 3 } else { 5 };
+            let topics = r
+                .topics
+                .iter()
+                .flatten()
+                .filter_map(|t| t.name.clone())
+                .map(|n| {
+                    km::metadata_response::MetadataResponseTopic::default()
+                        .with_error_code(err)
+                        .with_name(Some(n))
+                })
+                .collect();
+            let mut m = km::MetadataResponse::default().with_topics(topics);
+            if version >= 1 {
+                m.controller_id = km::BrokerId(ctx.node_id);
+            }
+            if version >= 2 {
+                m.cluster_id = Some(s("txn-coordinator"));
+            }
+            m
+        }
+    };
+    if !resp.brokers.iter().any(|b| b.node_id.0 == ctx.node_id) {
+        resp.brokers.push(this_broker(ctx));
+    } else if !resp.brokers.iter().any(|b| {
+        b.node_id.0 == ctx.node_id
+            && b.host.as_str() == ctx.advertised_host
+            && b.port == i32::from(ctx.advertised_port)
+    }) {
+        tracing::warn!(
+            node_id = ctx.node_id,
+            "a broker uses this node's --node-id; clients cannot tell them apart"
+        );
+    }
+    if version >= 11 {
+        resp.cluster_authorized_operations = i32::MIN;
+    }
+    resp
+}
+
+/// FindCoordinator: TRANSACTION keys -> this node; GROUP keys -> the brokers' answer.
+async fn find_coordinator(
+    ctx: &Context,
+    version: i16,
+    r: &km::FindCoordinatorRequest,
+) -> km::FindCoordinatorResponse {
+    let keys: Vec<String> = if version >= 4 {
+        r.coordinator_keys.iter().map(|k| k.to_string()).collect()
+    } else {
+        vec![r.key.to_string()]
+    };
+    let mut answers = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let a = match r.key_type {
+            1 => (
+                ErrorCode::NONE,
+                ctx.node_id,
+                ctx.advertised_host.clone(),
+                i32::from(ctx.advertised_port),
+            ),
+            0 => match ctx.brokers.find_group_coordinator(key).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, group = %key, "group coordinator lookup failed");
+                    (ErrorCode::COORDINATOR_NOT_AVAILABLE, -1, String::new(), -1)
+                }
+            },
+            _ => (ErrorCode::INVALID_REQUEST, -1, String::new(), -1),
+        };
+        ctx.metrics.record("FindCoordinator", a.0);
+        answers.push((key.clone(), a));
+    }
+    let mut out = km::FindCoordinatorResponse::default();
+    if version >= 4 {
+        out.coordinators = answers
+            .into_iter()
+            .map(|(key, (e, node, host, port))| {
+                km::find_coordinator_response::Coordinator::default()
+                    .with_key(s(&key))
+                    .with_node_id(km::BrokerId(node))
+                    .with_host(s(&host))
+                    .with_port(port)
+                    .with_error_code(e.0)
+                    .with_error_message(e.name().filter(|_| !e.is_none()).map(s))
+            })
+            .collect();
+    } else if let Some((_, (e, node, host, port))) = answers.into_iter().next() {
+        out.error_code = e.0;
+        out.node_id = km::BrokerId(node);
+        out.host = s(&host);
+        out.port = port;
+        if version >= 1 && !e.is_none() {
+            out.error_message = e.name().map(s);
+        }
+    }
+    out
+}

@@ -1,0 +1,292 @@
+//! The `txn-coordinator` daemon: the Kafka wire server over the [`crate::shell::Coordinator`],
+//! its configuration, the metrics endpoint and the admin commands.
+
+pub mod admin;
+mod brokers;
+mod conn;
+mod http;
+pub mod protocol;
+pub mod settings;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use markers::writer::{
+    KafkaWireTransport, MetadataLeaderResolver, WireTransportConfig, WriterConfig,
+};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
+use txn_log::{SledConfig, SledTxnLog, TxnLog};
+
+pub use brokers::{BrokerError, Brokers};
+pub use settings::{KEYS, Settings, SettingsError};
+
+use crate::shell::{Coordinator, CoordinatorOptions, Metrics, SystemClock, WriterSink};
+
+/// Default `--listen` address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9093";
+/// Default `--data-dir`.
+pub const DEFAULT_DATA_DIR: &str = "./txn-data";
+/// Default `--node-id`: above the ids Kafka assigns by hand in small clusters, so it does not
+/// collide with the brokers' ids.
+pub const DEFAULT_NODE_ID: i32 = 1000;
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// `--listen`.
+    pub listen: String,
+    /// `--advertised-listener` (default: the bound address).
+    pub advertised_listener: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: PathBuf,
+    /// `--node-id`.
+    pub node_id: i32,
+    /// `--bootstrap-servers`.
+    pub bootstrap_servers: Vec<String>,
+    /// `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// The checked settings.
+    pub settings: Settings,
+}
+
+/// What the connection tasks share.
+pub(crate) struct Context {
+    pub(crate) coordinator: Coordinator,
+    pub(crate) brokers: Arc<Brokers>,
+    pub(crate) node_id: i32,
+    pub(crate) advertised_host: String,
+    pub(crate) advertised_port: u16,
+    pub(crate) settings: Settings,
+    pub(crate) metrics: Metrics,
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets).
+pub fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .with_context(|| format!("`{s}` is not HOST:PORT"))?;
+    let port: u16 = port.parse().with_context(|| format!("bad port in `{s}`"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    anyhow::ensure!(!host.is_empty(), "`{s}` has no host");
+    Ok((host.to_owned(), port))
+}
+
+/// Starts the daemon and runs until SIGINT/SIGTERM (then drains and returns `Ok`), or until the
+/// log fails (then returns the error).
+pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let settings = opts.settings.clone();
+    tracing::info!(
+        listen = %opts.listen,
+        advertised = ?opts.advertised_listener,
+        data_dir = %opts.data_dir.display(),
+        node_id = opts.node_id,
+        bootstrap_servers = ?opts.bootstrap_servers,
+        metrics_listen = ?opts.metrics_listen,
+        "starting txn-coordinator"
+    );
+    for (k, v) in settings.effective() {
+        tracing::info!(key = k, value = %v, "effective configuration");
+    }
+    for b in &opts.bootstrap_servers {
+        split_host_port(b).with_context(|| format!("--bootstrap-servers {b}"))?;
+    }
+
+    // Bind first so that a busy port fails fast, before the log is opened.
+    let listener = TcpListener::bind(&opts.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    let bound = listener.local_addr()?;
+    let (advertised_host, advertised_port) = match &opts.advertised_listener {
+        Some(a) => split_host_port(a).context("--advertised-listener")?,
+        None => {
+            let ip = if bound.ip().is_unspecified() {
+                tracing::warn!(
+                    "listening on a wildcard address; advertising 127.0.0.1 (set --advertised-listener)"
+                );
+                "127.0.0.1".to_owned()
+            } else {
+                bound.ip().to_string()
+            };
+            (ip, bound.port())
+        }
+    };
+
+    let data_dir = opts.data_dir.clone();
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(data_dir)))
+        .await
+        .context("opening the transaction log")?
+        .with_context(|| {
+            format!(
+                "cannot open the transaction log in {}",
+                opts.data_dir.display()
+            )
+        })?;
+    let log = Arc::new(log);
+
+    let metrics = Metrics::new();
+    let timeout = Duration::from_millis(settings.request_timeout_ms);
+    let bootstrap: Vec<(String, u16)> = opts
+        .bootstrap_servers
+        .iter()
+        .filter_map(|b| split_host_port(b).ok())
+        .collect();
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let sink = Arc::new(WriterSink::spawn(
+        Arc::new(MetadataLeaderResolver::new(
+            bootstrap,
+            "txn-coordinator",
+            timeout,
+        )),
+        Arc::new(KafkaWireTransport::new(WireTransportConfig::default())),
+        WriterConfig {
+            request_timeout: timeout,
+            ..WriterConfig::default()
+        },
+        done_tx,
+    ));
+    let coordinator = Coordinator::start(CoordinatorOptions {
+        config: settings.engine.clone(),
+        log: log.clone() as Arc<dyn TxnLog>,
+        clock: Arc::new(SystemClock::new()),
+        markers: sink,
+        marker_completions: done_rx,
+        metrics: metrics.clone(),
+    });
+
+    // Metrics endpoint.
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    if let Some(addr) = &opts.metrics_listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;
+        let maddr = l.local_addr()?;
+        println!("txn-coordinator metrics on http://{maddr}/metrics");
+        let (c, log2, reg) = (coordinator.clone(), log.clone(), registry.clone());
+        let refresh = move || {
+            c.refresh_marker_gauges();
+            let s = log2.stats();
+            let m = c.metrics();
+            m.group_commit_batches
+                .set(i64::try_from(s.batches).unwrap_or(i64::MAX));
+            m.group_commit_requests
+                .set(i64::try_from(s.requests).unwrap_or(i64::MAX));
+            m.group_commit_largest_batch
+                .set(i64::try_from(s.largest_batch).unwrap_or(i64::MAX));
+        };
+        tokio::spawn(http::serve_metrics(l, reg, refresh, shutdown_rx.clone()));
+    }
+
+    coordinator
+        .load_all_partitions()
+        .await
+        .context("loading the transaction log")?;
+
+    let ctx = Arc::new(Context {
+        coordinator: coordinator.clone(),
+        brokers: Arc::new(Brokers::new(
+            opts.bootstrap_servers.clone(),
+            timeout,
+            Duration::from_millis(settings.metadata_max_age_ms),
+        )),
+        node_id: opts.node_id,
+        advertised_host,
+        advertised_port,
+        settings: settings.clone(),
+        metrics: metrics.clone(),
+    });
+
+    // Tests and scripts read this line to learn the bound port.
+    println!("txn-coordinator listening on {bound}");
+    tracing::info!(%bound, advertised = %format!("{}:{}", ctx.advertised_host, ctx.advertised_port), "serving");
+
+    let mut conns = tokio::task::JoinSet::new();
+    let limit = Arc::new(Semaphore::new(settings.max_connections));
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let outcome: anyhow::Result<()> = loop {
+        tokio::select! {
+            () = &mut stop => break Ok(()),
+            reason = coordinator.log_failure() => {
+                break Err(anyhow::anyhow!("the transaction log failed: {reason}"));
+            }
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    metrics.connections_rejected.inc();
+                    tracing::warn!(%peer, max = settings.max_connections, "connection limit reached; closing");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let (ctx, rx, m) = (ctx.clone(), shutdown_rx.clone(), metrics.clone());
+                m.connections.inc();
+                conns.spawn(async move {
+                    conn::serve_connection(stream, peer, ctx, rx).await;
+                    m.connections.dec();
+                    drop(permit);
+                });
+                // Reap finished connection tasks so the set does not grow.
+                while conns.try_join_next().is_some() {}
+            }
+        }
+    };
+
+    tracing::info!("shutting down: no new connections; finishing requests in progress");
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = conns.len(),
+            "connections still busy after 10 s; closing them"
+        );
+        conns.abort_all();
+    }
+    coordinator.shutdown().await;
+    let log2 = log.clone();
+    tokio::task::spawn_blocking(move || log2.shutdown())
+        .await
+        .context("closing the transaction log")?;
+    tracing::info!("transaction log flushed and closed");
+    outcome
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,356 @@
+//! Daemon settings under Kafka's key names: parsed from a TOML file and `--set KEY=VALUE`
+//! overrides, checked at start (unknown keys and bad values are errors naming the key).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::Config;
+
+/// Everything configurable by key: the engine [`Config`] plus the daemon's own limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The engine configuration.
+    pub engine: Config,
+    /// `socket.request.max.bytes` (default 104857600): largest request frame accepted.
+    pub socket_request_max_bytes: usize,
+    /// `max.connections` (default 10000): concurrent client connections; more are closed.
+    pub max_connections: usize,
+    /// `request.timeout.ms` (default 30000): timeout of calls to the brokers (metadata, group
+    /// coordinator lookups, markers).
+    pub request_timeout_ms: u64,
+    /// `metadata.max.age.ms` (default 300000): how long the brokers' topic metadata is cached
+    /// for the unknown-topic check of AddPartitionsToTxn.
+    pub metadata_max_age_ms: u64,
+    /// `connections.max.idle.ms` (default 600000): idle client connections are closed.
+    pub connections_max_idle_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            engine: Config::default(),
+            socket_request_max_bytes: markers::wire::DEFAULT_MAX_FRAME_BYTES,
+            max_connections: 10_000,
+            request_timeout_ms: 30_000,
+            metadata_max_age_ms: 300_000,
+            connections_max_idle_ms: 600_000,
+        }
+    }
+}
+
+/// A configuration error, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// The key is not one we know.
+    #[error("unknown configuration key `{0}` (see docs/operations.md for the keys)")]
+    UnknownKey(String),
+    /// The value does not parse or is out of range.
+    #[error("invalid value `{value}` for `{key}`: {reason}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The TOML file does not parse.
+    #[error("configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A `--set` argument is not `KEY=VALUE`.
+    #[error("--set expects KEY=VALUE, got `{0}`")]
+    NotKeyValue(String),
+    /// The combination of values is invalid.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The keys, their defaults and a one-line description (for docs and `--help`).
+pub const KEYS: &[(&str, &str, &str)] = &[
+    (
+        "transaction.max.timeout.ms",
+        "900000",
+        "largest transaction.timeout.ms a producer may ask for",
+    ),
+    (
+        "transactional.id.expiration.ms",
+        "604800000",
+        "idle time after which a transactional id is removed",
+    ),
+    (
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "10000",
+        "period of the timeout reaper",
+    ),
+    (
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "3600000",
+        "period of transactional id expiry",
+    ),
+    (
+        "transaction.state.log.num.partitions",
+        "50",
+        "partitions of the transaction log (never change after first start)",
+    ),
+    (
+        "transaction.version",
+        "2",
+        "cluster transaction version (0, 1, 2); 2 enables KIP-890 EndTxn v5 semantics",
+    ),
+    (
+        "offsets.topic.num.partitions",
+        "50",
+        "partitions of __consumer_offsets (AddOffsetsToTxn mapping)",
+    ),
+    (
+        "producer.id.block.size",
+        "1000",
+        "producer ids reserved durably per block",
+    ),
+    (
+        "socket.request.max.bytes",
+        "104857600",
+        "largest request frame; larger ones close the connection",
+    ),
+    ("max.connections", "10000", "concurrent client connections"),
+    (
+        "request.timeout.ms",
+        "30000",
+        "timeout of calls to the brokers",
+    ),
+    (
+        "metadata.max.age.ms",
+        "300000",
+        "cache lifetime of the brokers' topic metadata",
+    ),
+    (
+        "connections.max.idle.ms",
+        "600000",
+        "idle client connections are closed after this",
+    ),
+];
+
+fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
+    SettingsError::BadValue {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+fn int<T: std::str::FromStr + PartialOrd + Default>(
+    key: &str,
+    value: &str,
+    positive: bool,
+) -> Result<T, SettingsError>
+where
+    T::Err: fmt::Display,
+{
+    let v: T = value.trim().parse().map_err(|e| bad(key, value, e))?;
+    if positive && v <= T::default() {
+        return Err(bad(key, value, "must be positive"));
+    }
+    Ok(v)
+}
+
+impl Settings {
+    /// Sets `key` to `value` (a string as given on the command line or in the file).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), SettingsError> {
+        let e = &mut self.engine;
+        match key {
+            "transaction.max.timeout.ms" => e.transaction_max_timeout_ms = int(key, value, true)?,
+            "transactional.id.expiration.ms" => {
+                e.transactional_id_expiration_ms = int(key, value, true)?;
+            }
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                e.abort_timed_out_transaction_cleanup_interval_ms = int(key, value, true)?;
+            }
+            "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                e.remove_expired_transaction_cleanup_interval_ms = int(key, value, true)?;
+            }
+            "transaction.state.log.num.partitions" => {
+                let n: u32 = int(key, value, true)?;
+                if n > 10_000 {
+                    return Err(bad(key, value, "at most 10000"));
+                }
+                e.transaction_state_log_num_partitions = n;
+            }
+            "transaction.version" => {
+                let v: u8 = int(key, value, false)?;
+                if v > 2 {
+                    return Err(bad(key, value, "must be 0, 1 or 2"));
+                }
+                e.transaction_version = v;
+            }
+            "offsets.topic.num.partitions" => {
+                e.offsets_topic_num_partitions = int(key, value, true)?
+            }
+            "producer.id.block.size" => e.producer_id_block_size = int(key, value, true)?,
+            "socket.request.max.bytes" => {
+                let n: i32 = int(key, value, true)?;
+                self.socket_request_max_bytes =
+                    usize::try_from(n).map_err(|e| bad(key, value, e))?;
+            }
+            "max.connections" => self.max_connections = int(key, value, true)?,
+            "request.timeout.ms" => self.request_timeout_ms = int(key, value, true)?,
+            "metadata.max.age.ms" => self.metadata_max_age_ms = int(key, value, false)?,
+            "connections.max.idle.ms" => self.connections_max_idle_ms = int(key, value, true)?,
+            other => return Err(SettingsError::UnknownKey(other.to_owned())),
+        }
+        Ok(())
+    }
+
+    /// Applies a TOML document. Keys may be written quoted (`"transaction.version" = 2`) or as
+    /// TOML dotted keys (`transaction.version = 2`); both name the same Kafka key.
+    pub fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), SettingsError> {
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| SettingsError::File {
+                    path: path.to_owned(),
+                    reason: e.message().to_owned(),
+                })?;
+        let mut flat = BTreeMap::new();
+        flatten("", &toml::Value::Table(table), &mut flat);
+        for (k, v) in flat {
+            self.set(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Applies one `KEY=VALUE` override.
+    pub fn apply_override(&mut self, kv: &str) -> Result<(), SettingsError> {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(SettingsError::NotKeyValue(kv.to_owned()));
+        };
+        self.set(k.trim(), v.trim())
+    }
+
+    /// Checks the whole configuration.
+    pub fn validate(self) -> Result<Self, SettingsError> {
+        let engine = self
+            .engine
+            .clone()
+            .validate()
+            .map_err(|e| SettingsError::Invalid(e.to_string()))?;
+        if self.socket_request_max_bytes < 64 {
+            return Err(bad(
+                "socket.request.max.bytes",
+                &self.socket_request_max_bytes.to_string(),
+                "must be at least 64",
+            ));
+        }
+        Ok(Self { engine, ..self })
+    }
+
+    /// Every key with its effective value, in [`KEYS`] order.
+    pub fn effective(&self) -> Vec<(&'static str, String)> {
+        let e = &self.engine;
+        KEYS.iter()
+            .map(|(k, _, _)| {
+                let v = match *k {
+                    "transaction.max.timeout.ms" => e.transaction_max_timeout_ms.to_string(),
+                    "transactional.id.expiration.ms" => {
+                        e.transactional_id_expiration_ms.to_string()
+                    }
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms" => e
+                        .abort_timed_out_transaction_cleanup_interval_ms
+                        .to_string(),
+                    "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                        e.remove_expired_transaction_cleanup_interval_ms.to_string()
+                    }
+                    "transaction.state.log.num.partitions" => {
+                        e.transaction_state_log_num_partitions.to_string()
+                    }
+                    "transaction.version" => e.transaction_version.to_string(),
+                    "offsets.topic.num.partitions" => e.offsets_topic_num_partitions.to_string(),
+                    "producer.id.block.size" => e.producer_id_block_size.to_string(),
+                    "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
+                    "max.connections" => self.max_connections.to_string(),
+                    "request.timeout.ms" => self.request_timeout_ms.to_string(),
+                    "metadata.max.age.ms" => self.metadata_max_age_ms.to_string(),
+                    "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+                    _ => String::new(),
+                };
+                (*k, v)
+            })
+            .collect()
+    }
+}
+
+fn flatten(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        toml::Value::String(s) => {
+            out.insert(prefix.to_owned(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_key_table() {
+        let s = Settings::default();
+        for ((k, v), (k2, default, _)) in s.effective().into_iter().zip(KEYS) {
+            assert_eq!(k, *k2);
+            assert_eq!(v, *default, "{k}");
+        }
+    }
+
+    #[test]
+    fn toml_accepts_quoted_and_dotted_keys() {
+        let mut s = Settings::default();
+        s.apply_toml(
+            "x.toml",
+            "\"transaction.max.timeout.ms\" = 1000\ntransaction.state.log.num.partitions = 3\n",
+        )
+        .expect("parses");
+        assert_eq!(s.engine.transaction_max_timeout_ms, 1000);
+        assert_eq!(s.engine.transaction_state_log_num_partitions, 3);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let mut s = Settings::default();
+        let e = s
+            .apply_override("transaction.max.timeout=5")
+            .expect_err("unknown");
+        assert!(e.to_string().contains("transaction.max.timeout"), "{e}");
+        let e = s
+            .apply_override("transaction.version=7")
+            .expect_err("range");
+        assert!(e.to_string().contains("transaction.version"), "{e}");
+        let e = s.apply_override("max.connections=lots").expect_err("parse");
+        assert!(e.to_string().contains("max.connections"), "{e}");
+        let e = s
+            .apply_toml("c.toml", "transaction.max.timeout.ms = -1")
+            .expect_err("negative");
+        assert!(e.to_string().contains("transaction.max.timeout.ms"), "{e}");
+        assert!(matches!(
+            s.apply_override("novalue"),
+            Err(SettingsError::NotKeyValue(_))
+        ));
+        s.apply_override("transaction.version = 1")
+            .expect("spaces are fine");
+        assert_eq!(s.engine.transaction_version, 1);
+    }
+}
