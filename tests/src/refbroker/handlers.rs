@@ -50,7 +50,7 @@ pub(crate) async fn dispatch(
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(broker, &r, v).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(broker, &r, v).await),
         RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(write_txn_markers(broker, &r).await)
+            ResponseKind::WriteTxnMarkers(write_txn_markers(broker, &r, &[]).await)
         }
         RequestKind::OffsetCommit(r) => {
             ResponseKind::OffsetCommit(super::groups::offset_commit(broker, r, v).await)
@@ -434,16 +434,20 @@ async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOf
 
 /// Applies transaction markers to the partitions this node leads (the participant side of
 /// KIP-98): one control batch per partition, appended and synced before answering.
+/// `txn_versions` (parallel to the markers; missing = 0) comes from the in-process transport;
+/// WriteTxnMarkers v1 on the wire cannot carry it.
 pub(crate) async fn write_txn_markers(
     broker: &Broker,
     r: &WriteTxnMarkersRequest,
+    txn_versions: &[u8],
 ) -> WriteTxnMarkersResponse {
     use kafka_protocol::messages::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
     let mut markers = Vec::with_capacity(r.markers.len());
     let mut appended = false;
-    for m in &r.markers {
+    for (i, m) in r.markers.iter().enumerate() {
+        let txn_version = txn_versions.get(i).copied().unwrap_or(0);
         let result = if m.transaction_result {
             TxnResult::Commit
         } else {
@@ -462,6 +466,7 @@ pub(crate) async fn write_txn_markers(
                             ProducerEpoch(m.producer_epoch),
                             CoordinatorEpoch(m.coordinator_epoch),
                             result,
+                            txn_version,
                             now_ms(),
                         ) {
                             Ok(()) => {

@@ -12,6 +12,7 @@
 
 mod cli;
 mod cluster;
+mod embedded;
 mod groups;
 mod handlers;
 mod log;

@@ -154,6 +154,7 @@ impl Partition {
         producer_epoch: ProducerEpoch,
         coordinator_epoch: CoordinatorEpoch,
         result: TxnResult,
+        txn_version: u8,
         now_ms: i64,
     ) -> Result<(), ResponseError> {
         let marker = Marker {
@@ -161,7 +162,7 @@ impl Partition {
             producer_epoch,
             coordinator_epoch,
             result,
-            txn_version: TxnVersion::V0,
+            txn_version: TxnVersion(i8::try_from(txn_version).unwrap_or(i8::MAX)),
         };
         let pending = match self.state.check_marker(&marker) {
             Ok(p) => p,

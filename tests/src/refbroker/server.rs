@@ -62,7 +62,7 @@ impl Broker {
             }
         }
         let groups = Groups::new(&config);
-        let txn = TxnService::new(&config);
+        let txn = TxnService::new(&config)?;
         let broker = Arc::new(Self {
             config,
             cluster,

@@ -4,8 +4,12 @@
 //! Standalone mode: clients find the daemon with FindCoordinator and talk to it directly;
 //! what still reaches a broker (an idempotent producer's InitProducerId goes to any broker) is
 //! forwarded to the daemon over the wire and its answer relayed.
+//!
+//! Embedded mode: answered by the in-process coordinator (see [`super::embedded`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use coordinator::shell::Coordinator;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::Request;
@@ -28,33 +32,49 @@ enum Mode {
         addr: NodeAddr,
         conn: Mutex<Option<KafkaConnection<TcpStream>>>,
     },
-    Embedded,
+    Embedded {
+        coordinator: OnceLock<Coordinator>,
+        partitions: u32,
+    },
 }
 
 impl TxnService {
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> anyhow::Result<Self> {
         let mode = match &config.coordinator {
             CoordinatorMode::Standalone { addr, .. } => Mode::Forward {
                 addr: addr.clone(),
                 conn: Mutex::new(None),
             },
-            CoordinatorMode::Embedded => Mode::Embedded,
+            CoordinatorMode::Embedded => Mode::Embedded {
+                coordinator: OnceLock::new(),
+                partitions: super::embedded::coordinator_config(config)?
+                    .transaction_state_log_num_partitions,
+            },
         };
-        Self { mode }
+        Ok(Self { mode })
     }
 
     /// Starts the embedded coordinator, if any.
-    pub(crate) async fn start(_broker: &Arc<Broker>) -> anyhow::Result<()> {
+    pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<()> {
+        if let Mode::Embedded { coordinator, .. } = &broker.txn.mode {
+            let c = super::embedded::start(broker).await?;
+            let _ = coordinator.set(c);
+        }
         Ok(())
     }
 
     pub(crate) fn is_embedded(&self) -> bool {
-        matches!(self.mode, Mode::Embedded)
+        matches!(self.mode, Mode::Embedded { .. })
     }
 
     /// The node coordinating `transactional_id` in embedded mode.
-    pub(crate) fn coordinator_node(&self, broker: &Broker, _transactional_id: &str) -> i32 {
-        broker.config.node_id
+    pub(crate) fn coordinator_node(&self, broker: &Broker, transactional_id: &str) -> i32 {
+        match &self.mode {
+            Mode::Embedded { partitions, .. } => {
+                super::embedded::coordinator_node(broker, *partitions, transactional_id)
+            }
+            Mode::Forward { .. } => broker.config.node_id,
+        }
     }
 
     async fn forward<R: Request>(&self, req: &R, v: i16) -> anyhow::Result<R::Response> {
@@ -88,6 +108,12 @@ pub(crate) async fn dispatch(
     v: i16,
 ) -> anyhow::Result<ResponseKind> {
     let t = &broker.txn;
+    if let Mode::Embedded { coordinator, .. } = &t.mode {
+        let Some(c) = coordinator.get() else {
+            anyhow::bail!("the embedded coordinator is not started");
+        };
+        return super::embedded::dispatch(c, body, v).await;
+    }
     Ok(match body {
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(t.forward(&r, v).await?),
         RequestKind::AddPartitionsToTxn(r) => {

@@ -1,0 +1,357 @@
+//! Embedded mode: the broker hosts the transaction coordinator in process.
+//!
+//! Wiring (the worked example of `docs/broker-integration.md`):
+//!
+//! ```text
+//! client ──InitProducerId/AddPartitionsToTxn/AddOffsetsToTxn/EndTxn──▶ refbroker
+//!     └─ kafka-protocol → coordinator::Request conversion ──▶ coordinator::shell::Coordinator
+//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log
+//!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
+//!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
+//!                 └─ MarkerTransport: RoutingTransport
+//!                       ├─ this node  → InProcessTransport(LocalMarkers) → WriteTxnMarkers handler
+//!                       └─ other nodes → KafkaWireTransport (WriteTxnMarkers v1 over TCP)
+//! ```
+//!
+//! Each node loads the `__transaction_state` partitions the placement rule gives it, so
+//! FindCoordinator(TRANSACTION) and the coordinator agree on every node.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use coordinator::shell::{Coordinator, CoordinatorOptions, SystemClock, WriterSink};
+use kafka_protocol::messages::{
+    self as wire, ProducerId as WirePid, RequestKind, ResponseKind, TopicName,
+    TransactionalId as WireTxnId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use markers::writer::{
+    BrokerEndpoint, InProcessTransport, KafkaWireTransport, LeaderLookup, LeaderResolver,
+    LocalMarkerHandler, MarkerTransport, ResolveError, RoutingTransport, TransportError,
+    WireTransportConfig, WriterConfig,
+};
+use txn_log::{
+    LogPartition, ProducerEpoch, ProducerId, SledTxnLog, TopicPartition, java_string_hash,
+    kafka_partition_for,
+};
+
+use super::server::Broker;
+use super::{Config, TRANSACTION_STATE};
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+/// The coordinator configuration from the broker's `--set` values.
+pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator::Config> {
+    let d = coordinator::Config::default();
+    let int = |k: &str, v: i64| config.setting_i64(k, v);
+    let c = coordinator::Config {
+        transaction_state_log_num_partitions: u32::try_from(int(
+            "transaction.state.log.num.partitions",
+            i64::from(d.transaction_state_log_num_partitions),
+        ))?,
+        offsets_topic_num_partitions: u32::try_from(config.offsets_partitions)?,
+        transaction_max_timeout_ms: i32::try_from(int(
+            "transaction.max.timeout.ms",
+            i64::from(d.transaction_max_timeout_ms),
+        ))?,
+        abort_timed_out_transaction_cleanup_interval_ms: int(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            d.abort_timed_out_transaction_cleanup_interval_ms,
+        ),
+        ..d
+    };
+    Ok(c.validate()?)
+}
+
+/// The node coordinating `transactional_id`: the leader of its `__transaction_state` partition.
+pub(crate) fn coordinator_node(broker: &Broker, partitions: u32, transactional_id: &str) -> i32 {
+    let p = kafka_partition_for(java_string_hash(transactional_id), partitions.max(1));
+    broker
+        .cluster
+        .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
+}
+
+/// Partition leaders for the marker writer, by the fixed placement rule.
+struct ClusterResolver {
+    broker: Weak<Broker>,
+}
+
+#[async_trait]
+impl LeaderResolver for ClusterResolver {
+    async fn leader(&self, tp: &TopicPartition) -> Result<LeaderLookup, ResolveError> {
+        let Some(broker) = self.broker.upgrade() else {
+            return Ok(LeaderLookup::Unknown);
+        };
+        if !broker.exists(&tp.topic, tp.partition) {
+            return Ok(LeaderLookup::TopicGone);
+        }
+        let node = broker.cluster.leader(&tp.topic, tp.partition);
+        Ok(match broker.cluster.addr(node) {
+            Some(a) => LeaderLookup::Leader(BrokerEndpoint::new(node, a.host.clone(), a.port)),
+            None => LeaderLookup::Unknown,
+        })
+    }
+}
+
+/// Applies markers for this node's partitions directly (no TCP round trip to itself).
+struct LocalMarkers {
+    broker: Weak<Broker>,
+}
+
+#[async_trait]
+impl LocalMarkerHandler for LocalMarkers {
+    async fn write_markers(
+        &self,
+        endpoint: &BrokerEndpoint,
+        request: WriteTxnMarkersRequest,
+        txn_versions: Vec<u8>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        let Some(broker) = self.broker.upgrade() else {
+            return Err(TransportError::Unavailable {
+                node_id: endpoint.node_id,
+                reason: "broker is shutting down".into(),
+            });
+        };
+        Ok(super::handlers::write_txn_markers(&broker, &request, &txn_versions).await)
+    }
+}
+
+/// Builds and starts the embedded coordinator; loads this node's partitions in the background.
+pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
+    let config = coordinator_config(&broker.config)?;
+    let path = broker.config.data_dir.join("txn-log");
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open_path(path)).await??;
+    let weak = Arc::downgrade(broker);
+    let local: Arc<dyn MarkerTransport> =
+        Arc::new(InProcessTransport::new(Arc::new(LocalMarkers {
+            broker: weak.clone(),
+        })));
+    let remote: Arc<dyn MarkerTransport> = Arc::new(KafkaWireTransport::new(WireTransportConfig {
+        client_id: format!("refbroker-{}-markers", broker.config.node_id),
+        ..WireTransportConfig::default()
+    }));
+    let transport = Arc::new(RoutingTransport::new(broker.config.node_id, local, remote));
+    let resolver = Arc::new(ClusterResolver { broker: weak });
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = WriterSink::spawn(resolver, transport, WriterConfig::default(), done_tx);
+    let n = config.transaction_state_log_num_partitions;
+    let coordinator = Coordinator::start(CoordinatorOptions {
+        config,
+        log: Arc::new(log),
+        clock: Arc::new(SystemClock::new()),
+        markers: Arc::new(sink),
+        marker_completions: done_rx,
+        metrics: Default::default(),
+    });
+    let mine: Vec<u32> = (0..n)
+        .filter(|&p| {
+            broker
+                .cluster
+                .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
+                == broker.config.node_id
+        })
+        .collect();
+    let c = coordinator.clone();
+    tokio::spawn(async move {
+        for p in mine {
+            if let Err(e) = c.load_partition_next_epoch(LogPartition(p)).await {
+                tracing::error!(partition = p, error = %e, "loading a transaction-log partition failed");
+            }
+        }
+        tracing::info!("embedded coordinator loaded its transaction-log partitions");
+    });
+    // Fail-stop on a poisoned log. `Coordinator::log_failure`'s future is not `Send`, so it
+    // waits on a thread of its own.
+    let c = coordinator.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+            return;
+        };
+        let why = rt.block_on(c.log_failure());
+        tracing::error!(%why, "transaction log failed; stopping (fail-stop)");
+        std::process::exit(70);
+    });
+    Ok(coordinator)
+}
+
+fn topics_of(parts: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
+    let mut out: Vec<(String, Vec<i32>)> = Vec::new();
+    for tp in parts {
+        match out.iter_mut().find(|(t, _)| *t == tp.topic) {
+            Some((_, ps)) => ps.push(tp.partition),
+            None => out.push((tp.topic.clone(), vec![tp.partition])),
+        }
+    }
+    out
+}
+
+/// Answers a coordinator API through the embedded coordinator.
+pub(crate) async fn dispatch(
+    c: &Coordinator,
+    body: RequestKind,
+    v: i16,
+) -> anyhow::Result<ResponseKind> {
+    Ok(match body {
+        RequestKind::InitProducerId(r) => {
+            let out = c
+                .init_producer_id(coordinator::InitProducerIdRequest {
+                    version: v,
+                    transactional_id: r.transactional_id.map(|t| t.0.to_string()),
+                    transaction_timeout_ms: r.transaction_timeout_ms,
+                    producer_id: ProducerId(r.producer_id.0),
+                    producer_epoch: ProducerEpoch(r.producer_epoch),
+                })
+                .await;
+            ResponseKind::InitProducerId(
+                wire::InitProducerIdResponse::default()
+                    .with_error_code(out.error.0)
+                    .with_producer_id(WirePid(out.producer_id.0))
+                    .with_producer_epoch(out.producer_epoch.0),
+            )
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            use wire::add_partitions_to_txn_response::{
+                AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+            };
+            // v0-v3 only (advertised): one transaction in the v3_and_below fields.
+            let partitions = r
+                .v3_and_below_topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(|&p| TopicPartition::new(t.name.0.to_string(), p))
+                })
+                .collect();
+            let out = c
+                .add_partitions_to_txn(coordinator::AddPartitionsToTxnRequest {
+                    version: v,
+                    transactions: vec![coordinator::AddPartitionsTxn {
+                        transactional_id: r.v3_and_below_transactional_id.0.to_string(),
+                        producer_id: ProducerId(r.v3_and_below_producer_id.0),
+                        producer_epoch: ProducerEpoch(r.v3_and_below_producer_epoch),
+                        verify_only: false,
+                        partitions,
+                    }],
+                })
+                .await;
+            let mut by_topic: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+            for (tp, e) in out.results.into_iter().flat_map(|t| t.partitions) {
+                let res = AddPartitionsToTxnPartitionResult::default()
+                    .with_partition_index(tp.partition)
+                    .with_partition_error_code(e.0);
+                match by_topic.iter_mut().find(|t| t.name.0.as_str() == tp.topic) {
+                    Some(t) => t.results_by_partition.push(res),
+                    None => by_topic.push(
+                        AddPartitionsToTxnTopicResult::default()
+                            .with_name(TopicName(sb(&tp.topic)))
+                            .with_results_by_partition(vec![res]),
+                    ),
+                }
+            }
+            ResponseKind::AddPartitionsToTxn(
+                wire::AddPartitionsToTxnResponse::default()
+                    .with_results_by_topic_v3_and_below(by_topic),
+            )
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            let e = c
+                .add_offsets_to_txn(coordinator::AddOffsetsToTxnRequest {
+                    version: v,
+                    transactional_id: r.transactional_id.0.to_string(),
+                    producer_id: ProducerId(r.producer_id.0),
+                    producer_epoch: ProducerEpoch(r.producer_epoch),
+                    group_id: r.group_id.0.to_string(),
+                })
+                .await;
+            ResponseKind::AddOffsetsToTxn(
+                wire::AddOffsetsToTxnResponse::default().with_error_code(e.0),
+            )
+        }
+        RequestKind::EndTxn(r) => {
+            let out = c
+                .end_txn(coordinator::EndTxnRequest {
+                    version: v,
+                    transactional_id: r.transactional_id.0.to_string(),
+                    producer_id: ProducerId(r.producer_id.0),
+                    producer_epoch: ProducerEpoch(r.producer_epoch),
+                    committed: r.committed,
+                })
+                .await;
+            ResponseKind::EndTxn(wire::EndTxnResponse::default().with_error_code(out.error.0))
+        }
+        RequestKind::DescribeTransactions(r) => {
+            use wire::describe_transactions_response::{TopicData, TransactionState};
+            let out = c
+                .describe_transactions(coordinator::DescribeTransactionsRequest {
+                    transactional_ids: r
+                        .transactional_ids
+                        .iter()
+                        .map(|t| t.0.to_string())
+                        .collect(),
+                })
+                .await;
+            let states = out
+                .into_iter()
+                .map(|d| {
+                    TransactionState::default()
+                        .with_error_code(d.error.0)
+                        .with_transactional_id(WireTxnId(sb(&d.transactional_id)))
+                        .with_transaction_state(sb(&d.state))
+                        .with_transaction_timeout_ms(d.timeout_ms)
+                        .with_transaction_start_time_ms(d.start_time_ms)
+                        .with_producer_id(WirePid(d.producer_id.0))
+                        .with_producer_epoch(d.producer_epoch.0)
+                        .with_topics(
+                            topics_of(&d.partitions)
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    TopicData::default()
+                                        .with_topic(TopicName(sb(&t)))
+                                        .with_partitions(ps)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            ResponseKind::DescribeTransactions(
+                wire::DescribeTransactionsResponse::default().with_transaction_states(states),
+            )
+        }
+        RequestKind::ListTransactions(r) => {
+            use wire::list_transactions_response::TransactionState;
+            let out = c
+                .list_transactions(coordinator::ListTransactionsRequest {
+                    state_filters: r.state_filters.iter().map(|s| s.to_string()).collect(),
+                    producer_id_filters: r
+                        .producer_id_filters
+                        .iter()
+                        .map(|p| ProducerId(p.0))
+                        .collect(),
+                    duration_filter_ms: if v >= 1 { r.duration_filter } else { -1 },
+                })
+                .await;
+            ResponseKind::ListTransactions(
+                wire::ListTransactionsResponse::default()
+                    .with_error_code(out.error.0)
+                    .with_unknown_state_filters(
+                        out.unknown_state_filters.iter().map(|s| sb(s)).collect(),
+                    )
+                    .with_transaction_states(
+                        out.transactions
+                            .iter()
+                            .map(|t| {
+                                TransactionState::default()
+                                    .with_transactional_id(WireTxnId(sb(&t.transactional_id)))
+                                    .with_producer_id(WirePid(t.producer_id.0))
+                                    .with_transaction_state(sb(t.state.name()))
+                            })
+                            .collect(),
+                    ),
+            )
+        }
+        other => anyhow::bail!("request {other:?} is not served"),
+    })
+}
