@@ -1,0 +1,378 @@
+//! Two refbroker nodes with embedded coordinators: a transaction spanning partitions led by
+//! both nodes is committed, another aborted, and consumer offsets are committed inside a
+//! transaction. The markers reach the local node in process and the other node over the wire;
+//! read_committed fetches and OffsetFetch show exactly the committed outcome.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, OffsetFetchRequest,
+    ProduceRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+use txn_tests::refbroker::process::BrokerProcess;
+
+type Conn = KafkaConnection<TcpStream>;
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+async fn connect(port: u16) -> Conn {
+    let s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    KafkaConnection::new(s, "refbroker-cluster-test")
+}
+
+fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::try_from(i).expect("small"),
+            sequence: seq + i32::try_from(i).expect("small"),
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from((*v).to_owned())),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode");
+    buf.freeze()
+}
+
+/// Evaluates `$body` (an `i16` error code, may `.await`) until it is not a retriable
+/// coordinator error, at most 100 times.
+macro_rules! until_ok {
+    ($what:expr, $body:expr) => {{
+        let mut out = None;
+        for _ in 0..100 {
+            let e: i16 = $body;
+            // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+            // CONCURRENT_TRANSACTIONS
+            if ![14, 15, 16, 51].contains(&e) {
+                out = Some(e);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        out.unwrap_or_else(|| panic!("{}: still retriable after 100 attempts", $what))
+    }};
+}
+
+/// Data values and aborted producer ids a read_committed fetch from 0 returns once the
+/// partition is stable up to its high watermark (bounded polling).
+async fn stable_read(port: u16, partition: i32) -> (Vec<String>, Vec<i64>) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let mut c = connect(port).await;
+    for _ in 0..100 {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(1)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(sb("t")))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        let resp = c.call(&req, 11).await.expect("fetch");
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        if p.last_stable_offset == p.high_watermark && p.high_watermark > 0 {
+            let mut values = Vec::new();
+            let mut buf = p.records.clone().unwrap_or_default();
+            for set in RecordBatchDecoder::decode_all(&mut buf).expect("records") {
+                for r in set.records.iter().filter(|r| !r.control) {
+                    values.push(
+                        String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+                            .into_owned(),
+                    );
+                }
+            }
+            let aborted = p
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| a.producer_id.0)
+                .collect();
+            return (values, aborted);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("partition {partition} never became stable");
+}
+
+#[tokio::test]
+async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhere() {
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let ports = [free_port(), free_port()];
+    let cluster = format!("1=127.0.0.1:{},2=127.0.0.1:{}", ports[0], ports[1]);
+    let _brokers: Vec<BrokerProcess> = (0..2)
+        .map(|i| {
+            let args: Vec<String> = [
+                "--listen".to_owned(),
+                format!("127.0.0.1:{}", ports[i]),
+                "--data-dir".to_owned(),
+                dirs[i].path().to_str().expect("utf-8").to_owned(),
+                "--topics".to_owned(),
+                "t:3".to_owned(),
+                "--embedded-coordinator".to_owned(),
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+                "--cluster".to_owned(),
+                cluster.clone(),
+                "--offsets-partitions".to_owned(),
+                "4".to_owned(),
+                "--set".to_owned(),
+                "transaction.state.log.num.partitions=4".to_owned(),
+            ]
+            .to_vec();
+            BrokerProcess::spawn(
+                std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
+                &args,
+                Duration::from_secs(30),
+            )
+            .expect("refbroker starts")
+        })
+        .collect();
+    let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
+
+    let mut c = connect(ports[0]).await;
+    let md = c
+        .call(&MetadataRequest::default().with_topics(None), 12)
+        .await
+        .expect("metadata");
+    let leaders: Vec<i32> = md.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.leader_id.0)
+        .collect();
+    assert!(
+        leaders.contains(&1) && leaders.contains(&2),
+        "t spans both nodes: {leaders:?}"
+    );
+
+    let fc = c
+        .call(
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_key(sb("rtx")),
+            2,
+        )
+        .await
+        .expect("find coordinator");
+    assert_eq!(fc.error_code, 0);
+    let mut tc = connect(u16::try_from(fc.port).expect("port")).await;
+
+    let mut init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(sb("rtx"))))
+        .with_transaction_timeout_ms(30_000);
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let mut pid = (0, 0);
+    let e = until_ok!("InitProducerId", {
+        let r = tc.call(&init, 4).await.expect("init");
+        pid = (r.producer_id.0, r.producer_epoch);
+        r.error_code
+    });
+    assert_eq!(e, 0);
+    let (pid, epoch) = pid;
+
+    for (round, commit) in [(0, true), (1, false)] {
+        use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+        let add = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(sb("rtx")))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(sb("t")))
+                    .with_partitions(vec![0, 1, 2]),
+            ]);
+        let e = until_ok!("AddPartitionsToTxn", {
+            let r = tc.call(&add, 3).await.expect("add partitions");
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        });
+        assert_eq!(e, 0);
+        if commit {
+            let e = until_ok!("AddOffsetsToTxn", {
+                let r = tc
+                    .call(
+                        &AddOffsetsToTxnRequest::default()
+                            .with_transactional_id(TransactionalId(sb("rtx")))
+                            .with_producer_id(ProducerId(pid))
+                            .with_producer_epoch(epoch)
+                            .with_group_id(GroupId(sb("cg"))),
+                        3,
+                    )
+                    .await
+                    .expect("add offsets");
+                r.error_code
+            });
+            assert_eq!(e, 0);
+            let gc = c
+                .call(
+                    &FindCoordinatorRequest::default()
+                        .with_key_type(0)
+                        .with_key(sb("cg")),
+                    2,
+                )
+                .await
+                .expect("find group coordinator");
+            let mut g = connect(u16::try_from(gc.port).expect("port")).await;
+            use kafka_protocol::messages::txn_offset_commit_request::{
+                TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+            };
+            let r = g
+                .call(
+                    &TxnOffsetCommitRequest::default()
+                        .with_transactional_id(TransactionalId(sb("rtx")))
+                        .with_group_id(GroupId(sb("cg")))
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(epoch)
+                        .with_generation_id(-1)
+                        .with_topics(vec![
+                            TxnOffsetCommitRequestTopic::default()
+                                .with_name(TopicName(sb("in")))
+                                .with_partitions(vec![
+                                    TxnOffsetCommitRequestPartition::default()
+                                        .with_partition_index(0)
+                                        .with_committed_offset(77),
+                                ]),
+                        ]),
+                    3,
+                )
+                .await
+                .expect("txn offset commit");
+            assert_eq!(r.topics[0].partitions[0].error_code, 0);
+        }
+        for p in 0..3 {
+            use kafka_protocol::messages::produce_request::{
+                PartitionProduceData, TopicProduceData,
+            };
+            let mut pc = connect(port_of(leaders[usize::try_from(p).expect("p")])).await;
+            let value = format!("r{round}-p{p}");
+            let req = ProduceRequest::default()
+                .with_transactional_id(Some(TransactionalId(sb("rtx"))))
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![
+                    TopicProduceData::default()
+                        .with_name(TopicName(sb("t")))
+                        .with_partition_data(vec![
+                            PartitionProduceData::default()
+                                .with_index(p)
+                                .with_records(Some(txn_batch(pid, epoch, round, &[&value]))),
+                        ]),
+                ]);
+            let r = pc.call(&req, 9).await.expect("produce");
+            assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+        }
+        let e = until_ok!("EndTxn", {
+            let r = tc
+                .call(
+                    &EndTxnRequest::default()
+                        .with_transactional_id(TransactionalId(sb("rtx")))
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(epoch)
+                        .with_committed(commit),
+                    3,
+                )
+                .await
+                .expect("end txn");
+            r.error_code
+        });
+        assert_eq!(e, 0);
+    }
+
+    for p in 0..3 {
+        let (values, aborted) =
+            stable_read(port_of(leaders[p]), i32::try_from(p).expect("p")).await;
+        assert_eq!(values, vec![format!("r0-p{p}"), format!("r1-p{p}")]);
+        assert_eq!(
+            aborted,
+            vec![pid],
+            "round 1 is listed as aborted on partition {p}"
+        );
+    }
+
+    let gc = c
+        .call(
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_key(sb("cg")),
+            2,
+        )
+        .await
+        .expect("find group coordinator");
+    let mut g = connect(u16::try_from(gc.port).expect("port")).await;
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let mut last = (-2, -2);
+    for _ in 0..100 {
+        let r = g
+            .call(
+                &OffsetFetchRequest::default()
+                    .with_group_id(GroupId(sb("cg")))
+                    .with_require_stable(true)
+                    .with_topics(Some(vec![
+                        OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(sb("in")))
+                            .with_partition_indexes(vec![0]),
+                    ])),
+                7,
+            )
+            .await
+            .expect("offset fetch");
+        let part = &r.topics[0].partitions[0];
+        last = (part.error_code, part.committed_offset);
+        if last.0 != 88 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        last,
+        (0, 77),
+        "the COMMIT marker reached the offsets partition"
+    );
+}
