@@ -325,9 +325,8 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
         assert_eq!(e, 0);
     }
 
-    for p in 0..3 {
-        let (values, aborted) =
-            stable_read(port_of(leaders[p]), i32::try_from(p).expect("p")).await;
+    for (p, &leader) in leaders.iter().enumerate() {
+        let (values, aborted) = stable_read(port_of(leader), i32::try_from(p).expect("p")).await;
         assert_eq!(values, vec![format!("r0-p{p}"), format!("r1-p{p}")]);
         assert_eq!(
             aborted,
