@@ -307,7 +307,9 @@ impl Engine {
     /// The partition was claimed at `coordinator_epoch` and read: replay `loaded` through the
     /// same [`Engine::apply`] used live, start serving, and re-drive the markers of every
     /// PrepareCommit/PrepareAbort with the new coordinator epoch. A load whose stored epoch is
-    /// newer than `coordinator_epoch` unloads at once (someone else owns the partition).
+    /// newer than `coordinator_epoch` unloads at once (someone else owns the partition). Ignored
+    /// after [`Engine::handle_unload`] until [`Engine::handle_begin_load`] (a load that lost a
+    /// race with an unload must not install state).
     pub fn handle_load(
         &mut self,
         now: Millis,
@@ -315,6 +317,11 @@ impl Engine {
         loaded: LoadedPartition,
     ) {
         self.now = now;
+        // Kafka installs a load only if the partition is still loading (or loaded: re-immigration
+        // at a new epoch). A load that completes after an unload is dropped (S83).
+        if self.status == Status::Unloaded {
+            return;
+        }
         // Re-immigration at a new epoch replaces everything; in-flight work is NOT_COORDINATOR.
         self.reset(ErrorCode::NOT_COORDINATOR);
         if let Some(stored) = loaded.coordinator_epoch

@@ -1351,6 +1351,82 @@ fn s87_append_error_mapping() {
 }
 
 #[test]
+fn s83_load_completing_after_unload_installs_nothing() {
+    let mut fx = Fx::new(vec![]);
+    fx.eng.handle_begin_load();
+    fx.eng.handle_unload();
+    let _ = fx.effects();
+    fx.eng.handle_load(
+        Millis(0),
+        txn_log::CoordinatorEpoch(1),
+        txn_log::LoadedPartition {
+            coordinator_epoch: Some(txn_log::CoordinatorEpoch(1)),
+            records: vec![(tid("one"), rec(1, 0, TxnState::Empty, &[]))],
+        },
+    );
+    assert!(fx.effects().is_empty());
+    assert!(!fx.eng.is_loaded());
+    assert_eq!(fx.eng.records().count(), 0);
+    let to = fx.end(3, "one", 1, 0, true);
+    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
+}
+
+#[test]
+fn s88_reload_starting_during_an_append_answers_load_in_progress() {
+    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
+    let to = fx.init(Some("one"), 10, None);
+    let pending = fx.effects();
+    fx.eng.handle_begin_load();
+    let evs = fx.effects();
+    assert_eq!(
+        init_reply(&evs, to).0,
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+    );
+    assert!(
+        fx.ack(&pending).is_empty(),
+        "the old append's completion is ignored"
+    );
+}
+
+/// S89/S98: a failed Complete append keeps the transaction pending-to-complete and is retried;
+/// requests meanwhile get CONCURRENT_TRANSACTIONS.
+#[test]
+fn s89_s98_failed_complete_is_retried_not_dropped() {
+    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
+    let m = fx.loaded.clone();
+    let evs = fx.markers_done(&m);
+    assert!(fx.fail(&evs, io_error()).is_empty());
+    let to = fx.init(Some("one"), 10, None);
+    assert_eq!(
+        init_reply(&fx.effects(), to).0,
+        ErrorCode::CONCURRENT_TRANSACTIONS
+    );
+    let evs = fx.tick(50);
+    assert_eq!(appended(&evs).len(), 1);
+    let _ = fx.ack(&evs);
+    assert_eq!(
+        fx.record("one").map(|r| r.state),
+        Some(TxnState::CompleteCommit)
+    );
+}
+
+/// S97: NOT_COORDINATOR on the Complete write (our `Fenced`): the engine unloads and the new
+/// owner re-drives the markers from the durable PrepareCommit.
+#[test]
+fn s97_fenced_complete_unloads_and_new_owner_completes() {
+    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
+    let m = fx.loaded.clone();
+    let evs = fx.markers_done(&m);
+    let err = LogError::Fenced {
+        partition: txn_log::LogPartition(0),
+        current: txn_log::CoordinatorEpoch(1),
+    };
+    assert_eq!(fx.fail(&evs, err), vec![Ev::Unloaded]);
+    let fx2 = Fx::new(vec![("one", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
+    assert_eq!(fx2.loaded.len(), 1, "markers re-driven by the new owner");
+}
+
+#[test]
 fn s91_emigration_drops_state_and_markers() {
     let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
     assert_eq!(fx.loaded.len(), 1);
