@@ -278,10 +278,21 @@ impl Driver {
                 permit = completions.reserve(), if !self.outbox.is_empty() => {
                     match permit {
                         Ok(permit) => {
+                            let mut delivered = 0;
                             if let Some(c) = self.outbox.pop_front() {
                                 permit.send(c);
-                                self.permits.add_permits(1);
+                                delivered += 1;
                             }
+                            while !self.outbox.is_empty() {
+                                let Ok(permit) = self.completions.try_reserve() else {
+                                    break;
+                                };
+                                if let Some(c) = self.outbox.pop_front() {
+                                    permit.send(c);
+                                    delivered += 1;
+                                }
+                            }
+                            self.permits.add_permits(delivered);
                         }
                         Err(_) => {
                             tracing::warn!(
@@ -294,9 +305,9 @@ impl Driver {
                     }
                 }
                 Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    match joined {
-                        Ok(io) => self.handle_io(io),
-                        Err(e) => tracing::error!(error = %e, "marker writer io task failed"),
+                    self.handle_joined(joined);
+                    while let Some(joined) = self.tasks.try_join_next() {
+                        self.handle_joined(joined);
                     }
                 }
                 cmd = commands.recv() => {
@@ -321,6 +332,13 @@ impl Driver {
         }
         self.permits.close();
         self.tasks.abort_all();
+    }
+
+    fn handle_joined(&mut self, joined: Result<Io, tokio::task::JoinError>) {
+        match joined {
+            Ok(io) => self.handle_io(io),
+            Err(e) => tracing::error!(error = %e, "marker writer io task failed"),
+        }
     }
 
     fn handle_command(&mut self, cmd: Command) {
