@@ -1,0 +1,203 @@
+//! Admin commands against the running daemon, `dump-log` offline, and the metrics endpoint.
+
+mod daemon_support;
+
+use std::time::Duration;
+
+use daemon_support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn http_get(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (hostport, path) = rest.split_once('/').expect("path");
+    let mut sock = tokio::net::TcpStream::connect(hostport)
+        .await
+        .expect("connect metrics");
+    sock.write_all(format!("GET /{path} HTTP/1.1\r\nHost: {hostport}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(30), sock.read_to_string(&mut out))
+        .await
+        .expect("metrics answered")
+        .expect("read");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_describe_find_hanging_abort_and_dump_log() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let broker = FakeBroker::start().await;
+    let bs = broker.addr.to_string();
+    let mut d = Daemon::start(
+        dir.path(),
+        &[
+            "--bootstrap-servers",
+            &bs,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--set",
+            "transaction.state.log.num.partitions=6",
+        ],
+    );
+    let addr = d.addr.to_string();
+    let mut c = d.conn().await;
+    // "hung": timeout 1 ms, so it is open longer than its timeout at once; the reaper
+    // (every 10 s) has not run yet.
+    let (p_hung, e_hung) = init_ok(&mut c, "hung", 1).await;
+    let r = c
+        .call(&add_req_v3("hung", p_hung, e_hung, &[("t", 1)]), 0)
+        .await
+        .expect("add");
+    assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
+    let (p_ok, e_ok) = init_ok(&mut c, "fine", 60_000).await;
+    let r = c
+        .call(&add_req_v3("fine", p_ok, e_ok, &[("t", 0)]), 0)
+        .await
+        .expect("add");
+    assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let (st, out, err) = run_cli(&["list", "--bootstrap-server", &addr]);
+    assert!(st.success(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("TransactionalId"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("fine ") && l.contains("Ongoing")),
+        "{out}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("hung ") && l.contains("Ongoing")),
+        "{out}"
+    );
+
+    let pid_filter = p_ok.to_string();
+    let (st, out, err) = run_cli(&[
+        "list",
+        "--bootstrap-server",
+        &addr,
+        "--producer-id",
+        &pid_filter,
+        "--json",
+    ]);
+    assert!(st.success(), "{err}");
+    assert!(
+        out.contains("\"transactionalId\":\"fine\"") && !out.contains("hung"),
+        "{out}"
+    );
+
+    let (st, out, err) = run_cli(&[
+        "describe",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "fine",
+        "--json",
+    ]);
+    assert!(st.success(), "{err}");
+    assert!(
+        out.contains("\"state\":\"Ongoing\"") && out.contains("\"partitions\":[\"t-0\"]"),
+        "{out}"
+    );
+    let (st, _, err) = run_cli(&[
+        "describe",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "nobody",
+    ]);
+    assert!(!st.success());
+    assert!(err.contains("TRANSACTIONAL_ID_NOT_FOUND"), "{err}");
+
+    let (st, out, err) = run_cli(&["find-hanging", "--bootstrap-server", &addr]);
+    assert!(st.success(), "{err}");
+    assert!(out.lines().any(|l| l.starts_with("hung ")), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("fine ")), "{out}");
+
+    let (st, out, err) = run_cli(&[
+        "abort",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "fine",
+        "--json",
+    ]);
+    assert!(st.success(), "{err}");
+    assert!(
+        out.contains("\"state\":\"CompleteAbort\"") || out.contains("\"state\":\"Empty\""),
+        "{out}"
+    );
+    // The old producer is fenced.
+    let r = c
+        .call(&end_req("fine", p_ok, e_ok, true), 3)
+        .await
+        .expect("end");
+    assert_ne!(r.error_code, 0);
+
+    let metrics = http_get(d.metrics_url.as_deref().expect("metrics url")).await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("txn_coordinator_requests_total{api=\"InitProducerId\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("txn_coordinator_transactions_begun_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("txn_coordinator_producers_fenced_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("txn_coordinator_log_append_seconds_bucket"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("txn_coordinator_partitions_loaded 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("txn_coordinator_group_commit_batches"),
+        "{metrics}"
+    );
+    let nf = http_get(&format!("{}x", d.metrics_url.as_deref().expect("url"))).await;
+    assert!(nf.starts_with("HTTP/1.1 404"), "{nf}");
+
+    // dump-log needs the daemon stopped (sled locks its directory).
+    assert!(d.terminate().success());
+    let data = dir.path().to_str().expect("utf8");
+    let (st, out, err) = run_cli(&[
+        "dump-log",
+        "--data-dir",
+        data,
+        "--set",
+        "transaction.state.log.num.partitions=6",
+    ]);
+    assert!(st.success(), "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("transaction_metadata::transactionalId=hung")
+                && l.contains(&format!(
+                    "producerId:{p_hung},producerEpoch:{e_hung},state=Ongoing,partitions=[t-1]"
+                ))
+                && l.contains("txnTimeoutMs=1")),
+        "{out}"
+    );
+    let (st, out, err) = run_cli(&[
+        "dump-log",
+        "--data-dir",
+        data,
+        "--json",
+        "--set",
+        "transaction.state.log.num.partitions=6",
+    ]);
+    assert!(st.success(), "{err}");
+    assert!(out.contains("\"transactionalId\":\"fine\""), "{out}");
+    let (st, _, err) = run_cli(&["dump-log", "--data-dir", "/nonexistent/dir"]);
+    assert!(!st.success());
+    assert!(err.contains("holds no transaction log"), "{err}");
+}

@@ -1,0 +1,356 @@
+//! The real `txn-coordinator` binary over TCP: every served API, error paths, markers to a
+//! fake broker, unsupported APIs answered rather than dropped.
+
+mod daemon_support;
+
+use daemon_support::*;
+use kafka_protocol::messages::{self as km, ApiKey, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_every_version_and_the_kip511_fallback() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=5"],
+    );
+    let mut c = d.conn().await;
+    for v in 0..=4 {
+        let r = c
+            .call(&km::ApiVersionsRequest::default(), v)
+            .await
+            .expect("api versions");
+        assert_eq!(r.error_code, 0, "v{v}");
+        let find = |k: ApiKey| {
+            r.api_keys
+                .iter()
+                .find(|a| a.api_key == k as i16)
+                .map(|a| (a.min_version, a.max_version))
+        };
+        assert_eq!(find(ApiKey::InitProducerId), Some((0, 5)));
+        assert_eq!(find(ApiKey::AddPartitionsToTxn), Some((0, 5)));
+        assert_eq!(find(ApiKey::AddOffsetsToTxn), Some((0, 4)));
+        assert_eq!(find(ApiKey::EndTxn), Some((0, 5)));
+        assert_eq!(find(ApiKey::FindCoordinator), Some((0, 6)));
+        assert_eq!(find(ApiKey::DescribeTransactions), Some((0, 0)));
+        assert_eq!(find(ApiKey::ListTransactions), Some((0, 1)));
+        // librdkafka's MsgVer2 feature needs Produce >= 3 and Fetch >= 4 advertised.
+        assert!(find(ApiKey::Produce).is_some_and(|(min, max)| min <= 3 && max >= 3));
+        assert!(find(ApiKey::Fetch).is_some_and(|(min, max)| min <= 4 && max >= 4));
+    }
+    // ApiVersions v99: a v0 answer with UNSUPPORTED_VERSION and our ranges (KIP-511).
+    let frame = roundtrip_raw(d.addr, &raw_request(18, 99, 77, &[]))
+        .await
+        .expect("answered");
+    let mut b = frame;
+    let h = ResponseHeader::decode(&mut b, 0).expect("header");
+    assert_eq!(h.correlation_id, 77);
+    let r = km::ApiVersionsResponse::decode(&mut b, 0).expect("v0 body");
+    assert_eq!(r.error_code, 35);
+    assert!(
+        r.api_keys
+            .iter()
+            .any(|a| a.api_key == ApiKey::EndTxn as i16)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_lifecycle_with_markers_to_a_fake_broker() {
+    let broker = FakeBroker::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let bs = broker.addr.to_string();
+    let d = Daemon::start(dir.path(), &["--bootstrap-servers", &bs, "--node-id", "77"]);
+    let mut c = d.conn().await;
+
+    // FindCoordinator v2 (librdkafka) and v6 (kafka-python) for a transactional id: this node.
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key(s("app"))
+                .with_key_type(1),
+            2,
+        )
+        .await
+        .expect("find v2");
+    assert_eq!(
+        (r.error_code, r.node_id.0, r.port),
+        (0, 77, i32::from(d.addr.port()))
+    );
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_coordinator_keys(vec![s("app")]),
+            6,
+        )
+        .await
+        .expect("find v6");
+    assert_eq!(r.coordinators.len(), 1);
+    assert_eq!(
+        (r.coordinators[0].error_code, r.coordinators[0].node_id.0),
+        (0, 77)
+    );
+    // GROUP keys: the brokers' answer.
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key(s("grp"))
+                .with_key_type(0),
+            2,
+        )
+        .await
+        .expect("find group");
+    assert_eq!(
+        (r.error_code, r.node_id.0, r.port),
+        (0, 1, i32::from(broker.addr.port()))
+    );
+
+    // Metadata v12: the broker plus this node.
+    let r = c
+        .call(
+            &km::MetadataRequest::default().with_topics(Some(vec![
+                km::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(km::TopicName(s("t")))),
+            ])),
+            12,
+        )
+        .await
+        .expect("metadata");
+    let mut ids: Vec<i32> = r.brokers.iter().map(|b| b.node_id.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 77]);
+    assert_eq!(r.topics.len(), 1);
+    assert_eq!(r.topics[0].partitions.len(), 3);
+
+    // init -> add -> offsets -> commit (librdkafka's versions).
+    let (pid, epoch) = init_ok(&mut c, "app", 60_000).await;
+    assert_eq!(epoch, 0);
+    let r = c
+        .call(&add_req_v3("app", pid, epoch, &[("t", 0), ("t", 1)]), 0)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 0), ("t".into(), 1, 0)]);
+    let r = c
+        .call(
+            &km::AddOffsetsToTxnRequest::default()
+                .with_transactional_id(km::TransactionalId(s("app")))
+                .with_producer_id(km::ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_group_id(km::GroupId(s("grp"))),
+            0,
+        )
+        .await
+        .expect("add offsets");
+    assert_eq!(r.error_code, 0);
+    let desc = describe(&mut c, "app").await;
+    assert_eq!(desc.transaction_state.as_str(), "Ongoing");
+    assert_eq!(desc.transaction_timeout_ms, 60_000);
+    let r = c
+        .call(&end_req("app", pid, epoch, true), 1)
+        .await
+        .expect("end");
+    assert_eq!(r.error_code, 0);
+    wait_state(&mut c, "app", "CompleteCommit").await;
+    let markers = broker.markers();
+    let sent: Vec<_> = markers.iter().flat_map(|m| m.markers.iter()).collect();
+    assert!(!sent.is_empty());
+    assert!(
+        sent.iter()
+            .all(|m| m.producer_id.0 == pid && m.producer_epoch == epoch && m.transaction_result)
+    );
+    let mut parts: Vec<(String, i32)> = sent
+        .iter()
+        .flat_map(|m| {
+            m.topics.iter().flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(move |p| (t.name.0.to_string(), *p))
+            })
+        })
+        .collect();
+    parts.sort();
+    parts.dedup();
+    assert!(
+        parts.contains(&("t".into(), 0)) && parts.contains(&("t".into(), 1)),
+        "{parts:?}"
+    );
+    assert!(
+        parts.iter().any(|(t, _)| t == "__consumer_offsets"),
+        "{parts:?}"
+    );
+
+    // A second transaction, aborted, with EndTxn v3 (kafka-python).
+    let r = c
+        .call(&add_req_v3("app", pid, epoch, &[("t2", 2)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t2".into(), 2, 0)]);
+    let r = c
+        .call(&end_req("app", pid, epoch, false), 3)
+        .await
+        .expect("abort");
+    assert_eq!(r.error_code, 0);
+    wait_state(&mut c, "app", "CompleteAbort").await;
+
+    // Topics unknown to the brokers: UNKNOWN_TOPIC_OR_PARTITION, the rest OPERATION_NOT_ATTEMPTED.
+    let r = c
+        .call(
+            &add_req_v3("app", pid, epoch, &[("nope", 0), ("t", 0), ("t", 9)]),
+            0,
+        )
+        .await
+        .expect("add");
+    assert_eq!(
+        add_errors(&r),
+        vec![
+            ("nope".into(), 0, 3),
+            ("t".into(), 0, 55),
+            ("t".into(), 9, 3)
+        ]
+    );
+    assert_eq!(
+        describe(&mut c, "app").await.transaction_state.as_str(),
+        "CompleteAbort"
+    );
+
+    // ListTransactions v1 with a state filter and an unknown state echoed.
+    let r = c
+        .call(
+            &km::ListTransactionsRequest::default()
+                .with_state_filters(vec![s("CompleteAbort"), s("Bogus")]),
+            1,
+        )
+        .await
+        .expect("list");
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.unknown_state_filters, vec![s("Bogus")]);
+    assert_eq!(r.transaction_states.len(), 1);
+    assert_eq!(r.transaction_states[0].transactional_id.0.as_str(), "app");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_paths_match_kafka() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &[
+            "--set",
+            "transaction.state.log.num.partitions=5",
+            "--set",
+            "transaction.max.timeout.ms=100000",
+        ],
+    );
+    let mut c = d.conn().await;
+    // Empty id -> INVALID_REQUEST; timeout above the max -> INVALID_TRANSACTION_TIMEOUT.
+    let r = c.call(&init_req(Some(""), 1000), 4).await.expect("init");
+    assert_eq!(r.error_code, 42);
+    let r = c
+        .call(&init_req(Some("x"), 100_001), 4)
+        .await
+        .expect("init");
+    assert_eq!(r.error_code, 50);
+    // Null id: an idempotent producer id, nothing persisted.
+    let mut idem = None;
+    for _ in 0..100 {
+        let r = c.call(&init_req(None, 1000), 0).await.expect("init null");
+        if r.error_code == 0 {
+            idem = Some(r.producer_id.0);
+            break;
+        }
+        assert_eq!(r.error_code, 14);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(idem.is_some_and(|p| p >= 0));
+    let (pid, epoch) = init_ok(&mut c, "x", 10_000).await;
+    // EndTxn with nothing open: INVALID_TXN_STATE.
+    let r = c
+        .call(&end_req("x", pid, epoch, true), 1)
+        .await
+        .expect("end");
+    assert_eq!(r.error_code, 48);
+    // Wrong epoch on AddPartitionsToTxn v0 (PRODUCER_FENCED mapped for old versions).
+    let r = c
+        .call(&add_req_v3("x", pid, epoch + 1, &[("t", 0)]), 0)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 47)]);
+    // Wrong producer id: INVALID_PRODUCER_ID_MAPPING.
+    let r = c
+        .call(&add_req_v3("x", pid + 12345, epoch, &[("t", 0)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 49)]);
+    // Unknown id: DescribeTransactions says TRANSACTIONAL_ID_NOT_FOUND.
+    assert_eq!(describe(&mut c, "never").await.error_code, 105);
+    // A second InitProducerId bumps the epoch; the old epoch is fenced: PRODUCER_FENCED from
+    // v2 on, INVALID_PRODUCER_EPOCH below.
+    let (pid2, epoch2) = init_ok(&mut c, "x", 10_000).await;
+    assert_eq!((pid2, epoch2), (pid, epoch + 1));
+    let r = c
+        .call(&add_req_v3("x", pid, epoch, &[("t", 0)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 90)]);
+    let r = c
+        .call(&add_req_v3("x", pid, epoch, &[("t", 0)]), 1)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 47)]);
+    // EndTxn v5 (TV2) on an open transaction returns the next producer id and epoch.
+    let r = c
+        .call(&add_req_v3("x", pid2, epoch2, &[("t", 0)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 0)]);
+    let r = c
+        .call(&end_req("x", pid2, epoch2, false), 5)
+        .await
+        .expect("end v5");
+    assert_eq!(r.error_code, 0);
+    assert_eq!((r.producer_id.0, r.producer_epoch), (pid2, epoch2 + 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_apis_get_unsupported_version_and_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=3"],
+    );
+    let mut c = d.conn().await;
+    let r = c
+        .call(&km::HeartbeatRequest::default(), 4)
+        .await
+        .expect("heartbeat answered");
+    assert_eq!(r.error_code, 35);
+    let r = c
+        .call(&km::JoinGroupRequest::default(), 5)
+        .await
+        .expect("join answered");
+    assert_eq!(r.error_code, 35);
+    // An advertised API at a version we do not serve: InitProducerId is 0-5, the codec knows 0-5;
+    // ListTransactions v2 exists in the codec but is not advertised.
+    let r = c
+        .call(&km::ListTransactionsRequest::default(), 2)
+        .await
+        .expect("list v2 answered");
+    assert_eq!(r.error_code, 35);
+    // Produce to this node: NOT_LEADER_OR_FOLLOWER per partition.
+    let produce = km::ProduceRequest::default()
+        .with_acks(-1)
+        .with_topic_data(vec![
+            km::produce_request::TopicProduceData::default()
+                .with_name(km::TopicName(s("t")))
+                .with_partition_data(vec![
+                    km::produce_request::PartitionProduceData::default().with_index(0),
+                ]),
+        ]);
+    let r = c.call(&produce, 9).await.expect("produce");
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 6);
+    // Still the same connection.
+    let r = c
+        .call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("api versions");
+    assert_eq!(r.error_code, 0);
+}

@@ -1,0 +1,454 @@
+//! Shared helpers of the daemon integration tests: start the real binary on a free loopback
+//! port, talk to it with `kafka-protocol` + `markers::wire`, and a tiny fake broker that serves
+//! Metadata, FindCoordinator and WriteTxnMarkers.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::{StrBytes, VersionRange};
+use markers::wire::{KafkaConnection, decode_request, encode_response, read_frame, write_frame};
+use tokio::net::{TcpListener, TcpStream};
+use txn_log::sync::Mutex;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_txn-coordinator");
+
+pub fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+/// A running daemon; killed on drop.
+pub struct Daemon {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub metrics_url: Option<String>,
+    pub data_dir: PathBuf,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts `txn-coordinator serve --listen 127.0.0.1:0 --data-dir DIR EXTRA...` and waits
+    /// (bounded) until it prints its bound address.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn txn-coordinator");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut metrics_url = None;
+        let addr = loop {
+            let Ok(line) = rx.recv_timeout(Duration::from_secs(120)) else {
+                let _ = child.kill();
+                panic!("daemon did not start; stderr:\n{}", stderr.lock());
+            };
+            if let Some(rest) = line.strip_prefix("txn-coordinator metrics on ") {
+                metrics_url = Some(rest.trim().to_owned());
+            }
+            if let Some(rest) = line.strip_prefix("txn-coordinator listening on ") {
+                break rest.trim().parse().expect("bound address");
+            }
+        };
+        Self {
+            child: Some(child),
+            addr,
+            metrics_url,
+            data_dir: data_dir.to_owned(),
+            stderr,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    pub async fn conn(&self) -> KafkaConnection<TcpStream> {
+        let stream = TcpStream::connect(self.addr).await.expect("connect");
+        KafkaConnection::new(stream, "daemon-test")
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait (bounded) for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status()
+            .expect("kill -TERM");
+        assert!(ok.success());
+        for _ in 0..600 {
+            if let Some(st) = c.try_wait().expect("try_wait") {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        panic!(
+            "daemon did not exit after SIGTERM; stderr:\n{}",
+            self.stderr()
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs the binary with `args` to completion (bounded) and returns (status, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (ExitStatus, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = String::new();
+    let mut err = String::new();
+    let mut so = child.stdout.take().expect("stdout");
+    let mut se = child.stderr.take().expect("stderr");
+    let t = std::thread::spawn(move || {
+        let mut e = String::new();
+        let _ = se.read_to_string(&mut e);
+        e
+    });
+    let _ = so.read_to_string(&mut out);
+    err.push_str(&t.join().expect("stderr thread"));
+    for _ in 0..1200 {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return (st, out, err);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("{args:?} did not finish");
+}
+
+// ===== requests =====
+
+pub fn init_req(id: Option<&str>, timeout_ms: i32) -> km::InitProducerIdRequest {
+    km::InitProducerIdRequest::default()
+        .with_transactional_id(id.map(|i| km::TransactionalId(s(i))))
+        .with_transaction_timeout_ms(timeout_ms)
+}
+
+pub fn add_req_v3(
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    parts: &[(&str, i32)],
+) -> km::AddPartitionsToTxnRequest {
+    let mut topics: Vec<km::add_partitions_to_txn_request::AddPartitionsToTxnTopic> = Vec::new();
+    for (t, p) in parts {
+        match topics.iter_mut().find(|x| x.name.0.as_str() == *t) {
+            Some(x) => x.partitions.push(*p),
+            None => topics.push(
+                km::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(km::TopicName(s(t)))
+                    .with_partitions(vec![*p]),
+            ),
+        }
+    }
+    km::AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(km::ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(topics)
+}
+
+/// Partition errors of a v0-3 AddPartitionsToTxn response, as (topic, partition, code).
+pub fn add_errors(r: &km::AddPartitionsToTxnResponse) -> Vec<(String, i32, i16)> {
+    let mut v: Vec<_> = r
+        .results_by_topic_v3_and_below
+        .iter()
+        .flat_map(|t| {
+            t.results_by_partition.iter().map(move |p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    p.partition_error_code,
+                )
+            })
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn end_req(id: &str, pid: i64, epoch: i16, commit: bool) -> km::EndTxnRequest {
+    km::EndTxnRequest::default()
+        .with_transactional_id(km::TransactionalId(s(id)))
+        .with_producer_id(km::ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit)
+}
+
+pub async fn describe(
+    c: &mut KafkaConnection<TcpStream>,
+    id: &str,
+) -> km::describe_transactions_response::TransactionState {
+    let r = c
+        .call(
+            &km::DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![km::TransactionalId(s(id))]),
+            0,
+        )
+        .await
+        .expect("describe");
+    r.transaction_states.into_iter().next().expect("one state")
+}
+
+/// InitProducerId v4 for `id`, retrying (bounded) while the answer is retriable.
+pub async fn init_ok(c: &mut KafkaConnection<TcpStream>, id: &str, timeout_ms: i32) -> (i64, i16) {
+    for _ in 0..200 {
+        let r = c
+            .call(&init_req(Some(id), timeout_ms), 4)
+            .await
+            .expect("init");
+        match r.error_code {
+            0 => return (r.producer_id.0, r.producer_epoch),
+            14 | 51 => tokio::time::sleep(Duration::from_millis(50)).await,
+            e => panic!("InitProducerId({id}) failed with {e}"),
+        }
+    }
+    panic!("InitProducerId({id}) kept being retriable");
+}
+
+/// Polls DescribeTransactions (bounded) until `id` is in `state`.
+pub async fn wait_state(c: &mut KafkaConnection<TcpStream>, id: &str, state: &str) {
+    let mut last = String::new();
+    for _ in 0..400 {
+        let d = describe(c, id).await;
+        last = d.transaction_state.to_string();
+        if last == state {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{id} never reached {state}; last state {last}");
+}
+
+// ===== fake broker =====
+
+/// A fake Kafka broker (node 1): knows topics `t`, `t2` and `__consumer_offsets` (3
+/// partitions each, 50 for the offsets topic, led by itself), coordinates every group, acknowledges WriteTxnMarkers.
+pub struct FakeBroker {
+    pub addr: SocketAddr,
+    pub node_id: i32,
+    pub markers: Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>,
+}
+
+fn all(_: ApiKey) -> Option<VersionRange> {
+    Some(VersionRange {
+        min: 0,
+        max: i16::MAX,
+    })
+}
+
+impl FakeBroker {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake broker");
+        let addr = listener.local_addr().expect("addr");
+        let markers = Arc::new(Mutex::new(Vec::new()));
+        let m = markers.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let m = m.clone();
+                tokio::spawn(serve_fake(sock, addr, m));
+            }
+        });
+        Self {
+            addr,
+            node_id: 1,
+            markers,
+        }
+    }
+
+    pub fn markers(&self) -> Vec<km::WriteTxnMarkersRequest> {
+        self.markers.lock().clone()
+    }
+}
+
+const TOPICS: &[&str] = &["t", "t2", "__consumer_offsets"];
+
+async fn serve_fake(
+    mut sock: TcpStream,
+    me: SocketAddr,
+    markers: Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>,
+) {
+    loop {
+        let Ok(Some(frame)) = read_frame(&mut sock, 1 << 20).await else {
+            return;
+        };
+        let Ok(req) = decode_request(frame, all) else {
+            return;
+        };
+        let v = req.version();
+        let body = match req.body {
+            RequestKind::Metadata(r) => {
+                let names: Vec<String> = match &r.topics {
+                    None => TOPICS.iter().map(|t| (*t).to_owned()).collect(),
+                    Some(ts) => ts
+                        .iter()
+                        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                        .collect(),
+                };
+                let topics = names
+                    .iter()
+                    .map(|n| {
+                        let t = km::metadata_response::MetadataResponseTopic::default()
+                            .with_name(Some(km::TopicName(s(n))));
+                        if TOPICS.contains(&n.as_str()) {
+                            let count = if n == "__consumer_offsets" { 50 } else { 3 };
+                            t.with_partitions(
+                                (0..count)
+                                    .map(|p| {
+                                        km::metadata_response::MetadataResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_leader_id(km::BrokerId(1))
+                                            .with_replica_nodes(vec![km::BrokerId(1)])
+                                            .with_isr_nodes(vec![km::BrokerId(1)])
+                                    })
+                                    .collect(),
+                            )
+                        } else {
+                            t.with_error_code(3)
+                        }
+                    })
+                    .collect();
+                let mut m = km::MetadataResponse::default()
+                    .with_brokers(vec![
+                        km::metadata_response::MetadataResponseBroker::default()
+                            .with_node_id(km::BrokerId(1))
+                            .with_host(s(&me.ip().to_string()))
+                            .with_port(i32::from(me.port())),
+                    ])
+                    .with_topics(topics);
+                if v >= 1 {
+                    m.controller_id = km::BrokerId(1);
+                }
+                ResponseKind::Metadata(m)
+            }
+            RequestKind::FindCoordinator(_) => ResponseKind::FindCoordinator(
+                km::FindCoordinatorResponse::default()
+                    .with_node_id(km::BrokerId(1))
+                    .with_host(s(&me.ip().to_string()))
+                    .with_port(i32::from(me.port())),
+            ),
+            RequestKind::WriteTxnMarkers(r) => {
+                markers.lock().push(r.clone());
+                let out = r
+                    .markers
+                    .iter()
+                    .map(|mk| {
+                        km::write_txn_markers_response::WritableTxnMarkerResult::default()
+                            .with_producer_id(mk.producer_id)
+                            .with_topics(
+                                mk.topics
+                                    .iter()
+                                    .map(|t| {
+                                        km::write_txn_markers_response::WritableTxnMarkerTopicResult::default()
+                                            .with_name(t.name.clone())
+                                            .with_partitions(
+                                                t.partition_indexes
+                                                    .iter()
+                                                    .map(|p| {
+                                                        km::write_txn_markers_response::WritableTxnMarkerPartitionResult::default()
+                                                            .with_partition_index(*p)
+                                                            .with_error_code(0)
+                                                    })
+                                                    .collect(),
+                                            )
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                ResponseKind::WriteTxnMarkers(
+                    km::WriteTxnMarkersResponse::default().with_markers(out),
+                )
+            }
+            _ => return,
+        };
+        let Ok(bytes) = encode_response(req.api_key, v, req.header.correlation_id, &body) else {
+            return;
+        };
+        if write_frame(&mut sock, &bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A raw request frame body (header v1 with a null client id + `body`), for hand-made input.
+pub fn raw_request(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&api_key.to_be_bytes());
+    v.extend_from_slice(&version.to_be_bytes());
+    v.extend_from_slice(&correlation_id.to_be_bytes());
+    v.extend_from_slice(&(-1i16).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// Sends one framed `payload` and reads one response frame (None if the server closed).
+pub async fn roundtrip_raw(addr: SocketAddr, payload: &[u8]) -> Option<Bytes> {
+    let mut sock = TcpStream::connect(addr).await.expect("connect");
+    write_frame(&mut sock, payload).await.ok()?;
+    tokio::time::timeout(Duration::from_secs(30), read_frame(&mut sock, 1 << 24))
+        .await
+        .ok()?
+        .ok()?
+}
