@@ -1286,7 +1286,9 @@ impl Engine {
         if r.state.is_prepare() {
             return AddDecision::Reply(ErrorCode::CONCURRENT_TRANSACTIONS);
         }
-        if r.state == TxnState::Ongoing && parts.is_subset(&r.partitions) {
+        // Already present (S34), or nothing to add: NONE without a write. (An empty add would
+        // make Kafka write an Ongoing transaction without partitions; we write nothing.)
+        if parts.is_empty() || (r.state == TxnState::Ongoing && parts.is_subset(&r.partitions)) {
             return AddDecision::Reply(ErrorCode::NONE);
         }
         assert_transition(id, r.state, TxnState::Ongoing);

@@ -519,3 +519,13 @@ fn describe_and_list_getters() {
         matches!(&evs[..], [Ev::Respond(t, Response::DescribeTransactions(v))] if *t == to && v[0] == d)
     );
 }
+
+#[test]
+fn add_partitions_with_no_partitions_writes_nothing() {
+    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let to = fx.add("known", 10, 1, &[]);
+    let evs = fx.effects();
+    assert_eq!(add_reply(&evs, to), vec![]);
+    assert!(appended(&evs).is_empty());
+    assert_eq!(fx.record("known").map(|r| r.state), Some(TxnState::Empty));
+}

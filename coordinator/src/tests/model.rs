@@ -164,18 +164,28 @@ impl Harness {
         self.eng.handle_request(Millis(self.now), to, req);
     }
 
+    fn pick(&mut self, n: usize) -> usize {
+        usize::try_from(self.rng.below(n as u64)).expect("small")
+    }
+
     fn pick_identity(&mut self, id: &TransactionalId) -> (ProducerId, ProducerEpoch) {
         let cur = self
             .client
             .get(id)
             .copied()
             .unwrap_or((ProducerId(0), ProducerEpoch(0)));
-        match self.rng.below(10) {
-            0 => (cur.0, ProducerEpoch(cur.1.0.saturating_sub(1).max(0))),
-            1 => (
+        match self.rng.below(20) {
+            0 | 1 => (cur.0, ProducerEpoch(cur.1.0.saturating_sub(1).max(0))),
+            2 | 3 => (
                 ProducerId(i64::try_from(self.rng.below(20)).expect("small")),
                 cur.1,
             ),
+            // Garbage a client or a fuzzer could send: answered, never a panic.
+            4 => {
+                let e = [-1, 0, 32766, 32767, i16::MIN][self.pick(5)];
+                let p = [-1, 0, i64::MAX][self.pick(3)];
+                (ProducerId(p), ProducerEpoch(e))
+            }
             _ => cur,
         }
     }
@@ -208,10 +218,14 @@ impl Harness {
             }
             12..=23 => {
                 let (pid, epoch) = self.pick_identity(&id);
-                let parts = vec![TopicPartition::new(
-                    "t",
-                    i32::try_from(self.rng.below(3)).expect("small"),
-                )];
+                let n = if self.rng.chance(5) {
+                    0
+                } else {
+                    1 + self.pick(2)
+                };
+                let parts: Vec<_> = (0..n)
+                    .map(|_| TopicPartition::new("t", i32::try_from(self.pick(3)).expect("small")))
+                    .collect();
                 let verify = self.rng.chance(25);
                 let sent = if verify {
                     Sent::Verify
@@ -469,7 +483,8 @@ impl Harness {
                 self.bump("init_ok");
             }
             (Sent::Add { id, parts }, Response::AddPartitionsToTxn(r))
-                if r.results[0].partitions.iter().all(|(_, c)| c.is_none()) =>
+                if !parts.is_empty()
+                    && r.results[0].partitions.iter().all(|(_, c)| c.is_none()) =>
             {
                 let d = self
                     .durable
@@ -508,7 +523,7 @@ impl Harness {
 #[test]
 fn randomized_model_keeps_every_invariant() {
     let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for seed in 0..12u64 {
+    for seed in 0..32u64 {
         let mut h = Harness::new(seed);
         for _ in 0..3000 {
             h.step();
