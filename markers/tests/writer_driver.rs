@@ -479,3 +479,28 @@ async fn request_timeout_is_retried() {
     let st = s.writer.stats();
     assert_eq!((st.requests_failed, st.markers_retried), (1, 1));
 }
+
+/// A panicking in-process handler fails that request (retried); it does not wedge the broker.
+#[tokio::test(start_paused = true)]
+async fn panicking_handler_is_a_failed_request() {
+    let calls = Arc::new(Mutex::new(0u32));
+    let c = calls.clone();
+    let transport = Arc::new(InProcessTransport::from_fn(move |_, request, _| {
+        let n = {
+            let mut n = c.lock();
+            *n += 1;
+            *n
+        };
+        assert!(n > 1, "scripted panic on the first call");
+        Ok(build_response(&request, |_, _, _| codes::NONE))
+    }));
+    let mut s = setup(transport, config());
+    s.writer
+        .submit(req("a", 0, 0, 0, &[tp("t", 0)]))
+        .await
+        .expect("submit");
+    let cs = completions(&mut s.rx, 1).await;
+    assert_eq!(cs[0].outcome, MarkerOutcome::Completed);
+    assert_eq!(*calls.lock(), 2);
+    assert_eq!(s.writer.stats().requests_failed, 1);
+}

@@ -1,5 +1,6 @@
 //! The tokio driver: one task owns a [`MarkerPlanner`] and performs its effects.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,6 +171,7 @@ impl MarkerWriter {
             stats: stats.clone(),
             start: Instant::now(),
             tasks: JoinSet::new(),
+            io_of_task: HashMap::new(),
         };
         tokio::spawn(driver.run(rx));
         Self {
@@ -246,6 +248,13 @@ struct Driver {
     stats: Arc<Mutex<WriterStats>>,
     start: Instant,
     tasks: JoinSet<Io>,
+    /// What each io task was doing, to fail it cleanly if the task panics.
+    io_of_task: HashMap<tokio::task::Id, PendingIo>,
+}
+
+enum PendingIo {
+    Resolve(Vec<TopicPartition>),
+    Send(i32, RequestId),
 }
 
 /// Commands taken per loop turn before effects run (batches submissions into requests).
@@ -304,9 +313,9 @@ impl Driver {
                         }
                     }
                 }
-                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.handle_joined(joined);
-                    while let Some(joined) = self.tasks.try_join_next() {
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
                         self.handle_joined(joined);
                     }
                 }
@@ -334,10 +343,28 @@ impl Driver {
         self.tasks.abort_all();
     }
 
-    fn handle_joined(&mut self, joined: Result<Io, tokio::task::JoinError>) {
+    fn handle_joined(&mut self, joined: Result<(tokio::task::Id, Io), tokio::task::JoinError>) {
         match joined {
-            Ok(io) => self.handle_io(io),
-            Err(e) => tracing::error!(error = %e, "marker writer io task failed"),
+            Ok((id, io)) => {
+                self.io_of_task.remove(&id);
+                self.handle_io(io);
+            }
+            Err(e) => {
+                // A panicking resolver or transport: treat its work as failed (retried).
+                tracing::error!(error = %e, "marker writer io task failed");
+                let now = self.now();
+                match self.io_of_task.remove(&e.id()) {
+                    Some(PendingIo::Resolve(tps)) => {
+                        for tp in tps {
+                            self.planner.handle_lookup_failed(now, &tp);
+                        }
+                    }
+                    Some(PendingIo::Send(node_id, request_id)) => {
+                        self.planner.handle_send_failed(now, node_id, request_id);
+                    }
+                    None => {}
+                }
+            }
         }
     }
 
@@ -389,7 +416,8 @@ impl Driver {
             match effect {
                 Effect::Resolve { lookups } => {
                     let resolver = self.resolver.clone();
-                    self.tasks.spawn(async move {
+                    let tps = lookups.iter().map(|l| l.partition.clone()).collect();
+                    let handle = self.tasks.spawn(async move {
                         let mut answers = Vec::with_capacity(lookups.len());
                         for l in lookups {
                             if l.refresh {
@@ -410,6 +438,7 @@ impl Driver {
                         }
                         Io::Resolved(answers)
                     });
+                    self.io_of_task.insert(handle.id(), PendingIo::Resolve(tps));
                 }
                 Effect::Send {
                     broker,
@@ -418,7 +447,8 @@ impl Driver {
                     txn_versions,
                 } => {
                     let transport = self.transport.clone();
-                    self.tasks.spawn(async move {
+                    let pending = PendingIo::Send(broker.node_id, request_id);
+                    let handle = self.tasks.spawn(async move {
                         let node_id = broker.node_id;
                         let call =
                             transport.write_markers_versioned(&broker, request, txn_versions);
@@ -432,6 +462,7 @@ impl Driver {
                             result,
                         }
                     });
+                    self.io_of_task.insert(handle.id(), pending);
                 }
             }
         }
