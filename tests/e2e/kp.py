@@ -1,0 +1,191 @@
+"""End-to-end client programs on kafka-python.
+
+Usage: python kp.py SUBCOMMAND [options]; JSON event lines on stdout as in lr.py.
+
+  txns     a transactional producer running a pattern of commits and aborts
+  consume  an assign()-based reader (read_committed or read_uncommitted)
+  fence    zombie fencing: a second producer with the same transactional_id fences the first
+"""
+
+import argparse
+import logging
+import sys
+import time
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from common import Deadline, emit, log, parse_partitions, parse_pattern, value_for
+
+
+def producer(args, txn_id):
+    return KafkaProducer(
+        bootstrap_servers=args.bootstrap.split(","),
+        transactional_id=txn_id,
+        enable_idempotence=True,
+        acks="all",
+        transaction_timeout_ms=args.txn_timeout_ms,
+        linger_ms=5,
+        request_timeout_ms=10000,
+        retry_backoff_ms=100,
+        reconnect_backoff_ms=100,
+        reconnect_backoff_max_ms=1000,
+    )
+
+
+def describe(exc):
+    return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def send_all(p, topic, values, timeout=10):
+    """Sends (partition, value) pairs and waits for each acknowledgement: returns offsets."""
+    futures = [(part, v, p.send(topic, value=v.encode(), partition=part)) for part, v in values]
+    p.flush(timeout)
+    out = []
+    for part, v, f in futures:
+        md = f.get(timeout)
+        out.append([part, v, md.offset])
+    return out
+
+
+def cmd_txns(args):
+    partitions = parse_partitions(args.partitions)
+    p = producer(args, args.txn_id)
+    p.init_transactions()
+    emit("init", txn_id=args.txn_id)
+    for txn, action in enumerate(parse_pattern(args.pattern)):
+        values = [
+            (part, value_for(args.prefix, txn, part, k))
+            for k in range(args.per_partition)
+            for part in partitions
+        ]
+        p.begin_transaction()
+        emit("produced", txn=txn, values=[[part, v] for part, v in values])
+        record = send_all(p, args.topic, values)
+        if action == "commit":
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+        emit(action, txn=txn, values=record, undelivered=[])
+    emit("done")
+    p.close(timeout=5)
+    return 0
+
+
+def cmd_consume(args):
+    partitions = parse_partitions(args.partitions)
+    deadline = Deadline(args.deadline)
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap.split(","),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level=args.isolation,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        request_timeout_ms=10000,
+    )
+    tps = [TopicPartition(args.topic, part) for part in partitions]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    count = 0
+    timed_out = False
+    at_end = False
+    while True:
+        batches = consumer.poll(timeout_ms=200)
+        for tp, records in sorted(batches.items(), key=lambda kv: kv[0].partition):
+            for r in records:
+                count += 1
+                emit("record", partition=tp.partition, offset=r.offset, value=r.value.decode())
+        if not batches:
+            # End offsets follow the consumer's isolation level: the LSO for read_committed.
+            ends = consumer.end_offsets(tps)
+            at_end = all(consumer.position(tp) >= ends[tp] for tp in tps)
+            if at_end and count >= args.min_records:
+                break
+        if deadline.expired():
+            timed_out = True
+            break
+    emit("done", count=count, eof=at_end, timed_out=timed_out)
+    consumer.close()
+    return 0
+
+
+def cmd_fence(args):
+    partitions = parse_partitions(args.partitions)
+    a = producer(args, args.txn_id)
+    a.init_transactions()
+    ok_values = [(part, "%s-a-ok-p%d" % (args.prefix, part)) for part in partitions]
+    a.begin_transaction()
+    rec = send_all(a, args.topic, ok_values)
+    a.commit_transaction()
+    emit("commit", who="a", values=rec)
+    pre_values = [(part, "%s-a-pre-p%d" % (args.prefix, part)) for part in partitions[:-1]]
+    a.begin_transaction()
+    rec = send_all(a, args.topic, pre_values)
+    emit("a_pre_written", values=rec)
+    b = producer(args, args.txn_id)
+    b.init_transactions()
+    emit("b_init")
+    post_values = [(part, "%s-a-post-p%d" % (args.prefix, part)) for part in partitions]
+    delivered = []
+    produce_errors = []
+    for part, v in post_values:
+        try:
+            f = a.send(args.topic, value=v.encode(), partition=part)
+            a.flush(10)
+            f.get(10)
+            delivered.append(v)
+        except Exception as exc:  # noqa: BLE001 - any failure is what a zombie should see
+            produce_errors.append(describe(exc))
+    try:
+        a.commit_transaction()
+        a_commit = {"ok": True}
+    except Exception as exc:  # noqa: BLE001
+        a_commit = dict(ok=False, **describe(exc))
+    emit("a_post", values=[[part, v] for part, v in post_values], delivered=sorted(delivered),
+         produce_errors=produce_errors, commit=a_commit)
+    b_values = [(part, "%s-b-p%d" % (args.prefix, part)) for part in partitions]
+    b.begin_transaction()
+    rec = send_all(b, args.topic, b_values)
+    b.commit_transaction()
+    emit("commit", who="b", values=rec)
+    emit("done")
+    try:
+        a.close(timeout=2)
+    except Exception:  # noqa: BLE001
+        pass
+    b.close(timeout=5)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic")
+    ap.add_argument("--partitions", default="0")
+    ap.add_argument("--txn-id", default="e2e-txn")
+    ap.add_argument("--pattern", default="C")
+    ap.add_argument("--per-partition", type=int, default=1)
+    ap.add_argument("--prefix", default="v")
+    ap.add_argument("--txn-timeout-ms", type=int, default=30000)
+    ap.add_argument("--isolation", default="read_committed")
+    ap.add_argument("--min-records", type=int, default=0)
+    ap.add_argument("--deadline", type=float, default=60.0)
+    ap.add_argument("--debug", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        stream=sys.stderr)
+    cmds = {"txns": cmd_txns, "consume": cmd_consume, "fence": cmd_fence}
+    if args.cmd not in cmds:
+        raise SystemExit("unknown subcommand %s" % args.cmd)
+    try:
+        rc = cmds[args.cmd](args)
+    except Exception as exc:  # noqa: BLE001
+        log("failed:", repr(exc))
+        emit("fatal", **describe(exc))
+        rc = 3
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

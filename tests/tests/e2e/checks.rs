@@ -1,0 +1,344 @@
+//! History checks over the client programs' events, after Jepsen's Kafka checker: aborted
+//! reads, lost writes, duplicates, inconsistent offsets, order, and all-or-nothing visibility
+//! of transactions whose outcome the client does not know.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::json::Json;
+
+/// One record a consumer read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Partition.
+    pub(crate) partition: i64,
+    /// Offset.
+    pub(crate) offset: i64,
+    /// Value.
+    pub(crate) value: String,
+}
+
+/// What a `consume` run read.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadResult {
+    /// Records in the order they were delivered.
+    pub(crate) records: Vec<Record>,
+    /// Whether every partition reached its end (LSO for read_committed).
+    pub(crate) eof: bool,
+    /// Whether the reader stopped at its deadline.
+    pub(crate) timed_out: bool,
+}
+
+impl ReadResult {
+    /// From a `consume` run's events.
+    pub(crate) fn from_events(events: &[Json]) -> Self {
+        let mut records = Vec::new();
+        let mut eof = false;
+        let mut timed_out = true;
+        for e in events {
+            match ev(e) {
+                "record" => records.push(Record {
+                    partition: int(e, "partition"),
+                    offset: int(e, "offset"),
+                    value: string(e, "value"),
+                }),
+                "done" => {
+                    eof = e.get("eof").and_then(Json::as_bool).unwrap_or(false);
+                    timed_out = e.get("timed_out").and_then(Json::as_bool).unwrap_or(true);
+                }
+                _ => {}
+            }
+        }
+        Self {
+            records,
+            eof,
+            timed_out,
+        }
+    }
+
+    /// The set of values read.
+    pub(crate) fn values(&self) -> BTreeSet<String> {
+        self.records.iter().map(|r| r.value.clone()).collect()
+    }
+}
+
+/// The event name.
+pub(crate) fn ev(e: &Json) -> &str {
+    e.get("ev").and_then(Json::as_str).unwrap_or("")
+}
+
+/// An integer field (panics with the event if missing).
+pub(crate) fn int(e: &Json, k: &str) -> i64 {
+    e.get(k)
+        .and_then(Json::as_i64)
+        .unwrap_or_else(|| panic!("event without integer {k}: {e:?}"))
+}
+
+/// A string field (panics with the event if missing).
+pub(crate) fn string(e: &Json, k: &str) -> String {
+    e.get(k)
+        .and_then(Json::as_str)
+        .unwrap_or_else(|| panic!("event without string {k}: {e:?}"))
+        .to_owned()
+}
+
+/// `[[partition, value, offset?], ...]` of field `k`.
+pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
+    e.get(k)
+        .and_then(Json::as_arr)
+        .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
+        .iter()
+        .map(|t| {
+            let t = t
+                .as_arr()
+                .unwrap_or_else(|| panic!("bad value tuple in {e:?}"));
+            let p = t[0]
+                .as_i64()
+                .unwrap_or_else(|| panic!("bad partition in {e:?}"));
+            let v = t[1]
+                .as_str()
+                .unwrap_or_else(|| panic!("bad value in {e:?}"))
+                .to_owned();
+            let o = t.get(2).and_then(Json::as_i64).filter(|o| *o >= 0);
+            (p, v, o)
+        })
+        .collect()
+}
+
+/// What a value's visibility must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Must {
+    /// Acknowledged committed: must be read, exactly once.
+    Present,
+    /// Aborted, fenced or timed out: must never be read.
+    Absent,
+    /// Outcome unknown to the client: all values of its transaction or none.
+    Either,
+}
+
+/// One written value and what must hold for it.
+#[derive(Debug, Clone)]
+pub(crate) struct Expected {
+    /// The transaction it belongs to (for all-or-nothing).
+    pub(crate) txn: String,
+    /// Partition it was written to.
+    pub(crate) partition: i64,
+    /// Offset the producer's acknowledgement gave, if any.
+    pub(crate) offset: Option<i64>,
+    /// Visibility rule.
+    pub(crate) must: Must,
+}
+
+/// The expected history: values in production order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Expect {
+    order: Vec<String>,
+    by_value: BTreeMap<String, Expected>,
+}
+
+impl Expect {
+    /// Adds one value (in production order).
+    pub(crate) fn add(&mut self, value: &str, e: Expected) {
+        assert!(
+            self.by_value.insert(value.to_owned(), e).is_none(),
+            "value {value} written twice: the client programs must use unique values"
+        );
+        self.order.push(value.to_owned());
+    }
+
+    /// Adds every value of a transaction.
+    pub(crate) fn add_txn(&mut self, txn: &str, vals: &[(i64, String, Option<i64>)], must: Must) {
+        for (p, v, o) in vals {
+            self.add(
+                v,
+                Expected {
+                    txn: txn.to_owned(),
+                    partition: *p,
+                    offset: *o,
+                    must,
+                },
+            );
+        }
+    }
+
+    /// The values that must be present.
+    pub(crate) fn present(&self) -> usize {
+        self.by_value
+            .values()
+            .filter(|e| e.must == Must::Present)
+            .count()
+    }
+
+    /// Checks a read against the history; returns every violation found.
+    pub(crate) fn check(&self, what: &str, read: &ReadResult) -> Vec<String> {
+        let mut bad = Vec::new();
+        if !read.eof || read.timed_out {
+            bad.push(format!(
+                "{what}: the reader did not reach the end of every partition (eof={}, timed_out={})",
+                read.eof, read.timed_out
+            ));
+        }
+        let index: BTreeMap<&str, usize> = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.as_str(), i))
+            .collect();
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut last_per_partition: BTreeMap<i64, (i64, usize, &str)> = BTreeMap::new();
+        let mut offsets: BTreeMap<(i64, i64), &str> = BTreeMap::new();
+        for r in &read.records {
+            *seen.entry(r.value.as_str()).or_default() += 1;
+            if let Some(prev) = offsets.insert((r.partition, r.offset), r.value.as_str())
+                && prev != r.value
+            {
+                bad.push(format!(
+                    "{what}: inconsistent offsets: partition {} offset {} holds {prev} and {}",
+                    r.partition, r.offset, r.value
+                ));
+            }
+            let Some(e) = self.by_value.get(&r.value) else {
+                bad.push(format!(
+                    "{what}: read a value nobody wrote: {} at {}/{}",
+                    r.value, r.partition, r.offset
+                ));
+                continue;
+            };
+            if e.must == Must::Absent {
+                bad.push(format!(
+                    "{what}: aborted read (G1a): {} of txn {} at {}/{}",
+                    r.value, e.txn, r.partition, r.offset
+                ));
+            }
+            if e.partition != r.partition {
+                bad.push(format!(
+                    "{what}: {} was written to partition {} but read from {}",
+                    r.value, e.partition, r.partition
+                ));
+            }
+            if let Some(o) = e.offset
+                && o != r.offset
+            {
+                bad.push(format!(
+                    "{what}: {} was acknowledged at offset {o} but read at offset {}",
+                    r.value, r.offset
+                ));
+            }
+            let i = index[r.value.as_str()];
+            if let Some((lo, li, lv)) = last_per_partition.get(&r.partition) {
+                if r.offset <= *lo {
+                    bad.push(format!(
+                        "{what}: partition {} went backwards: {lv}@{lo} then {}@{}",
+                        r.partition, r.value, r.offset
+                    ));
+                }
+                if i < *li {
+                    bad.push(format!(
+                        "{what}: partition {} out of production order: {lv} before {}",
+                        r.partition, r.value
+                    ));
+                }
+            }
+            last_per_partition.insert(r.partition, (r.offset, i, r.value.as_str()));
+        }
+        for (v, n) in &seen {
+            if *n > 1 {
+                bad.push(format!("{what}: duplicate: {v} read {n} times"));
+            }
+        }
+        let mut txn_seen: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for v in &self.order {
+            let e = &self.by_value[v];
+            let read_it = seen.contains_key(v.as_str());
+            if e.must == Must::Present && !read_it {
+                bad.push(format!(
+                    "{what}: lost write: committed {v} (txn {}, partition {}) was never read",
+                    e.txn, e.partition
+                ));
+            }
+            if e.must == Must::Either {
+                let s = txn_seen.entry(e.txn.as_str()).or_default();
+                s.0 += 1;
+                if read_it {
+                    s.1 += 1;
+                }
+            }
+        }
+        for (txn, (all, read_n)) in txn_seen {
+            if read_n != 0 && read_n != all {
+                bad.push(format!(
+                    "{what}: txn {txn} (outcome unknown) is partly visible: {read_n} of {all} values"
+                ));
+            }
+        }
+        bad
+    }
+}
+
+/// Panics with every violation and the read, if there are any.
+pub(crate) fn assert_clean(violations: &[String], read: &ReadResult) {
+    if !violations.is_empty() {
+        let records: Vec<String> = read
+            .records
+            .iter()
+            .map(|r| format!("  {}/{} {}", r.partition, r.offset, r.value))
+            .collect();
+        panic!(
+            "history check failed:\n{}\nrecords read:\n{}",
+            violations.join("\n"),
+            records.join("\n")
+        );
+    }
+}
+
+#[test]
+fn checker_flags_each_anomaly() {
+    let mut x = Expect::default();
+    let c = |p, o| Expected {
+        txn: "t0".into(),
+        partition: p,
+        offset: Some(o),
+        must: Must::Present,
+    };
+    x.add("a", c(0, 0));
+    x.add("b", c(0, 1));
+    x.add(
+        "z",
+        Expected {
+            txn: "t1".into(),
+            partition: 0,
+            offset: Some(2),
+            must: Must::Absent,
+        },
+    );
+    let rec = |p, o, v: &str| Record {
+        partition: p,
+        offset: o,
+        value: v.into(),
+    };
+    let ok = ReadResult {
+        records: vec![rec(0, 0, "a"), rec(0, 1, "b")],
+        eof: true,
+        timed_out: false,
+    };
+    assert!(x.check("ok", &ok).is_empty());
+    let bad = ReadResult {
+        records: vec![rec(0, 1, "b"), rec(0, 1, "b"), rec(0, 2, "z")],
+        eof: true,
+        timed_out: false,
+    };
+    let v = x.check("bad", &bad).join("\n");
+    assert!(v.contains("lost write"), "{v}");
+    assert!(v.contains("duplicate"), "{v}");
+    assert!(v.contains("aborted read"), "{v}");
+    assert!(v.contains("went backwards"), "{v}");
+    let stuck = ReadResult {
+        records: vec![rec(0, 0, "a")],
+        eof: false,
+        timed_out: true,
+    };
+    assert!(
+        x.check("stuck", &stuck)
+            .join("\n")
+            .contains("did not reach the end")
+    );
+}

@@ -1,0 +1,753 @@
+//! Process harness for the end-to-end tests: starts refbroker processes and the
+//! `txn-coordinator` daemon on free loopback ports, runs the Python client programs of
+//! `tests/e2e/`, and kills everything it started when dropped (also on panic).
+#![allow(dead_code)]
+
+pub(crate) mod checks;
+pub(crate) mod json;
+
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use json::Json;
+
+/// How long a process gets to answer ApiVersions after it was started.
+const STARTUP: Duration = Duration::from_secs(30);
+
+/// Which side hosts the transaction coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Every broker runs with `--embedded-coordinator`.
+    Embedded,
+    /// A standalone `txn-coordinator serve` daemon; brokers point at it with `--coordinator`.
+    Standalone,
+}
+
+impl Mode {
+    /// A short name for values and logs.
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Self::Embedded => "emb",
+            Self::Standalone => "std",
+        }
+    }
+}
+
+/// The Python interpreter with the Kafka clients, or `None` (and a printed skip notice).
+pub(crate) fn python_or_skip(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("TXN_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ => {
+            // Written to the process's stderr directly, past the test harness's capture.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: skipped: TXN_TEST_PYTHON not set (run scripts/test)"
+            );
+            None
+        }
+    }
+}
+
+/// The refbroker binary of this package.
+fn refbroker_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TXN_REFBROKER_BIN") {
+        return PathBuf::from(p);
+    }
+    match option_env!("CARGO_BIN_EXE_refbroker") {
+        Some(p) => PathBuf::from(p),
+        None => profile_dir().join("refbroker"),
+    }
+}
+
+/// The daemon binary of the coordinator package, next to this test's profile directory.
+fn daemon_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
+        return PathBuf::from(p);
+    }
+    profile_dir().join("txn-coordinator")
+}
+
+/// `target/<profile>`: the test executable lives in `target/<profile>/deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// The directory of the Python client programs.
+pub(crate) fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e")
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Sends ApiVersions v0 and reads the answer: true if `addr` speaks Kafka with error 0.
+pub(crate) fn answers_api_versions(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    let client = b"e2e-probe";
+    let mut req = Vec::new();
+    req.extend_from_slice(&18i16.to_be_bytes()); // ApiVersions
+    req.extend_from_slice(&0i16.to_be_bytes()); // v0
+    req.extend_from_slice(&4242i32.to_be_bytes()); // correlation id
+    req.extend_from_slice(&i16::try_from(client.len()).unwrap_or(0).to_be_bytes());
+    req.extend_from_slice(client);
+    let mut frame = u32::try_from(req.len()).unwrap_or(0).to_be_bytes().to_vec();
+    frame.extend_from_slice(&req);
+    if s.write_all(&frame).is_err() {
+        return false;
+    }
+    let mut len = [0u8; 4];
+    if s.read_exact(&mut len).is_err() {
+        return false;
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if !(6..=1 << 20).contains(&len) {
+        return false;
+    }
+    let mut body = vec![0u8; len];
+    if s.read_exact(&mut body).is_err() {
+        return false;
+    }
+    body[..4] == 4242i32.to_be_bytes() && body[4..6] == [0, 0]
+}
+
+/// The last `n` lines of a log file, for failure messages.
+pub(crate) fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].join("\n")
+}
+
+/// One server process (a broker or the daemon) that can be killed and restarted with the same
+/// arguments.
+#[derive(Debug)]
+pub(crate) struct Server {
+    name: String,
+    program: PathBuf,
+    args: Vec<String>,
+    /// Where it listens.
+    pub(crate) addr: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn new(name: &str, program: PathBuf, args: Vec<String>, addr: SocketAddr, dir: &Path) -> Self {
+        Self {
+            name: name.to_owned(),
+            program,
+            args,
+            addr,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+        }
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open server log");
+        let _ = writeln!(
+            log,
+            "=== e2e harness: starting {} {:?} {}",
+            self.name,
+            self.program,
+            self.args.join(" ")
+        );
+        let err = log.try_clone().expect("clone log");
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .env(
+                "RUST_LOG",
+                std::env::var("E2E_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {} ({:?}): {e}", self.name, self.program));
+        self.child = Some(child);
+    }
+
+    /// Whether the process is still alive.
+    pub(crate) fn running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Waits until the process answers ApiVersions; `Err` if it exited or the bound passed.
+    fn await_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            if !self.running() {
+                return Err(format!(
+                    "{} exited during startup; log:\n{}",
+                    self.name,
+                    tail(&self.log, 40)
+                ));
+            }
+            if answers_api_versions(self.addr) {
+                // Another process could own the port: make sure ours is still alive.
+                std::thread::sleep(Duration::from_millis(100));
+                if self.running() {
+                    return Ok(());
+                }
+                continue;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not answer ApiVersions on {} within {STARTUP:?}; log:\n{}",
+                    self.name,
+                    self.addr,
+                    tail(&self.log, 40)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILLs the process and reaps it.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            if let Ok(mut log) = OpenOptions::new().append(true).open(&self.log) {
+                let _ = writeln!(log, "=== e2e harness: SIGKILLed {}", self.name);
+            }
+        }
+    }
+
+    /// Starts the process again with the same arguments (same port, same data dir) and waits
+    /// until it answers; retries while the port is still held (bounded).
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        let mut last = String::new();
+        for _ in 0..5 {
+            self.spawn();
+            match self.await_ready() {
+                Ok(()) => return,
+                Err(e) => {
+                    last = e;
+                    self.kill();
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        panic!("restart of {} failed: {last}", self.name);
+    }
+
+    /// The server's log path.
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterSpec {
+    /// Where the coordinator lives.
+    pub(crate) mode: Mode,
+    /// Number of brokers (node ids 1..=n).
+    pub(crate) brokers: usize,
+    /// `NAME:PARTITIONS` topic specs.
+    pub(crate) topics: Vec<String>,
+    /// Coordinator settings (`KEY=VALUE`), passed as `--set` to whichever process hosts it.
+    pub(crate) settings: Vec<String>,
+}
+
+impl ClusterSpec {
+    /// Two brokers in `mode` with the given topics and the default settings.
+    pub(crate) fn new(mode: Mode, topics: &[&str]) -> Self {
+        Self {
+            mode,
+            brokers: 2,
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+            settings: Vec::new(),
+        }
+    }
+
+    /// Adds a coordinator setting.
+    pub(crate) fn set(mut self, kv: &str) -> Self {
+        self.settings.push(kv.to_owned());
+        self
+    }
+}
+
+/// Running brokers and, in standalone mode, the daemon. Everything is killed on drop; on a
+/// panic the tails of all logs are printed first.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    /// The spec it was started from.
+    pub(crate) spec: ClusterSpec,
+    /// Brokers, index i is node id i + 1.
+    pub(crate) brokers: Vec<Server>,
+    /// The standalone daemon.
+    pub(crate) daemon: Option<Server>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the cluster; retries with fresh ports if a process could not start (bounded).
+    pub(crate) fn start(spec: ClusterSpec) -> Self {
+        let mut last = String::new();
+        for attempt in 0..3 {
+            match Self::try_start(&spec) {
+                Ok(c) => return c,
+                Err(e) => {
+                    eprintln!("e2e harness: cluster start attempt {attempt} failed: {e}");
+                    last = e;
+                }
+            }
+        }
+        panic!("could not start the cluster: {last}");
+    }
+
+    fn try_start(spec: &ClusterSpec) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("txn-e2e-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let ports: Vec<u16> = (0..spec.brokers + 1).map(|_| free_port()).collect();
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let broker_addrs: Vec<SocketAddr> =
+            ports[..spec.brokers].iter().map(|p| addr(*p)).collect();
+        let daemon_addr = addr(ports[spec.brokers]);
+        let cluster_arg = broker_addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut daemon = None;
+        if spec.mode == Mode::Standalone {
+            let data = dir.path().join("daemon-data");
+            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+            let mut args = vec![
+                "serve".to_owned(),
+                "--listen".to_owned(),
+                daemon_addr.to_string(),
+                "--data-dir".to_owned(),
+                data.display().to_string(),
+                "--bootstrap-servers".to_owned(),
+                broker_addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ];
+            for kv in &spec.settings {
+                args.push("--set".to_owned());
+                args.push(kv.clone());
+            }
+            daemon = Some(Server::new(
+                "daemon",
+                daemon_bin(),
+                args,
+                daemon_addr,
+                dir.path(),
+            ));
+        }
+        let mut brokers = Vec::new();
+        for (i, a) in broker_addrs.iter().enumerate() {
+            let data = dir.path().join(format!("broker{}-data", i + 1));
+            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+            let mut args = vec![
+                "--listen".to_owned(),
+                a.to_string(),
+                "--data-dir".to_owned(),
+                data.display().to_string(),
+                "--topics".to_owned(),
+                spec.topics.join(","),
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+                "--cluster".to_owned(),
+                cluster_arg.clone(),
+            ];
+            match spec.mode {
+                Mode::Embedded => {
+                    args.push("--embedded-coordinator".to_owned());
+                    for kv in &spec.settings {
+                        args.push("--set".to_owned());
+                        args.push(kv.clone());
+                    }
+                }
+                Mode::Standalone => {
+                    args.push("--coordinator".to_owned());
+                    args.push(daemon_addr.to_string());
+                }
+            }
+            brokers.push(Server::new(
+                &format!("broker{}", i + 1),
+                refbroker_bin(),
+                args,
+                *a,
+                dir.path(),
+            ));
+        }
+        let mut cluster = Self {
+            spec: spec.clone(),
+            brokers,
+            daemon,
+            dir,
+        };
+        for b in &mut cluster.brokers {
+            b.spawn();
+        }
+        if let Some(d) = &mut cluster.daemon {
+            d.spawn();
+        }
+        for b in &mut cluster.brokers {
+            b.await_ready()?;
+        }
+        if let Some(d) = &mut cluster.daemon {
+            d.await_ready()?;
+        }
+        Ok(cluster)
+    }
+
+    /// `host:port,host:port` of all brokers.
+    pub(crate) fn bootstrap(&self) -> String {
+        self.brokers
+            .iter()
+            .map(|b| b.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The scratch directory (client logs go here too).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process hosting the transaction coordinator: the daemon, or in embedded mode the
+    /// broker that answers FindCoordinator(TRANSACTION) for `txn_id`.
+    pub(crate) fn coordinator_host(&mut self, txn_id: &str) -> &mut Server {
+        match self.spec.mode {
+            Mode::Standalone => self.daemon.as_mut().expect("daemon"),
+            Mode::Embedded => {
+                let addr = find_coordinator(self.brokers[0].addr, txn_id)
+                    .unwrap_or_else(|e| panic!("FindCoordinator({txn_id}): {e}"));
+                self.brokers
+                    .iter_mut()
+                    .find(|b| b.addr == addr)
+                    .unwrap_or_else(|| panic!("coordinator {addr} is not one of the brokers"))
+            }
+        }
+    }
+
+    /// Tails of every server log.
+    pub(crate) fn logs(&self) -> String {
+        let mut out = String::new();
+        for s in self.brokers.iter().chain(self.daemon.iter()) {
+            let _ = writeln!(
+                out,
+                "----- {} ({}) -----\n{}",
+                s.name,
+                s.addr,
+                tail(&s.log, 60)
+            );
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("e2e harness: test failed; server logs:\n{}", self.logs());
+            if std::env::var_os("E2E_KEEP").is_some() {
+                let kept = self.dir.path().to_path_buf();
+                eprintln!("e2e harness: keeping {}", kept.display());
+                let d = std::mem::replace(
+                    &mut self.dir,
+                    tempfile::tempdir().expect("replacement tempdir"),
+                );
+                let _ = d.keep();
+            }
+        }
+        for b in &mut self.brokers {
+            b.kill();
+        }
+        if let Some(d) = &mut self.daemon {
+            d.kill();
+        }
+    }
+}
+
+/// FindCoordinator v1 (key_type 1) against `broker`: the coordinator's address.
+pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAddr, String> {
+    let mut s =
+        TcpStream::connect_timeout(&broker, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let client = b"e2e-probe";
+    let mut req = Vec::new();
+    req.extend_from_slice(&10i16.to_be_bytes()); // FindCoordinator
+    req.extend_from_slice(&1i16.to_be_bytes()); // v1
+    req.extend_from_slice(&77i32.to_be_bytes());
+    req.extend_from_slice(&i16::try_from(client.len()).unwrap_or(0).to_be_bytes());
+    req.extend_from_slice(client);
+    req.extend_from_slice(
+        &i16::try_from(key.len())
+            .map_err(|e| e.to_string())?
+            .to_be_bytes(),
+    );
+    req.extend_from_slice(key.as_bytes());
+    req.push(1); // key_type TRANSACTION
+    let mut frame = u32::try_from(req.len()).unwrap_or(0).to_be_bytes().to_vec();
+    frame.extend_from_slice(&req);
+    s.write_all(&frame).map_err(|e| e.to_string())?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(|e| e.to_string())?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > 1 << 16 {
+        return Err(format!("response too long: {len}"));
+    }
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b).map_err(|e| e.to_string())?;
+    // correlation(4) throttle(4) error(2) error_message(nullable string) node_id(4) host port
+    let rd16 = |b: &[u8], i: usize| -> Result<i16, String> {
+        b.get(i..i + 2)
+            .map(|x| i16::from_be_bytes([x[0], x[1]]))
+            .ok_or_else(|| "short FindCoordinator response".to_owned())
+    };
+    let err = rd16(&b, 8)?;
+    if err != 0 {
+        return Err(format!("error code {err}"));
+    }
+    let mut i = 10;
+    let mlen = rd16(&b, i)?;
+    i += 2 + usize::try_from(mlen.max(0)).unwrap_or(0);
+    i += 4; // node id
+    let hlen = usize::try_from(rd16(&b, i)?).map_err(|e| e.to_string())?;
+    i += 2;
+    let host = b
+        .get(i..i + hlen)
+        .ok_or("short host")
+        .map(|h| String::from_utf8_lossy(h).into_owned())?;
+    i += hlen;
+    let port = b.get(i..i + 4).ok_or("short port")?;
+    let port = i32::from_be_bytes([port[0], port[1], port[2], port[3]]);
+    format!("{host}:{port}")
+        .parse()
+        .map_err(|e| format!("bad address {host}:{port}: {e}"))
+}
+
+/// A running client program: its JSON events arrive over a channel as it prints them.
+#[derive(Debug)]
+pub(crate) struct Client {
+    name: String,
+    child: Option<Child>,
+    rx: Receiver<String>,
+    /// Every event seen so far, in order.
+    pub(crate) events: Vec<Json>,
+    stderr: PathBuf,
+}
+
+impl Client {
+    /// Starts `python <script> <args>` in the scripts directory; stderr goes to a file in
+    /// `dir`.
+    pub(crate) fn spawn(
+        python: &Path,
+        dir: &Path,
+        name: &str,
+        script: &str,
+        args: &[String],
+    ) -> Self {
+        let stderr = dir.join(format!("client-{name}.stderr"));
+        let err = File::create(&stderr).expect("client stderr file");
+        let mut child = Command::new(python)
+            .arg("-u")
+            .arg(scripts_dir().join(script))
+            .args(args)
+            .current_dir(scripts_dir())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn client {name} ({python:?}): {e}"));
+        let stdout = child.stdout.take().expect("client stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            name: name.to_owned(),
+            child: Some(child),
+            rx,
+            events: Vec::new(),
+            stderr,
+        }
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "client {}: events so far:\n{}\nstderr tail:\n{}",
+            self.name,
+            self.events
+                .iter()
+                .map(|e| format!("  {e:?}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            tail(&self.stderr, 40)
+        )
+    }
+
+    fn take_line(&mut self, line: &str) -> Json {
+        let ev = Json::parse(line).unwrap_or_else(|e| {
+            panic!(
+                "client {} printed a non-JSON line {line:?}: {e}\n{}",
+                self.name,
+                self.context()
+            )
+        });
+        self.events.push(ev.clone());
+        ev
+    }
+
+    /// Waits (bounded) for the next event with `ev == name`; panics if the program ends or
+    /// the bound passes first.
+    pub(crate) fn wait_event(&mut self, name: &str, within: Duration) -> Json {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    let ev = self.take_line(&line);
+                    if ev.get("ev").and_then(Json::as_str) == Some(name) {
+                        return ev;
+                    }
+                    if ev.get("ev").and_then(Json::as_str) == Some("fatal") {
+                        panic!(
+                            "client {} failed while waiting for {name}\n{}",
+                            self.name,
+                            self.context()
+                        );
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no {name:?} event within {within:?}\n{}", self.context())
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("client ended before a {name:?} event\n{}", self.context())
+                }
+            }
+        }
+    }
+
+    /// Waits (bounded) for the program to exit with status 0 and returns all its events.
+    pub(crate) fn finish(mut self, within: Duration) -> Vec<Json> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.take_line(&line);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let ctx = self.context();
+                    self.kill();
+                    panic!("client did not finish within {within:?}\n{ctx}");
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let mut child = self.child.take().expect("child");
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("client closed stdout but did not exit\n{}", self.context());
+                }
+            }
+        };
+        assert!(
+            status.success(),
+            "client exited with {status}\n{}",
+            self.context()
+        );
+        std::mem::take(&mut self.events)
+    }
+
+    /// SIGKILLs the program (the events read so far stay in `events`).
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_millis(200)) {
+            if Json::parse(&line).is_ok() {
+                self.take_line(&line);
+            }
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a client program to its end (bounded) and returns its events.
+pub(crate) fn run(
+    python: &Path,
+    dir: &Path,
+    name: &str,
+    script: &str,
+    args: &[String],
+    within: Duration,
+) -> Vec<Json> {
+    Client::spawn(python, dir, name, script, args).finish(within)
+}
+
+/// `["--k", "v", ...]` from pairs.
+pub(crate) fn args(pairs: &[(&str, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        out.push((*k).to_owned());
+        if !v.is_empty() {
+            out.push((*v).to_owned());
+        }
+    }
+    out
+}
