@@ -224,3 +224,49 @@ async fn thousands_of_bad_frames_then_a_valid_request_is_answered() {
         "bad input is logged"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_are_closed_and_others_keep_working() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &[
+            "--set",
+            "transaction.state.log.num.partitions=2",
+            "--set",
+            "max.connections=2",
+        ],
+    );
+    let mut a = d.conn().await;
+    let mut b = d.conn().await;
+    // Both admitted connections are served.
+    a.call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("a");
+    b.call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("b");
+    // A third one is closed without an answer.
+    let mut third = d.conn().await;
+    assert!(
+        third
+            .call(&km::ApiVersionsRequest::default(), 3)
+            .await
+            .is_err()
+    );
+    // Closing one admits the next.
+    drop(a);
+    let mut admitted = false;
+    for _ in 0..100 {
+        let mut c = d.conn().await;
+        if c.call(&km::ApiVersionsRequest::default(), 3).await.is_ok() {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(admitted, "a freed slot is reused");
+    b.call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("b still served");
+}
