@@ -354,3 +354,74 @@ async fn other_apis_get_unsupported_version_and_the_connection_stays_usable() {
         .expect("api versions");
     assert_eq!(r.error_code, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertised_listener_and_metadata_without_brokers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &[
+            "--set",
+            "transaction.state.log.num.partitions=2",
+            "--advertised-listener",
+            "coord.example:1234",
+            "--node-id",
+            "5",
+        ],
+    );
+    let mut c = d.conn().await;
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key(s("x"))
+                .with_key_type(1),
+            3,
+        )
+        .await
+        .expect("find");
+    assert_eq!(
+        (r.error_code, r.node_id.0, r.host.as_str(), r.port),
+        (0, 5, "coord.example", 1234)
+    );
+    // No brokers: GROUP lookups are not available; Metadata is this node alone, named topics unknown.
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key(s("g"))
+                .with_key_type(0),
+            1,
+        )
+        .await
+        .expect("find group");
+    assert_eq!(r.error_code, 15);
+    for v in [0i16, 5, 12] {
+        let r = c
+            .call(
+                &km::MetadataRequest::default().with_topics(Some(vec![
+                    km::metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(km::TopicName(s("t")))),
+                ])),
+                v,
+            )
+            .await
+            .expect("metadata");
+        assert_eq!(r.brokers.len(), 1, "v{v}");
+        assert_eq!(
+            (
+                r.brokers[0].node_id.0,
+                r.brokers[0].host.as_str(),
+                r.brokers[0].port
+            ),
+            (5, "coord.example", 1234)
+        );
+        assert_eq!(r.topics.len(), 1);
+        assert_eq!(r.topics[0].error_code, 3);
+    }
+    // Without brokers, topics are not checked: AddPartitionsToTxn reaches the coordinator.
+    let (pid, epoch) = init_ok(&mut c, "x", 1000).await;
+    let r = c
+        .call(&add_req_v3("x", pid, epoch, &[("anything", 4)]), 0)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("anything".into(), 4, 0)]);
+}

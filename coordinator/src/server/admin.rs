@@ -200,6 +200,13 @@ impl AdminClient {
         ) {
             anyhow::bail!("{id} has no open transaction (state {})", row.state);
         }
+        if matches!(row.state.as_str(), "PrepareCommit" | "PrepareAbort") {
+            anyhow::bail!(
+                "{id} is already decided ({}): its markers are being delivered and the decision \
+                 cannot change; check the brokers if it stays there (find-hanging)",
+                row.state
+            );
+        }
         let req = km::InitProducerIdRequest::default()
             .with_transactional_id(Some(km::TransactionalId(s(id))))
             .with_transaction_timeout_ms(row.timeout_ms.max(1));
