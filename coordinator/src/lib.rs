@@ -78,6 +78,6 @@ pub use request::{
 };
 
 #[cfg(feature = "shell")]
-pub mod shell;
-#[cfg(feature = "shell")]
 pub mod server;
+#[cfg(feature = "shell")]
+pub mod shell;
