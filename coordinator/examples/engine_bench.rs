@@ -2,8 +2,10 @@
 //!
 //! `cargo run --release -p coordinator --no-default-features --example engine_bench`
 //!
-//! Appends and markers are acknowledged immediately (no storage, no network), so this measures
-//! the pure state machine: validation, record building, transition asserts, effect plumbing.
+//! Markers are acknowledged immediately. Appends are acknowledged immediately too (the pure
+//! state machine: validation, record building, transition asserts, effect plumbing), and then a
+//! second run sends them through `txn_log::MemTxnLog` (Immediate durability: the log's epoch
+//! check, record versioning and its live/durable copies, no disk).
 
 use std::time::Instant;
 
@@ -13,8 +15,8 @@ use coordinator::{
     RequestId, Response,
 };
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogPartition, ProducerEpoch, ProducerId, ProducerIdBlock,
-    TopicPartition,
+    CoordinatorEpoch, LoadedPartition, LogPartition, MemTxnLog, ProducerEpoch, ProducerId,
+    ProducerIdBlock, TopicPartition,
 };
 
 struct Driver {
@@ -25,6 +27,7 @@ struct Driver {
     now: i64,
     transitions: u64,
     last: Option<Response>,
+    log: Option<MemTxnLog>,
 }
 
 impl Driver {
@@ -32,9 +35,20 @@ impl Driver {
     fn run(&mut self) {
         while let Some(e) = self.eng.poll_effect() {
             match e {
-                Effect::AppendLog { io, .. } => {
+                Effect::AppendLog {
+                    io,
+                    partition,
+                    coordinator_epoch,
+                    entries,
+                } => {
                     self.transitions += 1;
-                    self.eng.handle_append_done(io);
+                    match &self.log {
+                        None => self.eng.handle_append_done(io),
+                        Some(log) => match log.append_sync(partition, coordinator_epoch, entries) {
+                            Ok(_) => self.eng.handle_append_done(io),
+                            Err(e) => self.eng.handle_append_failed(io, e),
+                        },
+                    }
                 }
                 Effect::WriteMarkers {
                     transactional_id,
@@ -78,7 +92,7 @@ impl Driver {
     }
 }
 
-fn main() {
+fn run(label: &str, log: Option<MemTxnLog>) {
     let ids: Vec<String> = (0..10_000).map(|i| format!("txn-{i}")).collect();
     let config = Config {
         transaction_state_log_num_partitions: 1,
@@ -92,6 +106,10 @@ fn main() {
     })
     .expect("valid");
     let mut eng = Engine::new(LogPartition(0), config, alloc.clone());
+    if let Some(log) = &log {
+        log.claim_sync(LogPartition(0), CoordinatorEpoch(1))
+            .expect("claim");
+    }
     eng.handle_load(Millis(0), CoordinatorEpoch(1), LoadedPartition::default());
     let mut d = Driver {
         eng,
@@ -101,6 +119,7 @@ fn main() {
         now: 0,
         transitions: 0,
         last: None,
+        log,
     };
     d.run();
     let parts = vec![
@@ -146,7 +165,7 @@ fn main() {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    println!("engine_bench: {} ids, {rounds} rounds", ids.len());
+    println!("engine_bench [{label}]: {} ids, {rounds} rounds", ids.len());
     println!(
         "  full init/add/end/complete cycles: {cycles} in {secs:.3} s = {:.0} cycles/s",
         cycles as f64 / secs
@@ -181,4 +200,9 @@ fn main() {
         "  verify-only AddPartitionsToTxn (no write): {:.0} requests/s",
         n as f64 / secs
     );
+}
+
+fn main() {
+    run("appends acked in-process", None);
+    run("appends through MemTxnLog", Some(MemTxnLog::new()));
 }
