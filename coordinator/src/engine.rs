@@ -2,7 +2,7 @@
 //!
 //! Every state change is two-phase, as Kafka's `prepareXxx` / `completeTransitionTo`:
 //! validate, build the new [`TxnRecord`], mark the id pending, emit [`Effect::AppendLog`];
-//! on `handle_append_done` the record is applied through [`Engine::apply`] (the same function
+//! on `handle_append_done` the record is applied through `Engine::apply` (the same function
 //! `handle_load` replays with) and only then is the dependent reply released. The in-memory
 //! map therefore only ever holds durable records: every answer computed from it is safe.
 
@@ -305,7 +305,7 @@ impl Engine {
     }
 
     /// The partition was claimed at `coordinator_epoch` and read: replay `loaded` through the
-    /// same [`Engine::apply`] used live, start serving, and re-drive the markers of every
+    /// same `apply` used live, start serving, and re-drive the markers of every
     /// PrepareCommit/PrepareAbort with the new coordinator epoch. A load whose stored epoch is
     /// newer than `coordinator_epoch` unloads at once (someone else owns the partition). Ignored
     /// after [`Engine::handle_unload`] until [`Engine::handle_begin_load`] (a load that lost a

@@ -25,7 +25,20 @@
 //!    NOT_COORDINATOR until reloaded ([`Engine::handle_begin_load`] + `handle_load`).
 //!
 //! Requests that need no partition (null-id InitProducerId, empty ids, invalid timeouts) can
-//! be answered by [`handle_unrouted`] without an engine.
+//! be answered by [`handle_unrouted`] without an engine. Route the others with
+//! [`Config::partition_for`]; no engine for the partition means NOT_COORDINATOR.
+//!
+//! Across partitions: a v4+ AddPartitionsToTxn batch and DescribeTransactions are split by
+//! partition and the per-engine answers concatenated; ListTransactions asks every engine
+//! ([`Engine::list_transactions`] or the request) and merges with [`merge_list_responses`]
+//! (any engine still loading makes the whole answer COORDINATOR_LOAD_IN_PROGRESS).
+//!
+//! Markers: report each [`Effect::WriteMarkers`] once with [`Engine::handle_markers_done`],
+//! echoing its id, producer id/epoch and coordinator epoch, with [`MarkerOutcome::Written`]
+//! when every participant acknowledged (or was dropped as deleted) or
+//! [`MarkerOutcome::CoordinatorFenced`]. Stale reports are ignored; a report that arrives while
+//! the Complete* append is in flight is ignored; a failed Complete* append is retried by the
+//! engine itself. The state machine is described in `docs/state-machine.md`.
 //!
 //! ```
 //! use coordinator::*;
