@@ -131,3 +131,43 @@ async fn a_valid_file_and_overrides_apply_and_are_logged() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_partition_count_of_an_existing_log_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut d = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=4"],
+    );
+    let mut c = d.conn().await;
+    init_ok(&mut c, "x", 1000).await;
+    assert!(d.terminate().success());
+    let data = dir.path().to_str().expect("utf8");
+    let (st, _, err) = run_cli(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--set",
+        "transaction.state.log.num.partitions=5",
+    ]);
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(
+        err.contains("transaction.state.log.num.partitions is 5") && err.contains("written with 4"),
+        "{err}"
+    );
+    // dump-log finds the recorded count by itself.
+    let (st, out, err) = run_cli(&["dump-log", "--data-dir", data]);
+    assert!(st.success(), "{err}");
+    assert!(out.contains("transactionalId=x "), "{out}");
+    let d2 = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=4"],
+    );
+    let mut c = d2.conn().await;
+    assert_eq!(
+        describe(&mut c, "x").await.transaction_state.as_str(),
+        "Empty"
+    );
+}

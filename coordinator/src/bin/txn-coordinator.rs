@@ -165,7 +165,14 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
                 metrics_listen: a.metrics_listen,
                 settings,
             };
-            server::serve(opts).await.map_err(fail)
+            server::serve(opts).await.map_err(|e| {
+                let code = if e.downcast_ref::<server::SettingsError>().is_some() {
+                    2
+                } else {
+                    1
+                };
+                (code, format!("{e:#}"))
+            })
         }
         Command::List {
             target,
@@ -226,13 +233,19 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
             json,
         } => {
             let s = settings(config.as_ref(), &set).map_err(|e| (2, e))?;
-            let out = admin::dump_log(
-                &data_dir,
-                s.engine.transaction_state_log_num_partitions,
-                fmt_of(json),
-            )
-            .await
-            .map_err(fail)?;
+            // The count the log was written with, unless given explicitly.
+            let explicit = config.is_some()
+                || set
+                    .iter()
+                    .any(|kv| kv.contains("transaction.state.log.num.partitions"));
+            let recorded = server::recorded_partition_count(&data_dir).map_err(fail)?;
+            let partitions = match recorded {
+                Some(n) if !explicit => n,
+                _ => s.engine.transaction_state_log_num_partitions,
+            };
+            let out = admin::dump_log(&data_dir, partitions, fmt_of(json))
+                .await
+                .map_err(fail)?;
             print!("{out}");
             Ok(())
         }

@@ -8,7 +8,7 @@ mod http;
 pub mod protocol;
 pub mod settings;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,6 +115,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
     };
 
+    check_partition_count(
+        &opts.data_dir,
+        settings.engine.transaction_state_log_num_partitions,
+    )?;
     let data_dir = opts.data_dir.clone();
     let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(data_dir)))
         .await
@@ -266,6 +270,54 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         .context("closing the transaction log")?;
     tracing::info!("transaction log flushed and closed");
     outcome
+}
+
+/// File in the data directory recording `transaction.state.log.num.partitions`: the partition
+/// of every id depends on it, so it must never change once the log holds data.
+pub const PARTITIONS_FILE: &str = "txn-coordinator.partitions";
+
+/// The partition count recorded in `data_dir`, if any.
+pub fn recorded_partition_count(data_dir: &Path) -> anyhow::Result<Option<u32>> {
+    match std::fs::read_to_string(data_dir.join(PARTITIONS_FILE)) {
+        Ok(text) => {
+            let n = text
+                .trim()
+                .strip_prefix("transaction.state.log.num.partitions=")
+                .and_then(|v| v.parse().ok())
+                .with_context(|| {
+                    format!("{} is unreadable", data_dir.join(PARTITIONS_FILE).display())
+                })?;
+            Ok(Some(n))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => {
+            Err(e).with_context(|| format!("reading {}", data_dir.join(PARTITIONS_FILE).display()))
+        }
+    }
+}
+
+/// Refuses a `transaction.state.log.num.partitions` other than the one the log was written
+/// with (Kafka refuses to load in that case too); records it on first start.
+fn check_partition_count(data_dir: &Path, n: u32) -> anyhow::Result<()> {
+    match recorded_partition_count(data_dir)? {
+        Some(stored) if stored != n => Err(anyhow::Error::new(SettingsError::Invalid(format!(
+            "transaction.state.log.num.partitions is {n}, but the log in {} was written with {stored}; \
+             it cannot change once the log holds data",
+            data_dir.display()
+        )))),
+        Some(_) => Ok(()),
+        None => {
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("creating {}", data_dir.display()))?;
+            let path = data_dir.join(PARTITIONS_FILE);
+            let tmp = data_dir.join(format!("{PARTITIONS_FILE}.tmp"));
+            std::fs::write(&tmp, format!("transaction.state.log.num.partitions={n}\n"))
+                .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .with_context(|| format!("writing {}", path.display()))?;
+            Ok(())
+        }
+    }
 }
 
 async fn shutdown_signal() {
