@@ -1,3 +1,802 @@
 //! loom models of fencing, failover recovery and the reaper. Every model lives in `tests/` and
 //! compiles only under `--cfg txn_loom`; they drive the production types, not copies.
+//!
+//! This library is the glue the models share, and nothing more: [`Node`] plays the shell's
+//! driver task (it feeds one [`Engine`] and executes its effects in order, appends one at a
+//! time through the [`MemTxnLog`], hands markers to the production [`MarkerPlanner`]) and
+//! [`Broker`] plays a partition leader (it answers `WriteTxnMarkers` through the production
+//! participant [`PartitionState`], following the call sequence documented in
+//! `markers::participant`). Neither decides anything a production type decides: no state
+//! transition, no epoch comparison, no retry policy is re-implemented here.
+//!
+//! Everything shared is built on the `txn_log::sync` facade, so it is loom's model-checked
+//! `Mutex` under `--cfg txn_loom` and std's otherwise; this crate also compiles (and is linted)
+//! in the normal build.
 #![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use coordinator::{
+    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, Effect, EndTxnRequest, Engine,
+    InitProducerIdRequest, IoId, MarkerOutcome, MarkersDone, Millis, ProducerIdAllocator, Request,
+    RequestId, Response, UnloadReason,
+};
+use markers::participant::{
+    BatchHeader, Marker, MarkerApplied, MarkerError, ParticipantConfig, PartitionState,
+    ProduceDecision, TxnVersion,
+};
+use markers::writer::{
+    self, BrokerEndpoint, LeaderLookup, MarkerPlanner, PlannerConfig, TxnMarkerRequest,
+    build_response,
+};
+use txn_log::mem::{WaitDurable, poll_once};
+use txn_log::sync::Mutex;
+use txn_log::{
+    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, MemTxnLog,
+    ProducerEpoch, ProducerId, ProducerIdBlock, TopicPartition, TransactionalId, TxnLog, TxnResult,
+    TxnState,
+};
+
+/// The one log partition every model uses (the configs have a single partition).
+pub const PARTITION: LogPartition = LogPartition(0);
+
+/// A config with one log partition, so every transactional id maps to [`PARTITION`].
+pub fn config() -> Config {
+    Config {
+        transaction_state_log_num_partitions: 1,
+        ..Config::default()
+    }
+}
+
+/// An allocator holding one block of 100 ids starting at 1000.
+pub fn allocator() -> ProducerIdAllocator {
+    ProducerIdAllocator::with_block(ProducerIdBlock {
+        first: ProducerId(1000),
+        len: 100,
+    })
+    .expect("valid block")
+}
+
+/// A transactional id.
+pub fn tid(s: &str) -> TransactionalId {
+    TransactionalId::new(s).expect("non-empty")
+}
+
+/// A topic partition.
+pub fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition::new(topic, partition)
+}
+
+/// InitProducerId v4 for `id` without an expected (pid, epoch).
+pub fn init_producer_id(id: &str, timeout_ms: i32) -> Request {
+    Request::InitProducerId(InitProducerIdRequest {
+        version: 4,
+        transactional_id: Some(id.to_owned()),
+        transaction_timeout_ms: timeout_ms,
+        producer_id: ProducerId::NONE,
+        producer_epoch: ProducerEpoch::NONE,
+    })
+}
+
+/// AddPartitionsToTxn v3 (one transaction).
+pub fn add_partitions(
+    id: &str,
+    pid: ProducerId,
+    epoch: ProducerEpoch,
+    partitions: &[TopicPartition],
+) -> Request {
+    Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        version: 3,
+        transactions: vec![AddPartitionsTxn {
+            transactional_id: id.to_owned(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            verify_only: false,
+            partitions: partitions.to_vec(),
+        }],
+    })
+}
+
+/// EndTxn at `version` (v5+ is TV2 with the default config).
+pub fn end_txn(
+    version: i16,
+    id: &str,
+    pid: ProducerId,
+    epoch: ProducerEpoch,
+    commit: bool,
+) -> Request {
+    Request::EndTxn(EndTxnRequest {
+        version,
+        transactional_id: id.to_owned(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: commit,
+    })
+}
+
+/// The state of `id` in `loaded`, if present.
+pub fn state_of(loaded: &LoadedPartition, id: &TransactionalId) -> Option<TxnState> {
+    loaded
+        .records
+        .iter()
+        .find(|(k, _)| k == id)
+        .map(|(_, r)| r.state)
+}
+
+/// Whether `entries` carry a record in `state`.
+pub fn has_state(entries: &[LogEntry], state: TxnState) -> bool {
+    entries
+        .iter()
+        .any(|e| matches!(&e.op, LogOp::Upsert(r) if r.state == state))
+}
+
+/// Whether `entries` carry a `CompleteCommit` or `CompleteAbort` record.
+pub fn is_complete(entries: &[LogEntry]) -> bool {
+    has_state(entries, TxnState::CompleteCommit) || has_state(entries, TxnState::CompleteAbort)
+}
+
+/// One response the engine released, in emission order.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The request.
+    pub to: RequestId,
+    /// The answer.
+    pub response: Response,
+    /// The durable state of the partition when the reply was released (if
+    /// [`Node::snapshot_replies`] is set).
+    pub durable: Option<LoadedPartition>,
+}
+
+/// One append the node handed to the log, with what became of it.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The engine's id of the append.
+    pub io: IoId,
+    /// The coordinator epoch it was stamped with.
+    pub epoch: CoordinatorEpoch,
+    /// The batch.
+    pub entries: Vec<LogEntry>,
+    /// What [`Node::before_append`] returned for it (false without a hook).
+    pub flagged: bool,
+    /// `None` while waiting for durability; then the log's answer.
+    pub result: Option<Result<(), LogError>>,
+}
+
+/// A hook run just before an append reaches the log (epoch, batch); its return value is kept
+/// in [`Attempt::flagged`]. Models use it to check invariants at append time.
+pub type AppendHook = Box<dyn FnMut(CoordinatorEpoch, &[LogEntry]) -> bool + Send>;
+
+/// How a node's marker work is delivered.
+#[derive(Debug)]
+pub enum Markers {
+    /// An ideal writer: every `WriteMarkers` is reported `Written` at once (for models whose
+    /// invariant does not involve participants).
+    AckAtOnce,
+    /// The production planner. Leader lookups are answered from `leaders`; requests wait in
+    /// `outbox` until a broker thread takes them ([`deliver_one`]).
+    Planner {
+        /// The planner (boxed: it is large).
+        planner: Box<MarkerPlanner>,
+        /// Leader of every participant partition.
+        leaders: BTreeMap<TopicPartition, BrokerEndpoint>,
+        /// `WriteTxnMarkers` requests not yet taken by a broker.
+        outbox: VecDeque<writer::Effect>,
+    },
+}
+
+impl Markers {
+    /// The production planner with default settings and the given leaders.
+    pub fn planner(leaders: &[(TopicPartition, &Broker)]) -> Self {
+        Self::Planner {
+            planner: Box::new(MarkerPlanner::new(PlannerConfig::default())),
+            leaders: leaders
+                .iter()
+                .map(|(tp, b)| (tp.clone(), b.endpoint()))
+                .collect(),
+            outbox: VecDeque::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum AppendState {
+    Queued,
+    Waiting(WaitDurable),
+}
+
+/// One coordinator process for [`PARTITION`]: what the shell's driver task does around an
+/// [`Engine`], reduced to synchronous steps. Share it as `Arc<Mutex<Node>>` (the facade
+/// mutex): the lock plays the driver's message loop, which serialises every input.
+///
+/// Appends go to the log one at a time, in effect order (as the shell's appender task); an
+/// append's completion is reported by [`Node::pump`], a separate step, so other inputs can
+/// interleave between "durable" and "applied".
+pub struct Node {
+    /// The engine.
+    pub engine: Engine,
+    /// The shared log.
+    pub log: MemTxnLog,
+    /// The clock value passed to the engine.
+    pub now: Millis,
+    /// Marker delivery.
+    pub markers: Markers,
+    /// Every released response, in order.
+    pub replies: Vec<Reply>,
+    /// Every append handed to the log, in order.
+    pub attempts: Vec<Attempt>,
+    /// Every unload the engine reported.
+    pub unloads: Vec<UnloadReason>,
+    /// Take a durable snapshot of the partition whenever a response is released.
+    pub snapshot_replies: bool,
+    /// Runs before each append reaches the log.
+    pub before_append: Option<AppendHook>,
+    appender: VecDeque<(usize, AppendState)>,
+    done: VecDeque<MarkersDone>,
+    dead: bool,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("engine", &self.engine)
+            .field("attempts", &self.attempts)
+            .field("replies", &self.replies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A node whose engine is still loading.
+    pub fn new(log: MemTxnLog, allocator: ProducerIdAllocator, markers: Markers) -> Self {
+        Self {
+            engine: Engine::new(PARTITION, config(), allocator),
+            log,
+            now: Millis(0),
+            markers,
+            replies: Vec::new(),
+            attempts: Vec::new(),
+            unloads: Vec::new(),
+            snapshot_replies: false,
+            before_append: None,
+            appender: VecDeque::new(),
+            done: VecDeque::new(),
+            dead: false,
+        }
+    }
+
+    /// What the shell's load task does outside the driver: claim [`PARTITION`] at `epoch`
+    /// through the `TxnLog` trait, then read it. Call without holding the node's lock.
+    pub fn claim_and_read(
+        log: &MemTxnLog,
+        epoch: CoordinatorEpoch,
+    ) -> Result<LoadedPartition, LogError> {
+        let mut claim = log.claim(PARTITION, epoch);
+        poll_once(&mut claim).expect("claim resolves at once in Immediate mode")?;
+        let mut load = log.load(PARTITION);
+        poll_once(&mut load).expect("load never waits")
+    }
+
+    /// The load task's result reached the driver: `handle_load`, then execute the effects.
+    pub fn loaded(&mut self, now: Millis, epoch: CoordinatorEpoch, loaded: LoadedPartition) {
+        if self.dead {
+            return;
+        }
+        self.now = now;
+        self.engine.handle_load(now, epoch, loaded);
+        self.execute();
+    }
+
+    /// Claim, read and load in one step (setup code, before threads start).
+    pub fn load_now(&mut self, now: Millis, epoch: CoordinatorEpoch) {
+        let loaded = Self::claim_and_read(&self.log, epoch).expect("claim and load");
+        self.loaded(now, epoch, loaded);
+    }
+
+    /// A request arrived.
+    pub fn request(&mut self, now: Millis, to: RequestId, request: Request) {
+        if self.dead {
+            return;
+        }
+        self.now = now;
+        self.engine.handle_request(now, to, request);
+        self.execute();
+    }
+
+    /// The engine's timer fired at `now` (reaper, expiry, Complete retries).
+    pub fn timeout(&mut self, now: Millis) {
+        if self.dead {
+            return;
+        }
+        self.now = now;
+        self.engine.handle_timeout(now);
+        self.execute();
+    }
+
+    /// The shell unloads the partition.
+    pub fn unload(&mut self) {
+        if self.dead {
+            return;
+        }
+        self.engine.handle_unload();
+        self.execute();
+    }
+
+    /// The planner's timer fired at `now_ms` (marker retries).
+    pub fn marker_timeout(&mut self, now_ms: u64) {
+        if self.dead {
+            return;
+        }
+        if let Markers::Planner { planner, .. } = &mut self.markers {
+            planner.handle_timeout(now_ms);
+        }
+        self.execute();
+    }
+
+    /// The process crashes: the log loses what is not durable ([`MemTxnLog::crash`]) and this
+    /// node never takes another step. Call with the node's lock held, so no step is half done.
+    pub fn crash(&mut self) {
+        self.dead = true;
+        self.log.crash();
+    }
+
+    /// Whether [`Node::crash`] was called.
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// The response to `to`, if released.
+    pub fn reply(&self, to: RequestId) -> Option<&Reply> {
+        self.replies.iter().find(|r| r.to == to)
+    }
+
+    /// Appends of a `CompleteCommit`/`CompleteAbort` record that became durable.
+    pub fn completes_landed(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| matches!(a.result, Some(Ok(()))) && is_complete(&a.entries))
+            .count()
+    }
+
+    /// Reports every append at the front of the appender queue whose log call resolved, in
+    /// order (the shell's `AppendDone` messages), executing the effects after each.
+    pub fn pump(&mut self) {
+        if self.dead {
+            return;
+        }
+        while let Some((index, AppendState::Waiting(wait))) = self.appender.front_mut() {
+            let index = *index;
+            let Some(result) = poll_once(wait) else {
+                break;
+            };
+            self.appender.pop_front();
+            self.attempts[index].result = Some(result.clone());
+            let io = self.attempts[index].io;
+            match result {
+                Ok(()) => self.engine.handle_append_done(io),
+                Err(e) => self.engine.handle_append_failed(io, e),
+            }
+            self.execute();
+        }
+    }
+
+    /// Executes every effect in order, feeds marker completions back, and starts the next
+    /// append if none is in flight.
+    fn execute(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(effect) = self.engine.poll_effect() {
+                progressed = true;
+                self.effect(effect);
+            }
+            self.drive_planner();
+            while let Some(done) = self.done.pop_front() {
+                progressed = true;
+                self.engine.handle_markers_done(self.now, done);
+            }
+            if !self.start_append() && !progressed {
+                break;
+            }
+        }
+    }
+
+    fn effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::AppendLog {
+                io,
+                partition,
+                coordinator_epoch,
+                entries,
+            } => {
+                assert_eq!(partition, PARTITION);
+                self.attempts.push(Attempt {
+                    io,
+                    epoch: coordinator_epoch,
+                    entries,
+                    flagged: false,
+                    result: None,
+                });
+                self.appender
+                    .push_back((self.attempts.len() - 1, AppendState::Queued));
+            }
+            Effect::Respond { to, response } => {
+                let durable = self
+                    .snapshot_replies
+                    .then(|| self.log.durable_snapshot(PARTITION));
+                self.replies.push(Reply {
+                    to,
+                    response,
+                    durable,
+                });
+            }
+            Effect::WriteMarkers {
+                partition,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                result,
+                partitions,
+                transaction_version,
+            } => match &mut self.markers {
+                Markers::AckAtOnce => self.done.push_back(MarkersDone {
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    coordinator_epoch,
+                    outcome: MarkerOutcome::Written,
+                }),
+                Markers::Planner { planner, .. } => {
+                    let request = TxnMarkerRequest {
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        log_partition: partition,
+                        result,
+                        partitions: partitions.into_iter().collect(),
+                        txn_version: transaction_version,
+                    };
+                    planner
+                        .submit(now_ms(self.now), request)
+                        .expect("planner has room");
+                }
+            },
+            // The models seed the allocator with enough ids: a refill request is a model bug.
+            Effect::NeedProducerIds { block_size } => {
+                panic!("unexpected producer-id refill of {block_size} ids")
+            }
+            Effect::Unloaded {
+                partition, reason, ..
+            } => {
+                if let Markers::Planner { planner, .. } = &mut self.markers {
+                    planner.cancel_log_partition(partition);
+                }
+                self.unloads.push(reason);
+            }
+            other => panic!("effect the harness does not know: {other:?}"),
+        }
+    }
+
+    /// Planner effects: lookups are answered from the leader table at once, requests are
+    /// queued for the brokers; completions become `MarkersDone` as the shell maps them.
+    fn drive_planner(&mut self) {
+        let Markers::Planner {
+            planner,
+            leaders,
+            outbox,
+        } = &mut self.markers
+        else {
+            return;
+        };
+        let now = now_ms(self.now);
+        while let Some(effect) = planner.poll_effect() {
+            match effect {
+                writer::Effect::Resolve { lookups } => {
+                    for l in lookups {
+                        let answer = leaders
+                            .get(&l.partition)
+                            .cloned()
+                            .map_or(LeaderLookup::Unknown, LeaderLookup::Leader);
+                        planner.handle_leader(now, &l.partition, answer);
+                    }
+                }
+                send @ writer::Effect::Send { .. } => outbox.push_back(send),
+            }
+        }
+        while let Some(c) = planner.poll_completion() {
+            let outcome = match c.outcome {
+                writer::MarkerOutcome::Completed => MarkerOutcome::Written,
+                writer::MarkerOutcome::CoordinatorFenced => MarkerOutcome::CoordinatorFenced,
+                writer::MarkerOutcome::Cancelled | writer::MarkerOutcome::Superseded => continue,
+            };
+            self.done.push_back(MarkersDone {
+                transactional_id: c.transactional_id,
+                producer_id: c.producer_id,
+                producer_epoch: c.producer_epoch,
+                coordinator_epoch: c.coordinator_epoch,
+                outcome,
+            });
+        }
+    }
+
+    /// Hands the next queued append to the log if none is in flight (one at a time, in
+    /// order, as the shell's appender). Returns whether something changed.
+    fn start_append(&mut self) -> bool {
+        let Some((index, state @ AppendState::Queued)) = self.appender.front_mut() else {
+            return false;
+        };
+        let index = *index;
+        let attempt = &mut self.attempts[index];
+        if let Some(hook) = self.before_append.as_mut() {
+            attempt.flagged = hook(attempt.epoch, &attempt.entries);
+        }
+        match self
+            .log
+            .append_sync(PARTITION, attempt.epoch, attempt.entries.clone())
+        {
+            Ok(ticket) => {
+                *state = AppendState::Waiting(self.log.wait_durable(ticket));
+            }
+            Err(e) => {
+                self.appender.pop_front();
+                attempt.result = Some(Err(e.clone()));
+                let io = attempt.io;
+                self.engine.handle_append_failed(io, e);
+            }
+        }
+        true
+    }
+}
+
+fn now_ms(now: Millis) -> u64 {
+    u64::try_from(now.0).unwrap_or(0)
+}
+
+/// Sends `request` as `to` and returns the response. For logs in Immediate mode, where the
+/// request step plus one [`Node::pump`] always release the reply; two lock acquisitions, so
+/// other threads can interleave between the append and its apply.
+pub fn call(node: &Mutex<Node>, now: Millis, to: RequestId, request: Request) -> Response {
+    node.lock().request(now, to, request);
+    let mut n = node.lock();
+    n.pump();
+    n.reply(to)
+        .unwrap_or_else(|| panic!("no reply to {to:?} after the append resolved"))
+        .response
+        .clone()
+}
+
+/// One accepted marker at a broker.
+#[derive(Debug, Clone)]
+pub struct AppliedMarker {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The marker.
+    pub marker: Marker,
+    /// What the participant state did with it.
+    pub applied: MarkerApplied,
+}
+
+/// A partition leader: the participant state of its partitions, as a broker embeds
+/// `markers::participant`. Share it behind the facade `Mutex` (the partition lock).
+#[derive(Debug)]
+pub struct Broker {
+    /// Kafka node id.
+    pub node_id: i32,
+    /// Participant state per led partition.
+    pub partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Accepted markers, in order.
+    pub applied: Vec<AppliedMarker>,
+    /// Rejected markers, in order.
+    pub rejected: Vec<(TopicPartition, Marker, MarkerError)>,
+    /// Answer the next `WriteTxnMarkers` with this code for every partition, applying
+    /// nothing (e.g. NOT_LEADER_OR_FOLLOWER, to force a retry).
+    pub fail_next: Option<i16>,
+}
+
+impl Broker {
+    /// A broker leading `partitions`, all empty.
+    pub fn new(node_id: i32, partitions: &[TopicPartition]) -> Self {
+        Self {
+            node_id,
+            partitions: partitions
+                .iter()
+                .map(|p| {
+                    (
+                        p.clone(),
+                        PartitionState::new(ParticipantConfig::default(), 0),
+                    )
+                })
+                .collect(),
+            applied: Vec::new(),
+            rejected: Vec::new(),
+            fail_next: None,
+        }
+    }
+
+    /// Where the broker is reached.
+    pub fn endpoint(&self) -> BrokerEndpoint {
+        BrokerEndpoint::new(self.node_id, "localhost", 9092)
+    }
+
+    /// A transactional produce of one record by `pid`/`epoch` to `partition` (the produce
+    /// call sequence of `markers::participant`): opens the producer's transaction there.
+    pub fn produce(&mut self, partition: &TopicPartition, pid: ProducerId, epoch: ProducerEpoch) {
+        let state = self.partitions.get_mut(partition).expect("led partition");
+        let batch = BatchHeader::transactional(pid, epoch, 0, 1);
+        let ProduceDecision::Append(pending) = state.check_batch(&batch).expect("valid batch")
+        else {
+            panic!("first batch reported as duplicate");
+        };
+        let at = state.next_offset();
+        state.complete_append(pending, at).expect("append recorded");
+        state.advance_high_watermark(state.next_offset());
+    }
+
+    /// Open transactions on `partition`.
+    pub fn open_transactions(&self, partition: &TopicPartition) -> usize {
+        self.partitions[partition].open_transaction_count()
+    }
+
+    /// Transactions `partition` closed with `result`.
+    pub fn closed(&self, partition: &TopicPartition, result: TxnResult) -> usize {
+        self.applied
+            .iter()
+            .filter(|a| {
+                &a.partition == partition && a.applied.completed.is_some_and(|c| c.result == result)
+            })
+            .count()
+    }
+
+    /// The WriteTxnMarkers handler: for each (marker, partition) `check_marker`, append the
+    /// control batch at the log end, `complete_marker` (the documented call sequence).
+    /// Returns the error code per (producer id, topic, partition).
+    fn write_txn_markers(
+        &mut self,
+        markers: &[(Marker, Vec<TopicPartition>)],
+        now_ms: i64,
+    ) -> BTreeMap<(i64, String, i32), i16> {
+        let mut codes = BTreeMap::new();
+        let fail = self.fail_next.take();
+        for (marker, partitions) in markers {
+            for p in partitions {
+                let key = (marker.producer_id.0, p.topic.clone(), p.partition);
+                if let Some(code) = fail {
+                    codes.insert(key, code);
+                    continue;
+                }
+                let Some(state) = self.partitions.get_mut(p) else {
+                    codes.insert(key, writer::codes::UNKNOWN_TOPIC_OR_PARTITION);
+                    continue;
+                };
+                match state.check_marker(marker) {
+                    Ok(pending) => {
+                        let at = state.next_offset();
+                        let applied = state
+                            .complete_marker(pending, at, now_ms)
+                            .expect("checked marker records");
+                        state.advance_high_watermark(state.next_offset());
+                        self.applied.push(AppliedMarker {
+                            partition: p.clone(),
+                            marker: *marker,
+                            applied,
+                        });
+                        codes.insert(key, writer::codes::NONE);
+                    }
+                    Err(e) => {
+                        codes.insert(key, e.code());
+                        self.rejected.push((p.clone(), *marker, e));
+                    }
+                }
+            }
+        }
+        codes
+    }
+}
+
+/// A broker thread's step: take the next `WriteTxnMarkers` request `node`'s planner addressed
+/// to `broker`, let the broker handle it (under the broker's lock), and give the answer back
+/// to the planner (under the node's lock). Returns false if no request was waiting.
+pub fn deliver_one(node: &Mutex<Node>, broker: &Mutex<Broker>, node_id: i32) -> bool {
+    let send = {
+        let mut n = node.lock();
+        let Markers::Planner { outbox, .. } = &mut n.markers else {
+            return false;
+        };
+        let pos = outbox.iter().position(
+            |e| matches!(e, writer::Effect::Send { broker, .. } if broker.node_id == node_id),
+        );
+        pos.and_then(|i| outbox.remove(i))
+    };
+    let Some(writer::Effect::Send {
+        request_id,
+        request,
+        txn_versions,
+        ..
+    }) = send
+    else {
+        return false;
+    };
+    let markers: Vec<(Marker, Vec<TopicPartition>)> = request
+        .markers
+        .iter()
+        .zip(&txn_versions)
+        .map(|(m, v)| {
+            let marker = Marker {
+                producer_id: ProducerId(m.producer_id.0),
+                producer_epoch: ProducerEpoch(m.producer_epoch),
+                coordinator_epoch: CoordinatorEpoch(m.coordinator_epoch),
+                result: if m.transaction_result {
+                    TxnResult::Commit
+                } else {
+                    TxnResult::Abort
+                },
+                txn_version: TxnVersion(i8::try_from(*v).unwrap_or(i8::MAX)),
+            };
+            let parts = m
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partition_indexes
+                        .iter()
+                        .map(|&p| TopicPartition::new(t.name.0.as_str(), p))
+                })
+                .collect();
+            (marker, parts)
+        })
+        .collect();
+    let codes = broker.lock().write_txn_markers(&markers, 0);
+    let response = build_response(&request, |pid, topic, p| {
+        codes
+            .get(&(pid.0, topic.to_owned(), p))
+            .copied()
+            .unwrap_or(writer::codes::UNKNOWN_SERVER_ERROR)
+    });
+    let mut n = node.lock();
+    let now = now_ms(n.now);
+    if let Markers::Planner { planner, .. } = &mut n.markers {
+        planner.handle_response(now, node_id, request_id, &response);
+    }
+    n.execute();
+    true
+}
+
+/// Delivers every outstanding marker request of `node` to `brokers` (by node id), reporting
+/// resolved appends and firing the planner's retry timer when nothing is queued, until the
+/// planner is idle. For the sequential tail of a model, after its threads joined.
+pub fn deliver_all(node: &Mutex<Node>, brokers: &[&Mutex<Broker>]) {
+    let ids: Vec<i32> = brokers.iter().map(|b| b.lock().node_id).collect();
+    for _ in 0..100 {
+        let mut any = false;
+        for (b, id) in brokers.iter().zip(&ids) {
+            while deliver_one(node, b, *id) {
+                any = true;
+            }
+        }
+        let mut n = node.lock();
+        n.pump();
+        let idle = match &n.markers {
+            Markers::Planner { planner, .. } => planner.is_idle(),
+            Markers::AckAtOnce => true,
+        };
+        if idle && !any {
+            return;
+        }
+        let retry_at = match &n.markers {
+            Markers::Planner { planner, .. } => planner.poll_timeout(),
+            Markers::AckAtOnce => None,
+        };
+        if let Some(at) = retry_at {
+            n.marker_timeout(at);
+        }
+    }
+    panic!("marker delivery did not settle");
+}
+
+/// The set of ids in a list, asserting none repeats.
+pub fn assert_unique<T: Ord + Copy + std::fmt::Debug>(items: &[T], what: &str) -> BTreeSet<T> {
+    let mut seen = BTreeSet::new();
+    for i in items {
+        assert!(seen.insert(*i), "{what} {i:?} handed out twice: {items:?}");
+    }
+    seen
+}
