@@ -82,6 +82,7 @@ impl Driver {
         engine.handle_unload();
         // Unloading a fresh engine only emits `Unloaded`; nothing to execute.
         let _ = engine.drain_effects();
+        let shared_for_watch = shared.clone();
         let appends = spawn_appender(partition, shared.clone(), tx.clone());
         let markers = spawn_marker_submitter(shared.clone());
         let driver = Self {
@@ -102,7 +103,18 @@ impl Driver {
             shutdown: None,
         };
         let span = tracing::info_span!("log_partition", partition = partition.0);
-        tokio::spawn(driver.run().instrument(span));
+        let watched = shared_for_watch.clone();
+        let handle = tokio::spawn(driver.run().instrument(span));
+        // A driver ends only when asked to; a panic (an engine assertion) is fatal.
+        tokio::spawn(async move {
+            if let Err(e) = handle.await
+                && e.is_panic()
+            {
+                let reason = format!("driver of log partition {} panicked", partition.0);
+                tracing::error!("{reason}");
+                watched.fail(reason);
+            }
+        });
         tx
     }
 

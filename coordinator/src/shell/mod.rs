@@ -138,9 +138,13 @@ impl Shared {
     }
 
     fn log_poisoned(&self, e: &LogError) {
+        self.fail(e.to_string());
+    }
+
+    fn fail(&self, reason: String) {
         self.poisoned.send_if_modified(|p| {
             if p.is_none() {
-                *p = Some(e.to_string());
+                *p = Some(reason);
                 true
             } else {
                 false
@@ -250,13 +254,20 @@ impl Coordinator {
             .set(i64::try_from(s.retries).unwrap_or(i64::MAX));
     }
 
-    /// Resolves when the log reports a durability failure (the log is poisoned): the process
-    /// can no longer act as coordinator and should stop. Returns the reason.
+    /// Resolves when the coordinator can no longer work: the log reported a durability
+    /// failure (it is poisoned), or a partition driver stopped on a bug (an engine assertion).
+    /// The process should stop (and be restarted, which replays the log). Returns the reason.
+    /// The future is `Send`.
     pub async fn log_failure(&self) -> String {
         let mut rx = self.shared.poisoned.subscribe();
-        match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.clone().unwrap_or_default(),
-            Err(_) => std::future::pending().await,
+        let reason = rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .map(|v| v.clone().unwrap_or_default());
+        match reason {
+            Some(r) => r,
+            None => std::future::pending().await,
         }
     }
 

@@ -289,3 +289,22 @@ async fn shutdown_answers_later_requests_without_hanging() {
     assert_ne!(r.error, ErrorCode::NONE);
     let _ = LogPartition(0);
 }
+
+#[test]
+fn handle_futures_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let h = harness(true);
+        is_send(&h.coordinator.log_failure());
+        is_send(&h.coordinator.init_producer_id(init("x")));
+        is_send(
+            &h.coordinator
+                .list_transactions(ListTransactionsRequest::default()),
+        );
+        is_send(&h.coordinator.load_all_partitions());
+    });
+}
