@@ -270,3 +270,32 @@ async fn connections_beyond_max_connections_are_closed_and_others_keep_working()
         .await
         .expect("b still served");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &[
+            "--set",
+            "transaction.state.log.num.partitions=2",
+            "--set",
+            "connections.max.idle.ms=100",
+        ],
+    );
+    let mut idle = TcpStream::connect(d.addr).await.expect("connect");
+    let mut buf = [0u8; 1];
+    // Bounded: the server closes an idle connection (read returns 0) well within this.
+    let n = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read(&mut idle, &mut buf),
+    )
+    .await
+    .expect("closed by the server")
+    .unwrap_or(0);
+    assert_eq!(n, 0);
+    let mut c = d.conn().await;
+    c.call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("a busy connection is served");
+}

@@ -131,3 +131,23 @@ async fn sigterm_drains_and_exits_zero_and_state_survives() {
     let got = describe(&mut c, "graceful").await;
     assert_eq!((got.producer_id.0, got.producer_epoch), (p, e));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_also_exits_zero_with_an_open_connection() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut d = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=2"],
+    );
+    let mut c = d.conn().await;
+    init_ok(&mut c, "interrupted", 60_000).await;
+    // The client keeps its connection open: shutdown must not wait for it to go away.
+    let status = d.signal("-INT");
+    assert!(
+        status.success(),
+        "exit status {status:?}; stderr:\n{}",
+        d.stderr()
+    );
+    assert!(d.stderr().contains("SIGINT received"), "{}", d.stderr());
+    drop(c);
+}

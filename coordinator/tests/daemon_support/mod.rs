@@ -119,9 +119,14 @@ impl Daemon {
 
     /// SIGTERM and wait (bounded) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
+        self.signal("-TERM")
+    }
+
+    /// Sends `signal` (e.g. `-INT`) and waits (bounded) for the exit status.
+    pub fn signal(&mut self, signal: &str) -> ExitStatus {
         let mut c = self.child.take().expect("running");
         let ok = Command::new("kill")
-            .arg("-TERM")
+            .arg(signal)
             .arg(c.id().to_string())
             .status()
             .expect("kill -TERM");
