@@ -279,8 +279,13 @@ async fn api_versions_and_metadata_advertise_what_librdkafka_needs() {
         .call(&MetadataRequest::default().with_topics(None), 12)
         .await
         .expect("metadata");
-    assert_eq!(md.brokers.len(), 1);
+    // this broker, and the standalone coordinator's node (so clients can reach it)
+    assert_eq!(md.brokers.len(), 2);
     assert_eq!(md.brokers[0].port, i32::from(b.addr().port()));
+    assert_eq!(
+        (md.brokers[1].node_id, md.brokers[1].port),
+        (BrokerId(1000), 9)
+    );
     let t = md
         .topics
         .iter()

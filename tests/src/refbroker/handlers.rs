@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
 use super::server::{Broker, Req};
-use super::{CONSUMER_OFFSETS, CoordinatorMode};
+use super::{CONSUMER_OFFSETS, CoordinatorMode, NodeAddr};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -84,11 +84,20 @@ fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
     use kafka_protocol::messages::metadata_response::{
         MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     };
-    let brokers = broker
+    let mut nodes: Vec<(i32, &NodeAddr)> = broker
         .cluster
         .nodes()
         .iter()
-        .map(|(&id, a)| {
+        .map(|(&id, a)| (id, a))
+        .collect();
+    // Standalone mode: the daemon is listed too, so clients (librdkafka) that only connect to
+    // coordinators they know from Metadata can reach it. It leads no partition.
+    if let CoordinatorMode::Standalone { addr, node_id } = &broker.config.coordinator {
+        nodes.push((*node_id, addr));
+    }
+    let brokers = nodes
+        .into_iter()
+        .map(|(id, a)| {
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(id))
                 .with_host(str_bytes(&a.host))
