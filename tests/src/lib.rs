@@ -2,5 +2,4 @@
 //! broker.
 #![forbid(unsafe_code)]
 
-pub mod fault;
 pub mod refbroker;
