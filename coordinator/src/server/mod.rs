@@ -187,11 +187,6 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         tokio::spawn(http::serve_metrics(l, reg, refresh, shutdown_rx.clone()));
     }
 
-    coordinator
-        .load_all_partitions()
-        .await
-        .context("loading the transaction log")?;
-
     let ctx = Arc::new(Context {
         coordinator: coordinator.clone(),
         brokers: Arc::new(Brokers::new(
@@ -206,9 +201,13 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     });
 
-    // Tests and scripts read this line to learn the bound port.
-    println!("txn-coordinator listening on {bound}");
-    tracing::info!(%bound, advertised = %format!("{}:{}", ctx.advertised_host, ctx.advertised_port), "serving");
+    // Connections are accepted while the partitions load (requests then get
+    // COORDINATOR_LOAD_IN_PROGRESS); the ready line is printed once every partition is loaded.
+    let c2 = coordinator.clone();
+    let loading = async move { c2.load_all_partitions().await };
+    tokio::pin!(loading);
+    let mut loaded = false;
+    tracing::info!(%bound, advertised = %format!("{}:{}", ctx.advertised_host, ctx.advertised_port), "accepting connections; loading the transaction log");
 
     let mut conns = tokio::task::JoinSet::new();
     let limit = Arc::new(Semaphore::new(settings.max_connections));
@@ -217,6 +216,15 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let outcome: anyhow::Result<()> = loop {
         tokio::select! {
             () = &mut stop => break Ok(()),
+            r = &mut loading, if !loaded => {
+                if let Err(e) = r {
+                    break Err(anyhow::Error::new(e).context("loading the transaction log"));
+                }
+                loaded = true;
+                // Tests and scripts read this line to learn the bound port.
+                println!("txn-coordinator listening on {bound}");
+                tracing::info!(%bound, "serving");
+            }
             reason = coordinator.log_failure() => {
                 break Err(anyhow::anyhow!("the transaction log failed: {reason}"));
             }

@@ -271,14 +271,6 @@ impl Coordinator {
         }
     }
 
-    fn driver(&self, p: LogPartition) -> mpsc::UnboundedSender<Msg> {
-        let mut drivers = self.shared.drivers.lock();
-        drivers
-            .entry(p)
-            .or_insert_with(|| Driver::spawn(p, self.shared.clone()))
-            .clone()
-    }
-
     fn existing_driver(&self, p: LogPartition) -> Option<mpsc::UnboundedSender<Msg>> {
         self.shared.drivers.lock().get(&p).cloned()
     }
@@ -309,10 +301,17 @@ impl Coordinator {
     pub async fn load_all_partitions(&self) -> Result<(), LogError> {
         let n = self.shared.config.transaction_state_log_num_partitions;
         let started = std::time::Instant::now();
+        // Every partition is in the loading state before this returns its first await, so
+        // that requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS, never NOT_COORDINATOR.
         let mut set = tokio::task::JoinSet::new();
         for p in 0..n {
-            let me = self.clone();
-            set.spawn(async move { me.load_partition_next_epoch(LogPartition(p)).await });
+            let rx = self.begin_load(LogPartition(p), EpochChoice::NextAfterStored);
+            set.spawn(async move {
+                match rx {
+                    Ok(rx) => rx.await.unwrap_or(Err(LogError::Closed)),
+                    Err(e) => Err(e),
+                }
+            });
         }
         let mut done = 0u32;
         let mut first_err = None;
@@ -324,6 +323,7 @@ impl Coordinator {
                         tracing::info!(
                             partitions_done = done,
                             partitions = n,
+                            ids_loaded = self.shared.metrics.ids_loaded.get(),
                             elapsed_ms = started.elapsed().as_millis() as u64,
                             "loading transaction log partitions"
                         );
@@ -354,20 +354,34 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn load(
+    /// Puts `partition` into the loading state now and returns where its result will come.
+    fn begin_load(
         &self,
         partition: LogPartition,
         epoch: EpochChoice,
-    ) -> Result<CoordinatorEpoch, LogError> {
+    ) -> Result<oneshot::Receiver<Result<CoordinatorEpoch, LogError>>, LogError> {
         if partition.0 >= self.shared.config.transaction_state_log_num_partitions {
             return Err(LogError::InvalidArgument(format!(
                 "log partition {partition} out of range"
             )));
         }
         let (done, rx) = oneshot::channel();
-        self.driver(partition)
+        // Sent under the map lock, so no request can reach a new driver before its load.
+        let mut drivers = self.shared.drivers.lock();
+        drivers
+            .entry(partition)
+            .or_insert_with(|| Driver::spawn(partition, self.shared.clone()))
             .send(Msg::Load { epoch, done })
             .map_err(|_| LogError::Closed)?;
+        Ok(rx)
+    }
+
+    async fn load(
+        &self,
+        partition: LogPartition,
+        epoch: EpochChoice,
+    ) -> Result<CoordinatorEpoch, LogError> {
+        let rx = self.begin_load(partition, epoch)?;
         rx.await.unwrap_or(Err(LogError::Closed))
     }
 
