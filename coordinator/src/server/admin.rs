@@ -289,7 +289,11 @@ pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
             }
             for r in rows {
                 if detailed {
-                    let dur = if r.start_ms >= 0 {
+                    let open = matches!(
+                        r.state.as_str(),
+                        "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
+                    );
+                    let dur = if open && r.start_ms >= 0 {
                         (now - r.start_ms).to_string()
                     } else {
                         "-".into()
