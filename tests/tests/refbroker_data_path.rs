@@ -564,3 +564,112 @@ async fn a_single_member_group_joins_syncs_heartbeats_and_leaves() {
     assert_eq!((l.error_code, l.members[0].error_code), (0, 0));
     assert_eq!(c.call(&hb(1), 4).await.expect("heartbeat").error_code, 25);
 }
+
+#[tokio::test]
+async fn a_second_member_triggers_a_rebalance_that_both_members_complete() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = start(dir.path());
+    let join = |member: &StrBytes| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(sb("two")))
+            .with_session_timeout_ms(30_000)
+            .with_rebalance_timeout_ms(30_000)
+            .with_member_id(member.clone())
+            .with_protocol_type(sb("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(sb("range"))
+                    .with_metadata(Bytes::from_static(b"sub")),
+            ])
+    };
+    let mut a = connect(&b).await;
+    let ja = a.call(&join(&sb("")), 5).await.expect("join a");
+    assert_eq!((ja.error_code, ja.generation_id), (0, 1));
+    let a_id = ja.member_id.clone();
+    let sync = |member: &StrBytes, generation: i32, assignments: Vec<(StrBytes, &'static [u8])>| {
+        SyncGroupRequest::default()
+            .with_group_id(GroupId(sb("two")))
+            .with_generation_id(generation)
+            .with_member_id(member.clone())
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(m, bytes)| {
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(m)
+                            .with_assignment(Bytes::from_static(bytes))
+                    })
+                    .collect(),
+            )
+    };
+    let s = a
+        .call(&sync(&a_id, 1, vec![(a_id.clone(), b"all")]), 4)
+        .await
+        .expect("sync a");
+    assert_eq!(s.error_code, 0);
+
+    // B joins: its JoinGroup waits for A to rejoin
+    let mut bconn = connect(&b).await;
+    let b_join = tokio::spawn(async move {
+        let j = bconn.call(&join(&sb("")), 5).await.expect("join b");
+        (bconn, j)
+    });
+    let hb = HeartbeatRequest::default()
+        .with_group_id(GroupId(sb("two")))
+        .with_generation_id(1)
+        .with_member_id(a_id.clone());
+    let mut seen_rebalance = false;
+    for _ in 0..100 {
+        let e = a.call(&hb, 4).await.expect("heartbeat").error_code;
+        if e == 27 {
+            seen_rebalance = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen_rebalance,
+        "A learns of the rebalance from its heartbeat"
+    );
+    let ja2 = a.call(&join(&a_id), 5).await.expect("rejoin a");
+    let (mut bconn, jb) = b_join.await.expect("join b task");
+    assert_eq!((ja2.error_code, jb.error_code), (0, 0));
+    assert_eq!((ja2.generation_id, jb.generation_id), (2, 2));
+    assert_eq!(ja2.leader, a_id, "the old leader stays leader");
+    assert_eq!(ja2.members.len(), 2, "the leader sees both subscriptions");
+    assert!(jb.members.is_empty());
+    let b_id = jb.member_id.clone();
+
+    // B's sync waits for the leader's assignment
+    let b_id2 = b_id.clone();
+    let b_sync = tokio::spawn(async move {
+        bconn
+            .call(&sync(&b_id2, 2, Vec::new()), 4)
+            .await
+            .expect("sync b")
+    });
+    let sa = a
+        .call(
+            &sync(
+                &a_id,
+                2,
+                vec![(a_id.clone(), b"half-a"), (b_id.clone(), b"half-b")],
+            ),
+            4,
+        )
+        .await
+        .expect("sync a");
+    let sb_resp = b_sync.await.expect("sync b task");
+    assert_eq!((sa.error_code, sa.assignment.as_ref()), (0, &b"half-a"[..]));
+    assert_eq!(
+        (sb_resp.error_code, sb_resp.assignment.as_ref()),
+        (0, &b"half-b"[..])
+    );
+    let stale = a.call(&sync(&a_id, 1, Vec::new()), 4).await.expect("sync");
+    assert_eq!(
+        stale.error_code, 22,
+        "an old generation is ILLEGAL_GENERATION"
+    );
+}
