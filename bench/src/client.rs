@@ -1,0 +1,246 @@
+//! Kafka client plumbing on `markers::wire::KafkaConnection`: version negotiation, metadata,
+//! coordinator lookup, topic creation.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, FindCoordinatorRequest,
+    MetadataRequest, TopicName, create_topics_request::CreatableTopic,
+    metadata_request::MetadataRequestTopic,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+
+/// Kafka error codes the benchmark reacts to.
+pub(crate) mod code {
+    pub(crate) const NONE: i16 = 0;
+    pub(crate) const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub(crate) const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub(crate) const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub(crate) const REQUEST_TIMED_OUT: i16 = 7;
+    pub(crate) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub(crate) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub(crate) const NOT_COORDINATOR: i16 = 16;
+    pub(crate) const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub(crate) const CONCURRENT_TRANSACTIONS: i16 = 51;
+
+    /// Errors a client retries after a short back-off (same producer state).
+    pub(crate) fn retriable(c: i16) -> bool {
+        matches!(
+            c,
+            LEADER_NOT_AVAILABLE
+                | NOT_LEADER_OR_FOLLOWER
+                | REQUEST_TIMED_OUT
+                | COORDINATOR_LOAD_IN_PROGRESS
+                | COORDINATOR_NOT_AVAILABLE
+                | NOT_COORDINATOR
+                | NOT_ENOUGH_REPLICAS
+                | CONCURRENT_TRANSACTIONS
+        )
+    }
+}
+
+/// API version ranges a peer advertised (ApiVersions).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Versions(HashMap<i16, (i16, i16)>);
+
+impl Versions {
+    /// The highest version both sides speak, at most `max` and at least `min`.
+    pub(crate) fn pick(&self, key: ApiKey, min: i16, max: i16) -> anyhow::Result<i16> {
+        let Some(&(lo, hi)) = self.0.get(&(key as i16)) else {
+            bail!("the server does not offer {key:?}");
+        };
+        let codec = key.valid_versions();
+        let v = hi.min(max).min(codec.max);
+        if v < lo.max(min).max(codec.min) {
+            bail!("no common version of {key:?}: server {lo}..={hi}, client {min}..={max}");
+        }
+        Ok(v)
+    }
+}
+
+/// One connection with the versions its peer offers.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    inner: KafkaConnection<TcpStream>,
+    pub(crate) versions: Versions,
+    /// Where it is connected.
+    pub(crate) addr: String,
+}
+
+impl Conn {
+    /// Connects and negotiates (ApiVersions v3).
+    pub(crate) async fn connect(addr: &str, client_id: &str) -> anyhow::Result<Self> {
+        let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
+            .await
+            .with_context(|| format!("connect to {addr} timed out"))?
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        let mut inner = KafkaConnection::new(stream, client_id);
+        let resp = inner
+            .call(
+                &ApiVersionsRequest::default()
+                    .with_client_software_name(StrBytes::from_static_str("txn-bench"))
+                    .with_client_software_version(StrBytes::from_static_str("0.1.0")),
+                3,
+            )
+            .await
+            .with_context(|| format!("ApiVersions to {addr}"))?;
+        if resp.error_code != code::NONE {
+            bail!("ApiVersions to {addr}: error {}", resp.error_code);
+        }
+        let versions = Versions(
+            resp.api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect(),
+        );
+        Ok(Self {
+            inner,
+            versions,
+            addr: addr.to_owned(),
+        })
+    }
+
+    /// One request/response round trip with a 30 s bound.
+    pub(crate) async fn call<R: Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> anyhow::Result<R::Response> {
+        match tokio::time::timeout(Duration::from_secs(30), self.inner.call(req, version)).await {
+            Ok(r) => r.with_context(|| format!("{:?} v{version} to {}", R::KEY, self.addr)),
+            Err(_) => bail!("{:?} to {} timed out after 30 s", R::KEY, self.addr),
+        }
+    }
+}
+
+/// Where each partition of the topic is led, and the brokers' addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct TopicLayout {
+    /// Topic name.
+    pub(crate) topic: String,
+    /// Leader node of partition `i` (index = partition).
+    pub(crate) leaders: Vec<i32>,
+    /// Broker addresses by node id.
+    pub(crate) brokers: HashMap<i32, String>,
+}
+
+/// Reads the topic's layout; creates it with `create_partitions` if it does not exist.
+pub(crate) async fn topic_layout(
+    bootstrap: &str,
+    topic: &str,
+    create_partitions: Option<i32>,
+) -> anyhow::Result<TopicLayout> {
+    let mut conn = Conn::connect(bootstrap, "txn-bench-setup").await?;
+    let v = conn.versions.pick(ApiKey::Metadata, 1, 12)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut created = false;
+    loop {
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]))
+            .with_allow_auto_topic_creation(false);
+        let resp = conn.call(&req, v).await?;
+        let brokers: HashMap<i32, String> = resp
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect();
+        let t = resp
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic));
+        let err = t.map_or(code::UNKNOWN_TOPIC_OR_PARTITION, |t| t.error_code);
+        if err == code::NONE {
+            let t = t.context("topic")?;
+            let mut leaders = vec![-1; t.partitions.len()];
+            let mut ok = !t.partitions.is_empty();
+            for p in &t.partitions {
+                let idx = usize::try_from(p.partition_index).context("partition index")?;
+                if idx >= leaders.len() || p.error_code != code::NONE || p.leader_id.0 < 0 {
+                    ok = false;
+                    continue;
+                }
+                leaders[idx] = p.leader_id.0;
+                ok &= brokers.contains_key(&p.leader_id.0);
+            }
+            if ok {
+                return Ok(TopicLayout {
+                    topic: topic.to_owned(),
+                    leaders,
+                    brokers,
+                });
+            }
+        } else if err == code::UNKNOWN_TOPIC_OR_PARTITION && !created {
+            let Some(n) = create_partitions else {
+                bail!("topic {topic} does not exist (pass --create-partitions N to create it)");
+            };
+            create_topic(&mut conn, topic, n).await?;
+            created = true;
+        } else if !code::retriable(err) && err != code::UNKNOWN_TOPIC_OR_PARTITION {
+            bail!("Metadata for {topic}: error {err}");
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("topic {topic} has no leaders after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create_topic(conn: &mut Conn, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let v = conn.versions.pick(ApiKey::CreateTopics, 2, 7)?;
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1),
+        ])
+        .with_timeout_ms(30_000);
+    let resp = conn.call(&req, v).await?;
+    for t in &resp.topics {
+        if t.error_code != code::NONE && t.error_code != code::TOPIC_ALREADY_EXISTS {
+            bail!(
+                "CreateTopics {topic}: error {} {:?}",
+                t.error_code,
+                t.error_message
+            );
+        }
+    }
+    Ok(())
+}
+
+/// FindCoordinator (key type 1, transaction) for `txn_id`, retrying while it is not available.
+pub(crate) async fn find_coordinator(
+    conn: &mut Conn,
+    txn_id: &str,
+    deadline: tokio::time::Instant,
+) -> anyhow::Result<(i32, String)> {
+    let v = conn.versions.pick(ApiKey::FindCoordinator, 1, 3)?;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(txn_id.to_owned()))
+            .with_key_type(1);
+        let resp = conn.call(&req, v).await?;
+        if resp.error_code == code::NONE {
+            let BrokerId(node) = resp.node_id;
+            return Ok((node, format!("{}:{}", resp.host, resp.port)));
+        }
+        if !code::retriable(resp.error_code) || tokio::time::Instant::now() > deadline {
+            bail!(
+                "FindCoordinator {txn_id}: error {} {:?}",
+                resp.error_code,
+                resp.error_message
+            );
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
