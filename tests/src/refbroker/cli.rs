@@ -16,9 +16,12 @@
 //! | `group.min.session.timeout.ms` | 1000 | smallest session timeout accepted |
 //! | `group.max.session.timeout.ms` | 300000 | largest session timeout accepted |
 //! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
-//! | `transaction.max.timeout.ms` | 900000 | embedded coordinator: largest transaction timeout |
-//! | `transaction.abort.timed.out.transaction.cleanup.interval.ms` | 10000 | embedded coordinator: reaper interval |
-//! | `transaction.state.log.num.partitions` | 50 | embedded coordinator: txn-log partitions |
+//!
+//! Every key of `txn-coordinator serve --set` (`coordinator::server::KEYS`, e.g.
+//! `transaction.max.timeout.ms`, `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+//! `transaction.state.log.num.partitions`, `transaction.version`) is also accepted and
+//! configures the embedded coordinator; `offsets.topic.num.partitions` is the same as
+//! `--offsets-partitions`. Unknown keys are refused.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -26,6 +29,14 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use anyhow::{Context, bail};
 
 use super::{Config, NodeAddr};
+
+/// `--set` keys the broker itself reads.
+const BROKER_KEYS: &[&str] = &[
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "fetch.max.wait.ms",
+];
 
 /// Where the transaction coordinator runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +74,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
     let mut embedded = false;
     let mut coordinator = None;
     let mut coordinator_node_id = 1000;
-    let mut offsets_partitions = 50;
+    let mut offsets_partitions = None;
     let mut settings = BTreeMap::new();
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -105,7 +116,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
                 coordinator_node_id = value()?.parse().context("--coordinator-node-id")?;
             }
             "--offsets-partitions" => {
-                offsets_partitions = value()?.parse().context("--offsets-partitions")?;
+                offsets_partitions = Some(value()?.parse().context("--offsets-partitions")?);
             }
             "--set" => {
                 let v = value()?;
@@ -128,6 +139,21 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
     if !cluster.is_empty() && !cluster.contains_key(&node_id) {
         bail!("--cluster does not list this node's id {node_id}");
     }
+    for k in settings.keys() {
+        if !BROKER_KEYS.contains(&k.as_str()) && !super::embedded::is_coordinator_key(k) {
+            bail!("unknown --set key {k:?}");
+        }
+    }
+    let from_set: Option<i32> = match settings.get("offsets.topic.num.partitions") {
+        Some(v) => Some(v.parse().context("offsets.topic.num.partitions")?),
+        None => None,
+    };
+    let offsets_partitions = match (offsets_partitions, from_set) {
+        (Some(a), Some(b)) if a != b => {
+            bail!("--offsets-partitions {a} contradicts offsets.topic.num.partitions={b}")
+        }
+        (a, b) => a.or(b).unwrap_or(50),
+    };
     if offsets_partitions <= 0 {
         bail!("--offsets-partitions must be positive");
     }
@@ -187,6 +213,9 @@ mod tests {
             "--data-dir d --embedded-coordinator",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --node-id 3 --cluster 1=h:1",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --bogus",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --set no.such.key=1",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --offsets-partitions 4 \
+             --set offsets.topic.num.partitions=5",
         ] {
             assert!(parse_args(args(bad)).is_err(), "{bad}");
         }

@@ -42,27 +42,23 @@ fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
-/// The coordinator configuration from the broker's `--set` values.
+/// The coordinator configuration: the daemon's own settings parser
+/// (`coordinator::server::Settings`, Kafka key names) over the broker's `--set` values that
+/// are coordinator keys, with `offsets.topic.num.partitions` = `--offsets-partitions`.
 pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator::Config> {
-    let d = coordinator::Config::default();
-    let int = |k: &str, v: i64| config.setting_i64(k, v);
-    let c = coordinator::Config {
-        transaction_state_log_num_partitions: u32::try_from(int(
-            "transaction.state.log.num.partitions",
-            i64::from(d.transaction_state_log_num_partitions),
-        ))?,
-        offsets_topic_num_partitions: u32::try_from(config.offsets_partitions)?,
-        transaction_max_timeout_ms: i32::try_from(int(
-            "transaction.max.timeout.ms",
-            i64::from(d.transaction_max_timeout_ms),
-        ))?,
-        abort_timed_out_transaction_cleanup_interval_ms: int(
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-            d.abort_timed_out_transaction_cleanup_interval_ms,
-        ),
-        ..d
-    };
-    Ok(c.validate()?)
+    let mut s = coordinator::server::Settings::default();
+    for (k, v) in &config.settings {
+        if is_coordinator_key(k) {
+            s.set(k, v)?;
+        }
+    }
+    s.engine.offsets_topic_num_partitions = u32::try_from(config.offsets_partitions)?;
+    Ok(s.validate()?.engine)
+}
+
+/// Whether `key` is a setting of the coordinator (as `txn-coordinator serve --set` takes).
+pub(crate) fn is_coordinator_key(key: &str) -> bool {
+    coordinator::server::KEYS.iter().any(|(k, _, _)| *k == key)
 }
 
 /// The node coordinating `transactional_id`: the leader of its `__transaction_state` partition.
