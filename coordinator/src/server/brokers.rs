@@ -16,6 +16,55 @@ use crate::ErrorCode;
 /// Highest Metadata version used towards the brokers.
 const METADATA_VERSION_MAX: i16 = 12;
 
+/// Resets the fields of a v12 Metadata response that `version` does not have.
+pub(crate) fn downgrade_metadata(
+    mut r: km::MetadataResponse,
+    version: i16,
+) -> km::MetadataResponse {
+    if version < 1 {
+        r.controller_id = km::BrokerId(-1);
+    }
+    if version < 2 {
+        r.cluster_id = None;
+    }
+    if version < 3 {
+        r.throttle_time_ms = 0;
+    }
+    // Cluster authorized operations exist only in v8-v10; we never ask for them.
+    r.cluster_authorized_operations = i32::MIN;
+    if version < 13 {
+        r.error_code = 0;
+    }
+    for b in &mut r.brokers {
+        if version < 1 {
+            b.rack = None;
+        }
+    }
+    for t in &mut r.topics {
+        if version < 1 {
+            t.is_internal = false;
+        }
+        if version < 8 {
+            t.topic_authorized_operations = i32::MIN;
+        }
+        if version < 10 {
+            t.topic_id = Default::default();
+        }
+        if version < 12 && t.name.is_none() {
+            t.name = Some(km::TopicName(StrBytes::from_static_str("")));
+        }
+        for p in &mut t.partitions {
+            if version < 5 {
+                p.offline_replicas.clear();
+            }
+            if version < 7 {
+                p.leader_epoch = -1;
+            }
+        }
+    }
+    r
+}
+
 /// Client of the bootstrap brokers (one connection, reused, moved on after a failure).
 #[derive(Debug)]
 pub struct Brokers {
@@ -103,26 +152,28 @@ impl Brokers {
         Err(BrokerError(last))
     }
 
-    /// Forwards a Metadata request (at `min(version, 12)`) and returns the brokers' answer.
+    /// Forwards a client's Metadata request of `version` to the brokers at v12 (what the marker
+    /// writer needs them to serve anyway; Kafka 4 no longer serves v0-v3) and returns the
+    /// answer converted down to `version` (fields that version lacks reset to their defaults).
     pub async fn metadata(
         &self,
         request: &km::MetadataRequest,
         version: i16,
     ) -> Result<km::MetadataResponse, BrokerError> {
-        let v = version.min(METADATA_VERSION_MAX);
-        let mut req = request.clone();
-        if v < 4 {
-            req.allow_auto_topic_creation = true;
-        }
-        if !(8..=10).contains(&v) {
-            req.include_cluster_authorized_operations = false;
-        }
-        if v < 8 {
-            req.include_topic_authorized_operations = false;
-        }
-        let resp = self.call(&req, v).await?;
+        let topics = match &request.topics {
+            // v0: an empty list means every topic.
+            Some(t) if t.is_empty() && version == 0 => None,
+            other => other.clone(),
+        };
+        let req = km::MetadataRequest::default()
+            .with_topics(topics)
+            .with_allow_auto_topic_creation(version < 4 || request.allow_auto_topic_creation)
+            .with_include_topic_authorized_operations(
+                version >= 8 && request.include_topic_authorized_operations,
+            );
+        let resp = self.call(&req, METADATA_VERSION_MAX).await?;
         self.remember(&resp);
-        Ok(resp)
+        Ok(downgrade_metadata(resp, version))
     }
 
     fn remember_into(st: &mut State, resp: &km::MetadataResponse) {
@@ -217,5 +268,51 @@ impl Brokers {
             r.host.to_string(),
             r.port,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::Encodable;
+
+    use super::*;
+
+    #[test]
+    fn a_full_v12_answer_downgrades_to_every_version() {
+        let full = km::MetadataResponse::default()
+            .with_throttle_time_ms(5)
+            .with_cluster_id(Some(StrBytes::from_static_str("c")))
+            .with_controller_id(km::BrokerId(1))
+            .with_brokers(vec![
+                km::metadata_response::MetadataResponseBroker::default()
+                    .with_node_id(km::BrokerId(1))
+                    .with_host(StrBytes::from_static_str("h"))
+                    .with_port(9092)
+                    .with_rack(Some(StrBytes::from_static_str("r"))),
+            ])
+            .with_topics(vec![
+                km::metadata_response::MetadataResponseTopic::default()
+                    .with_name(Some(km::TopicName(StrBytes::from_static_str("t"))))
+                    .with_is_internal(true)
+                    .with_topic_authorized_operations(3)
+                    .with_partitions(vec![
+                        km::metadata_response::MetadataResponsePartition::default()
+                            .with_leader_id(km::BrokerId(1))
+                            .with_leader_epoch(4)
+                            .with_offline_replicas(vec![km::BrokerId(2)]),
+                    ]),
+            ]);
+        for v in 0..=12 {
+            let down = downgrade_metadata(full.clone(), v);
+            down.encode(&mut BytesMut::new(), v)
+                .unwrap_or_else(|e| panic!("v{v}: {e}"));
+            assert_eq!(down.brokers[0].port, 9092);
+            assert_eq!(down.topics[0].partitions[0].leader_id, km::BrokerId(1));
+        }
+        assert!(
+            full.encode(&mut BytesMut::new(), 0).is_err(),
+            "the test input needs the downgrade"
+        );
     }
 }
