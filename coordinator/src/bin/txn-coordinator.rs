@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use coordinator::server::admin::{self, AdminClient, Format};
 use coordinator::server::{self, ServeOptions, Settings};
 
@@ -253,7 +253,19 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let keys: String = server::KEYS
+        .iter()
+        .map(|(k, default, what)| format!("  {k} (default {default}): {what}\n"))
+        .collect();
+    let command = Cli::command().mut_subcommand("serve", |c| {
+        c.after_help(format!(
+            "Configuration keys (--config FILE or --set KEY=VALUE):\n{keys}"
+        ))
+    });
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if matches!(cli.command, Command::Serve(_)) {
         init_tracing();
     }
