@@ -308,3 +308,55 @@ fn handle_futures_are_send() {
         is_send(&h.coordinator.load_all_partitions());
     });
 }
+
+#[tokio::test]
+async fn a_v4_batch_spanning_partitions_is_split_and_merged_in_request_order() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let mut txns = Vec::new();
+    // "two" -> partition 0, "a" -> 1, "b" -> 2 (of 4), plus an empty id.
+    for id in ["two", "a", "b"] {
+        let r = init_ok(&h.coordinator, id).await;
+        txns.push(AddPartitionsTxn {
+            transactional_id: id.into(),
+            producer_id: r.producer_id,
+            producer_epoch: r.producer_epoch,
+            verify_only: false,
+            partitions: vec![TopicPartition::new("t", 0), TopicPartition::new("u", 1)],
+        });
+    }
+    txns.insert(
+        1,
+        AddPartitionsTxn {
+            transactional_id: String::new(),
+            producer_id: ProducerId(1),
+            producer_epoch: ProducerEpoch(0),
+            verify_only: false,
+            partitions: vec![TopicPartition::new("t", 0)],
+        },
+    );
+    let r = h
+        .coordinator
+        .add_partitions_to_txn(AddPartitionsToTxnRequest {
+            version: 4,
+            transactions: txns,
+        })
+        .await;
+    let ids: Vec<&str> = r
+        .results
+        .iter()
+        .map(|t| t.transactional_id.as_str())
+        .collect();
+    assert_eq!(ids, vec!["two", "", "a", "b"]);
+    assert_eq!(r.results[1].partitions[0].1, ErrorCode::INVALID_REQUEST);
+    for i in [0, 2, 3] {
+        assert!(
+            r.results[i].partitions.iter().all(|(_, e)| e.is_none()),
+            "{:?}",
+            r.results[i]
+        );
+    }
+    for id in ["two", "a", "b"] {
+        assert_eq!(state_of(&h.coordinator, id).await, "Ongoing");
+    }
+}
