@@ -58,6 +58,8 @@ def txn_producer_conf(args, txn_id):
             "transaction.timeout.ms": args.txn_timeout_ms,
             # librdkafka refuses message.timeout.ms > transaction.timeout.ms.
             "message.timeout.ms": min(args.txn_timeout_ms, args.message_timeout_ms),
+            # ... and socket.timeout.ms > transaction.timeout.ms + 100.
+            "socket.timeout.ms": min(10000, args.txn_timeout_ms),
             "linger.ms": 5,
             "retry.backoff.ms": 100,
         }
@@ -92,7 +94,11 @@ class Deliveries:
         self.failed = {}
 
     def callback(self, err, msg):
-        value = msg.value().decode()
+        try:
+            value = msg.value().decode()
+        except Exception as exc:  # noqa: BLE001 - a callback must not raise into librdkafka
+            log("delivery report without a value:", repr(exc), err)
+            return
         if err is None:
             self.ok[value] = (msg.partition(), msg.offset())
         else:
@@ -382,7 +388,10 @@ def cmd_fence(args):
             produce_one(a, args.topic, p, v, da, deadline)
         except KafkaException as exc:
             produce_errors.append(describe(exc))
-    a.flush(op_timeout)
+    try:
+        a.flush(op_timeout)
+    except Exception as exc:  # noqa: BLE001 - the zombie's flush may raise its fatal error
+        produce_errors.append({"error": repr(exc)})
     try:
         a.commit_transaction(op_timeout)
         a_commit = {"ok": True}

@@ -751,3 +751,35 @@ pub(crate) fn args(pairs: &[(&str, &str)]) -> Vec<String> {
     }
     out
 }
+
+/// Reads `topic`'s `partitions` from the beginning with `script`'s `consume` at `isolation`
+/// until every partition is at its end and at least `min` records were read (bounded).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_topic(
+    python: &Path,
+    dir: &Path,
+    script: &str,
+    bootstrap: &str,
+    topic: &str,
+    partitions: &str,
+    isolation: &str,
+    min: usize,
+) -> checks::ReadResult {
+    let events = run(
+        python,
+        dir,
+        isolation,
+        script,
+        &args(&[
+            ("consume", ""),
+            ("--bootstrap", bootstrap),
+            ("--topic", topic),
+            ("--partitions", partitions),
+            ("--isolation", isolation),
+            ("--min-records", &min.to_string()),
+            ("--deadline", "30"),
+        ]),
+        Duration::from_secs(60),
+    );
+    checks::ReadResult::from_events(&events)
+}
