@@ -2,4 +2,5 @@
 //! broker.
 #![forbid(unsafe_code)]
 
+pub mod fault;
 pub mod refbroker;

@@ -1,0 +1,111 @@
+//! Offline audit of the coordinator's sled transaction log (I12, I13, and I11 in the log):
+//! copy the data directory of a stopped daemon, open the copy with
+//! [`txn_log::SledTxnLog::open_path`], load every partition and check each persisted record.
+//!
+//! The sled log keeps the latest record of every transactional id, not the transitions, so
+//! I13 is checked as "every persisted record is a state the table allows, with the fields
+//! that state requires", and I12 against the history: a transactional id whose last
+//! acknowledged operation was a commit must not end up aborted at an epoch no one was issued
+//! after that commit.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use txn_log::{LogPartition, SledTxnLog, TxnLog, TxnState};
+
+use super::history::{Outcome, Record};
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else {
+            std::fs::copy(e.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Audits a copy of the daemon's log in `copy` (`partitions` txn-log partitions) against the
+/// history, adding findings to `h.log_findings`. `quiescent_ms`: the run ended this long after
+/// the last fault healed and every client stopped, so no Prepare* may remain and no Ongoing
+/// may be older than its timeout plus this slack.
+pub async fn audit_log(
+    copy: &Path,
+    partitions: u32,
+    now_unix_ms: i64,
+    quiescent_slack_ms: i64,
+    h: &mut Record,
+) -> anyhow::Result<()> {
+    let path = copy.to_path_buf();
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open_path(path)).await??;
+    // the last transaction of each tid and the highest epoch issued per pid
+    let mut last_txn: HashMap<&str, usize> = HashMap::new();
+    for t in &h.txns {
+        last_txn.insert(t.tid.as_str(), t.id);
+    }
+    let mut max_issued: HashMap<i64, i16> = HashMap::new();
+    for is in &h.issues {
+        let e = max_issued.entry(is.pid).or_insert(is.epoch);
+        *e = (*e).max(is.epoch);
+    }
+    let mut findings: Vec<(&'static str, String)> = Vec::new();
+    let mut checked = 0;
+    for p in 0..partitions {
+        let loaded = log.load(LogPartition(p)).await?;
+        for (id, r) in &loaded.records {
+            checked += 1;
+            let who = format!("partition {p} {}: {r:?}", id.as_str());
+            if !r.producer_id.is_some() || !r.producer_epoch.is_some() {
+                findings.push(("I13", format!("record without producer id/epoch: {who}")));
+            }
+            if matches!(r.state, TxnState::Dead | TxnState::PrepareEpochFence) {
+                findings.push(("I13", format!("pending-only state persisted: {who}")));
+            }
+            if r.state.is_idle() && !r.partitions.is_empty() {
+                findings.push(("I13", format!("idle record with partitions: {who}")));
+            }
+            if r.state == TxnState::Ongoing && (r.partitions.is_empty() || r.txn_start_ms < 0) {
+                findings.push(("I13", format!("Ongoing without partitions/start: {who}")));
+            }
+            if r.timeout_ms <= 0 {
+                findings.push(("I13", format!("non-positive timeout: {who}")));
+            }
+            if r.state.is_prepare() {
+                findings.push(("I11", format!("decision never completed: {who}")));
+            }
+            if r.state == TxnState::Ongoing
+                && now_unix_ms - r.txn_start_ms > i64::from(r.timeout_ms) + quiescent_slack_ms
+            {
+                findings.push((
+                    "I11",
+                    format!("Ongoing past its timeout, not reaped: {who}"),
+                ));
+            }
+            if matches!(r.state, TxnState::CompleteAbort | TxnState::PrepareAbort)
+                && let Some(&t) = last_txn.get(id.as_str())
+                && h.txns[t].outcome == Outcome::Committed
+                && max_issued
+                    .get(&r.producer_id.0)
+                    .is_some_and(|&e| r.producer_epoch.0 <= e)
+            {
+                findings.push((
+                    "I12",
+                    format!(
+                        "last transaction (txn {t}) was an acknowledged commit, log says {}: \
+                         {who}",
+                        r.state
+                    ),
+                ));
+            }
+        }
+    }
+    tokio::task::spawn_blocking(move || log.shutdown()).await?;
+    h.log_records_checked += checked;
+    h.log_findings.extend(findings);
+    Ok(())
+}

@@ -1,0 +1,833 @@
+//! Workload clients over [`markers::wire::KafkaConnection`]: a transactional producer and a
+//! read_committed fetcher that filters aborted transactions exactly as a Kafka client does.
+//!
+//! Every call has a deadline; a connection that failed or timed out is dropped and reopened.
+//! Results distinguish a definite failure from an indeterminate one, because the checker
+//! must not treat "no answer" as "did not happen".
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, ProduceRequest,
+    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+
+use super::proxy::check_loopback;
+
+type Conn = KafkaConnection<TcpStream>;
+
+/// Kafka error codes the clients act on.
+pub mod codes {
+    /// NOT_LEADER_OR_FOLLOWER.
+    pub const NOT_LEADER: i16 = 6;
+    /// REQUEST_TIMED_OUT.
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const LOAD_IN_PROGRESS: i16 = 14;
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = 16;
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER.
+    pub const OUT_OF_ORDER_SEQUENCE: i16 = 45;
+    /// DUPLICATE_SEQUENCE_NUMBER.
+    pub const DUPLICATE_SEQUENCE: i16 = 46;
+    /// INVALID_PRODUCER_EPOCH.
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    /// INVALID_TXN_STATE.
+    pub const INVALID_TXN_STATE: i16 = 48;
+    /// CONCURRENT_TRANSACTIONS.
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    /// UNKNOWN_PRODUCER_ID.
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    /// PRODUCER_FENCED.
+    pub const PRODUCER_FENCED: i16 = 90;
+    /// TRANSACTION_ABORTABLE.
+    pub const TRANSACTION_ABORTABLE: i16 = 120;
+
+    /// Errors a client retries after a short backoff (the request had no effect).
+    pub fn retriable(code: i16) -> bool {
+        matches!(
+            code,
+            NOT_LEADER
+                | REQUEST_TIMED_OUT
+                | LOAD_IN_PROGRESS
+                | COORDINATOR_NOT_AVAILABLE
+                | NOT_COORDINATOR
+                | CONCURRENT_TRANSACTIONS
+        )
+    }
+}
+
+/// Why a client operation did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    /// The peer answered with a non-retriable error: the operation did not take effect.
+    Definite {
+        /// The API.
+        api: &'static str,
+        /// The Kafka error code.
+        code: i16,
+    },
+    /// No answer (timeout, connection lost) or retries exhausted: it may have taken effect.
+    Indeterminate {
+        /// The API.
+        api: &'static str,
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// Whether the error is a definite rejection.
+    pub fn is_definite(&self) -> bool {
+        matches!(self, Self::Definite { .. })
+    }
+
+    /// The error code of a definite rejection.
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            Self::Definite { code, .. } => Some(*code),
+            Self::Indeterminate { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Definite { api, code } => write!(f, "{api}: error {code}"),
+            Self::Indeterminate { api, reason } => write!(f, "{api}: indeterminate ({reason})"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+/// A pool of connections, one per address, each call bounded by `timeout`.
+#[derive(Debug)]
+pub struct Pool {
+    conns: HashMap<SocketAddr, Conn>,
+    timeout: Duration,
+    client_id: String,
+}
+
+impl Pool {
+    /// An empty pool.
+    pub fn new(client_id: &str, timeout: Duration) -> Self {
+        Self {
+            conns: HashMap::new(),
+            timeout,
+            client_id: client_id.to_owned(),
+        }
+    }
+
+    /// Drops every connection.
+    pub fn reset(&mut self) {
+        self.conns.clear();
+    }
+
+    /// One request and its response; any failure drops the connection.
+    pub async fn call<R: Request>(
+        &mut self,
+        addr: SocketAddr,
+        req: &R,
+        version: i16,
+    ) -> Result<R::Response, String> {
+        check_loopback(addr).map_err(|e| e.to_string())?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        if !self.conns.contains_key(&addr) {
+            let s = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
+                .await
+                .map_err(|_| "connect timed out".to_owned())?
+                .map_err(|e| format!("connect: {e}"))?;
+            let _ = s.set_nodelay(true);
+            self.conns
+                .insert(addr, KafkaConnection::new(s, &self.client_id));
+        }
+        let conn = self.conns.get_mut(&addr).ok_or("no connection")?;
+        match tokio::time::timeout_at(deadline, conn.call(req, version)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                self.conns.remove(&addr);
+                Err(e.to_string())
+            }
+            Err(_) => {
+                self.conns.remove(&addr);
+                Err("timed out".to_owned())
+            }
+        }
+    }
+}
+
+/// Where things are: the coordinator and the leader of each partition of the topic.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    /// The topic the workload writes.
+    pub topic: String,
+    /// Partition -> leader address.
+    pub leaders: BTreeMap<i32, SocketAddr>,
+    /// The transaction coordinator (as FindCoordinator reports it).
+    pub coordinator: SocketAddr,
+}
+
+impl ClusterView {
+    /// Asks `bootstrap` for metadata of `topic` and the coordinator of `probe_tid`, retrying
+    /// until `deadline`.
+    pub async fn discover(
+        bootstrap: SocketAddr,
+        topic: &str,
+        probe_tid: &str,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let mut pool = Pool::new("fault-discover", Duration::from_secs(2));
+        let end = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < end {
+            match Self::discover_once(&mut pool, bootstrap, topic, probe_tid).await {
+                Ok(v) => return Ok(v),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        anyhow::bail!("cluster discovery via {bootstrap} failed: {last}")
+    }
+
+    async fn discover_once(
+        pool: &mut Pool,
+        bootstrap: SocketAddr,
+        topic: &str,
+        probe_tid: &str,
+    ) -> Result<Self, String> {
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        let md = pool
+            .call(
+                bootstrap,
+                &MetadataRequest::default().with_topics(Some(vec![
+                    MetadataRequestTopic::default().with_name(Some(TopicName(sb(topic)))),
+                ])),
+                9,
+            )
+            .await?;
+        let mut brokers = HashMap::new();
+        for b in &md.brokers {
+            let addr: SocketAddr = format!("{}:{}", b.host, b.port)
+                .parse()
+                .map_err(|e| format!("broker address: {e}"))?;
+            brokers.insert(b.node_id.0, addr);
+        }
+        let t = md.topics.first().ok_or("no topic in metadata")?;
+        if t.error_code != 0 {
+            return Err(format!("metadata error {}", t.error_code));
+        }
+        let mut leaders = BTreeMap::new();
+        for p in &t.partitions {
+            let a = brokers
+                .get(&p.leader_id.0)
+                .ok_or_else(|| format!("unknown leader {}", p.leader_id.0))?;
+            leaders.insert(p.partition_index, *a);
+        }
+        let fc = pool
+            .call(
+                bootstrap,
+                &FindCoordinatorRequest::default()
+                    .with_key_type(1)
+                    .with_key(sb(probe_tid)),
+                2,
+            )
+            .await?;
+        if fc.error_code != 0 {
+            return Err(format!("FindCoordinator error {}", fc.error_code));
+        }
+        let coordinator = format!("{}:{}", fc.host, fc.port)
+            .parse()
+            .map_err(|e| format!("coordinator address: {e}"))?;
+        Ok(Self {
+            topic: topic.to_owned(),
+            leaders,
+            coordinator,
+        })
+    }
+}
+
+/// Encodes one transactional (or idempotent) v2 record batch of `values`.
+pub fn encode_batch(
+    pid: i64,
+    epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+    values: &[String],
+) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let i32i = i32::try_from(i).unwrap_or(i32::MAX);
+            Record {
+                transactional,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: pid,
+                producer_epoch: epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i64::from(i32i),
+                sequence: base_sequence.wrapping_add(i32i),
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(Bytes::from(v.clone())),
+                headers: IndexMap::new(),
+            }
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    // Encoding an uncompressed batch of in-memory records cannot fail.
+    let _ = RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    );
+    buf.freeze()
+}
+
+/// Which EndTxn semantics the producer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVersion {
+    /// EndTxn v3: the epoch stays across transactions.
+    Tv1,
+    /// EndTxn v5 (KIP-890): the coordinator bumps the epoch at every EndTxn.
+    Tv2,
+}
+
+/// A transactional producer.
+#[derive(Debug)]
+pub struct TxnProducer {
+    view: ClusterView,
+    tid: String,
+    txn_timeout_ms: i32,
+    tv: TxnVersion,
+    pool: Pool,
+    pid: i64,
+    epoch: i16,
+    seqs: HashMap<i32, i32>,
+    added: HashSet<i32>,
+    /// How long one logical operation may retry before it is indeterminate.
+    pub op_budget: Duration,
+}
+
+impl TxnProducer {
+    /// A producer for `tid` (no request sent yet).
+    pub fn new(view: ClusterView, tid: &str, txn_timeout_ms: i32, tv: TxnVersion) -> Self {
+        Self {
+            view,
+            tid: tid.to_owned(),
+            txn_timeout_ms,
+            tv,
+            pool: Pool::new(tid, Duration::from_millis(1500)),
+            pid: -1,
+            epoch: -1,
+            seqs: HashMap::new(),
+            added: HashSet::new(),
+            op_budget: Duration::from_secs(6),
+        }
+    }
+
+    /// The transactional id.
+    pub fn tid(&self) -> &str {
+        &self.tid
+    }
+
+    /// Current producer id and epoch.
+    pub fn pid_epoch(&self) -> (i64, i16) {
+        (self.pid, self.epoch)
+    }
+
+    /// Forgets the current transaction's client state (after an error that needs re-init).
+    pub fn forget_txn(&mut self) {
+        self.added.clear();
+    }
+
+    /// Overrides the producer id and epoch (to act as a zombie of an older epoch).
+    pub fn set_pid_epoch(&mut self, pid: i64, epoch: i16) {
+        self.pid = pid;
+        self.epoch = epoch;
+        self.seqs.clear();
+    }
+
+    /// Drops every connection (a client crash without the process exiting).
+    pub fn drop_connections(&mut self) {
+        self.pool.reset();
+    }
+
+    /// Runs `f` until it returns a non-retriable answer or the budget is spent.
+    async fn retry<R: Request>(
+        &mut self,
+        api: &'static str,
+        addr: SocketAddr,
+        req: &R,
+        version: i16,
+        code_of: impl Fn(&R::Response) -> i16,
+    ) -> Result<R::Response, ClientError> {
+        let end = Instant::now() + self.op_budget;
+        let mut ambiguous = false;
+        let mut last = String::new();
+        while Instant::now() < end {
+            match self.pool.call(addr, req, version).await {
+                Ok(r) => {
+                    let c = code_of(&r);
+                    if c == 0 {
+                        return Ok(r);
+                    }
+                    if !codes::retriable(c) {
+                        if ambiguous {
+                            return Err(ClientError::Indeterminate {
+                                api,
+                                reason: format!("error {c} after an unanswered attempt"),
+                            });
+                        }
+                        return Err(ClientError::Definite { api, code: c });
+                    }
+                    last = format!("retriable error {c}");
+                }
+                Err(e) => {
+                    ambiguous = true;
+                    last = e;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ClientError::Indeterminate { api, reason: last })
+    }
+
+    /// InitProducerId (v4, KIP-360: passes the current pid/epoch when it has one). Resets the
+    /// sequences. Returns the new (pid, epoch).
+    pub async fn init(&mut self) -> Result<(i64, i16), ClientError> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(sb(&self.tid))))
+            .with_transaction_timeout_ms(self.txn_timeout_ms)
+            .with_producer_id(ProducerId(self.pid))
+            .with_producer_epoch(self.epoch);
+        let addr = self.view.coordinator;
+        let r = match self
+            .retry("InitProducerId", addr, &req, 4, |r| r.error_code)
+            .await
+        {
+            // KIP-360: a stale (pid, epoch) is refused; start over without it.
+            Err(ClientError::Definite { code, .. })
+                if code == codes::PRODUCER_FENCED
+                    || code == codes::INVALID_PRODUCER_EPOCH
+                    || code == codes::INVALID_TXN_STATE =>
+            {
+                let req = req.with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+                self.retry("InitProducerId", addr, &req, 4, |r| r.error_code)
+                    .await?
+            }
+            other => other?,
+        };
+        self.pid = r.producer_id.0;
+        self.epoch = r.producer_epoch;
+        self.seqs.clear();
+        self.added.clear();
+        Ok((self.pid, self.epoch))
+    }
+
+    /// AddPartitionsToTxn (v3) for the partitions not yet in the transaction.
+    pub async fn add_partitions(&mut self, partitions: &[i32]) -> Result<(), ClientError> {
+        let new: Vec<i32> = partitions
+            .iter()
+            .copied()
+            .filter(|p| !self.added.contains(p))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(sb(&self.tid)))
+            .with_v3_and_below_producer_id(ProducerId(self.pid))
+            .with_v3_and_below_producer_epoch(self.epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(sb(&self.view.topic)))
+                    .with_partitions(new.clone()),
+            ]);
+        let addr = self.view.coordinator;
+        self.retry("AddPartitionsToTxn", addr, &req, 3, |r| {
+            r.results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| t.results_by_partition.iter())
+                .map(|p| p.partition_error_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0)
+        })
+        .await?;
+        self.added.extend(new);
+        Ok(())
+    }
+
+    /// Produces `values` as one batch to `partition` (v9, acks=all), retrying the same batch
+    /// with the same sequence on lost connections. Returns the base offset (`-1` when the
+    /// broker reported the batch as a duplicate of one it already has).
+    pub async fn produce(
+        &mut self,
+        partition: i32,
+        values: &[String],
+        transactional: bool,
+    ) -> Result<i64, ClientError> {
+        let Some(addr) = self.view.leaders.get(&partition).copied() else {
+            return Err(ClientError::Definite {
+                api: "Produce",
+                code: 3,
+            });
+        };
+        let seq = self.seqs.get(&partition).copied().unwrap_or(0);
+        let batch = encode_batch(self.pid, self.epoch, seq, transactional, values);
+        let req = ProduceRequest::default()
+            .with_transactional_id(transactional.then(|| TransactionalId(sb(&self.tid))))
+            .with_acks(-1)
+            .with_timeout_ms(3000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(sb(&self.view.topic)))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(batch)),
+                    ]),
+            ]);
+        let code_of = |r: &kafka_protocol::messages::ProduceResponse| {
+            r.responses
+                .first()
+                .and_then(|t| t.partition_responses.first())
+                .map_or(-1, |p| p.error_code)
+        };
+        let end = Instant::now() + self.op_budget;
+        let mut last = String::new();
+        let mut ambiguous = false;
+        while Instant::now() < end {
+            match self.pool.call(addr, &req, 9).await {
+                Ok(r) => {
+                    let c = code_of(&r);
+                    let base = r
+                        .responses
+                        .first()
+                        .and_then(|t| t.partition_responses.first())
+                        .map_or(-1, |p| p.base_offset);
+                    if c == 0 || c == codes::DUPLICATE_SEQUENCE {
+                        let n = i32::try_from(values.len()).unwrap_or(i32::MAX);
+                        self.seqs.insert(partition, seq.wrapping_add(n));
+                        return Ok(if c == 0 { base } else { -1 });
+                    }
+                    if !codes::retriable(c) {
+                        if ambiguous {
+                            return Err(ClientError::Indeterminate {
+                                api: "Produce",
+                                reason: format!("error {c} after an unanswered attempt"),
+                            });
+                        }
+                        return Err(ClientError::Definite {
+                            api: "Produce",
+                            code: c,
+                        });
+                    }
+                    last = format!("retriable error {c}");
+                }
+                Err(e) => {
+                    ambiguous = true;
+                    last = e;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ClientError::Indeterminate {
+            api: "Produce",
+            reason: last,
+        })
+    }
+
+    /// EndTxn (v3 for TV1, v5 for TV2; TV2 takes the returned epoch). Retries on lost
+    /// connections.
+    pub async fn end(&mut self, commit: bool) -> Result<(), ClientError> {
+        let version = match self.tv {
+            TxnVersion::Tv1 => 3,
+            TxnVersion::Tv2 => 5,
+        };
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(sb(&self.tid)))
+            .with_producer_id(ProducerId(self.pid))
+            .with_producer_epoch(self.epoch)
+            .with_committed(commit);
+        let addr = self.view.coordinator;
+        let r = self
+            .retry("EndTxn", addr, &req, version, |r| r.error_code)
+            .await?;
+        if self.tv == TxnVersion::Tv2 && r.producer_id.0 >= 0 {
+            if r.producer_id.0 != self.pid || r.producer_epoch != self.epoch {
+                self.seqs.clear();
+            }
+            self.pid = r.producer_id.0;
+            self.epoch = r.producer_epoch;
+        }
+        self.added.clear();
+        Ok(())
+    }
+
+    /// AddOffsetsToTxn + TxnOffsetCommit to the group coordinator at `group_coordinator`.
+    pub async fn send_offsets(
+        &mut self,
+        group_coordinator: SocketAddr,
+        group: &str,
+        offsets: &[(i32, i64)],
+    ) -> Result<(), ClientError> {
+        let req = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(sb(&self.tid)))
+            .with_producer_id(ProducerId(self.pid))
+            .with_producer_epoch(self.epoch)
+            .with_group_id(GroupId(sb(group)));
+        let addr = self.view.coordinator;
+        self.retry("AddOffsetsToTxn", addr, &req, 3, |r| r.error_code)
+            .await?;
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(sb(&self.tid)))
+            .with_group_id(GroupId(sb(group)))
+            .with_producer_id(ProducerId(self.pid))
+            .with_producer_epoch(self.epoch)
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(sb(&self.view.topic)))
+                    .with_partitions(
+                        offsets
+                            .iter()
+                            .map(|&(p, o)| {
+                                TxnOffsetCommitRequestPartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(o)
+                            })
+                            .collect(),
+                    ),
+            ]);
+        self.retry("TxnOffsetCommit", group_coordinator, &req, 3, |r| {
+            r.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.error_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0)
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// One record a read_committed fetch delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    /// Offset.
+    pub offset: i64,
+    /// Value (UTF-8, lossy).
+    pub value: String,
+}
+
+/// One read_committed fetch result.
+#[derive(Debug, Clone, Default)]
+pub struct FetchResult {
+    /// Records delivered to the application (aborted ones and control batches filtered).
+    pub records: Vec<Delivered>,
+    /// Where the next fetch starts.
+    pub next_offset: i64,
+    /// Last stable offset reported.
+    pub last_stable_offset: i64,
+    /// High watermark reported.
+    pub high_watermark: i64,
+}
+
+/// Applies Kafka's client-side read_committed filter to the batches of one fetch response:
+/// aborted transactions (producer id, first offset) become active as the batches pass their
+/// first offset, an ABORT control batch of an active producer ends it, control batches are
+/// never delivered, and transactional batches of an active aborted producer are skipped.
+/// Returns the delivered records and the offset after the last batch.
+pub fn filter_read_committed(
+    records: &Bytes,
+    aborted: &[(i64, i64)],
+    fetch_offset: i64,
+) -> Result<(Vec<Delivered>, i64), String> {
+    let mut buf = records.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf).map_err(|e| e.to_string())?;
+    let mut aborted: Vec<(i64, i64)> = aborted.to_vec();
+    aborted.sort_by_key(|a| a.1);
+    let mut next_aborted = 0;
+    let mut active: HashSet<i64> = HashSet::new();
+    let mut out = Vec::new();
+    let mut next = fetch_offset;
+    for set in sets {
+        let Some(last) = set.records.last() else {
+            continue;
+        };
+        let last_offset = last.offset;
+        let first = &set.records[0];
+        while next_aborted < aborted.len() && aborted[next_aborted].1 <= last_offset {
+            active.insert(aborted[next_aborted].0);
+            next_aborted += 1;
+        }
+        next = next.max(last_offset + 1);
+        if first.control {
+            let kind = first
+                .key
+                .as_ref()
+                .filter(|k| k.len() >= 4)
+                .map(|k| i16::from_be_bytes([k[2], k[3]]));
+            if kind == Some(0) {
+                active.remove(&first.producer_id);
+            }
+            continue;
+        }
+        if first.transactional && active.contains(&first.producer_id) {
+            continue;
+        }
+        for r in &set.records {
+            if r.offset < fetch_offset {
+                continue;
+            }
+            out.push(Delivered {
+                offset: r.offset,
+                value: String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
+            });
+        }
+    }
+    Ok((out, next))
+}
+
+/// A read_committed fetcher of one topic.
+#[derive(Debug)]
+pub struct Fetcher {
+    view: ClusterView,
+    pool: Pool,
+}
+
+impl Fetcher {
+    /// A fetcher.
+    pub fn new(view: ClusterView, client_id: &str) -> Self {
+        Self {
+            view,
+            pool: Pool::new(client_id, Duration::from_millis(1500)),
+        }
+    }
+
+    /// One Fetch v11 (isolation_level=1) of `partition` from `offset`.
+    pub async fn fetch(&mut self, partition: i32, offset: i64) -> Result<FetchResult, String> {
+        let addr = *self
+            .view
+            .leaders
+            .get(&partition)
+            .ok_or("unknown partition")?;
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(50)
+            .with_min_bytes(1)
+            .with_max_bytes(8 << 20)
+            .with_isolation_level(1)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(sb(&self.view.topic)))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(8 << 20),
+                    ]),
+            ]);
+        let resp = self.pool.call(addr, &req, 11).await?;
+        let p = resp
+            .responses
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or("empty fetch response")?;
+        if p.error_code != 0 {
+            return Err(format!("fetch error {}", p.error_code));
+        }
+        let aborted: Vec<(i64, i64)> = p
+            .aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        let (records, next) =
+            filter_read_committed(&p.records.clone().unwrap_or_default(), &aborted, offset)?;
+        Ok(FetchResult {
+            records,
+            next_offset: next,
+            last_stable_offset: p.last_stable_offset,
+            high_watermark: p.high_watermark,
+        })
+    }
+
+    /// Reads `partition` from 0 until the fetch position reaches the last stable offset, once
+    /// the LSO has reached the high watermark. `Err` with (lso, hw) if it does not within
+    /// `within` (a hanging transaction).
+    pub async fn read_all_stable(
+        &mut self,
+        partition: i32,
+        within: Duration,
+    ) -> Result<Vec<Delivered>, (i64, i64, String)> {
+        let end = Instant::now() + within;
+        let mut last = (-1, -1, String::new());
+        loop {
+            if Instant::now() >= end {
+                return Err(last);
+            }
+            match self.fetch(partition, 0).await {
+                Ok(r) if r.last_stable_offset == r.high_watermark => {
+                    let mut all = r.records;
+                    let mut pos = r.next_offset;
+                    let hw = r.high_watermark;
+                    let mut ok = true;
+                    while pos < hw {
+                        match self.fetch(partition, pos).await {
+                            Ok(r2) if r2.next_offset > pos => {
+                                all.extend(r2.records);
+                                pos = r2.next_offset;
+                            }
+                            Ok(_) => break,
+                            Err(e) => {
+                                last.2 = e;
+                                ok = false;
+                                break;
+                            }
+                        }
+                    }
+                    if ok {
+                        return Ok(all);
+                    }
+                }
+                Ok(r) => last = (r.last_stable_offset, r.high_watermark, "LSO < HW".into()),
+                Err(e) => last.2 = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

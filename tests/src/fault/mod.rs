@@ -1,0 +1,20 @@
+//! Fault injection and a history checker (issue 9; see `docs/reliability.md`).
+//!
+//! - [`proxy`]: a loopback TCP proxy that delays, drops, blackholes and holds one request
+//!   class (reordering), controlled at runtime;
+//! - [`process`]: start / SIGKILL / SIGSTOP / SIGCONT / restart processes;
+//! - [`cluster`]: the daemon and refbrokers, each behind a proxy;
+//! - [`client`]: a transactional producer and a read_committed fetcher over
+//!   `markers::wire`;
+//! - [`history`] and [`checker`]: what happened, and the invariants I1-I5, I8, I9, I11-I14;
+//! - [`audit`]: offline replay of the coordinator's sled log (I12, I13);
+//! - [`workload`]: seeded, bounded runs of W1, W5 and W6 under a nemesis.
+
+pub mod audit;
+pub mod checker;
+pub mod client;
+pub mod cluster;
+pub mod history;
+pub mod process;
+pub mod proxy;
+pub mod workload;
