@@ -37,6 +37,18 @@ use txn_log::{
     TxnState,
 };
 
+/// The loom model builder every model uses: the environment's settings
+/// (`LOOM_MAX_PREEMPTIONS`, ...), with a preemption bound of 2 when none is set, so that a
+/// run without the variable stays as small as the documented command.
+#[cfg(txn_loom)]
+pub fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b
+}
+
 /// The one log partition every model uses (the configs have a single partition).
 pub const PARTITION: LogPartition = LogPartition(0);
 

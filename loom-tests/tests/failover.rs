@@ -29,7 +29,7 @@ const ID: &str = "app";
 
 #[test]
 fn failover() {
-    loom::model::Builder::new().check(|| {
+    loom_tests::builder().check(|| {
         let log = MemTxnLog::new();
         let (tp0, tp1) = (tp("t", 0), tp("t", 1));
         let b1 = Broker::new(1, std::slice::from_ref(&tp0));

@@ -36,7 +36,7 @@ fn end_code(r: &Response) -> ErrorCode {
 }
 
 fn model(version: i16) {
-    loom::model::Builder::new().check(move || {
+    loom_tests::builder().check(move || {
         let log = MemTxnLog::new();
         let p = tp("t", 0);
         let broker = Broker::new(1, std::slice::from_ref(&p));
@@ -59,7 +59,7 @@ fn model(version: i16) {
             &node,
             Millis(0),
             RequestId(2),
-            add_partitions(ID, pid, epoch, &[p.clone()]),
+            add_partitions(ID, pid, epoch, std::slice::from_ref(&p)),
         );
         broker.lock().produce(&p, pid, epoch);
 

@@ -100,7 +100,7 @@ fn error_of(r: &Response) -> ErrorCode {
 
 #[test]
 fn zombie_fencing() {
-    loom::model::Builder::new().check(|| {
+    loom_tests::builder().check(|| {
         let log = MemTxnLog::new();
         let mut n = Node::new(log.clone(), allocator(), Markers::AckAtOnce);
         n.load_now(Millis(0), CoordinatorEpoch(1));
