@@ -180,6 +180,12 @@ pub(crate) async fn generate_ids(
     }
     let l = log.clone();
     tokio::task::spawn_blocking(move || l.shutdown()).await?;
+    // The daemon records its partition count on first start; write the same file so that a
+    // generated directory is refused under another `transaction.state.log.num.partitions`.
+    std::fs::write(
+        dir.join("txn-coordinator.partitions"),
+        format!("transaction.state.log.num.partitions={log_partitions}\n"),
+    )?;
     drop(log);
     for i in 0..10u64 {
         let s = gen_state(i);

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# Scenario runner for txn-bench (see docs/performance.md).
+#
+#   bench/run.sh [SCENARIO...]        scenarios: matrix ceiling latency recovery kafka crabka plots
+#                                     (default: all of them, in that order)
+#
+# Environment:
+#   OUT=DIR          results directory (default /tmp/txn-bench-results-<time>)
+#   DURATION=S       measured seconds per run (default 10); WARMUP=S (default 2)
+#   PRODUCERS=LIST   producer counts of the matrix (default 1,16,64,256)
+#   PPT=LIST         partitions per transaction (default "1 8")
+#   RECOVERY_IDS=N   transactional ids of the recovery scenario (default 1000000)
+#   KAFKA_LIBS=DIR   resolved Kafka jars (default $OUT/../txn-bench-kafka-libs, resolved with mvn)
+#   NO_BUILD=1       skip cargo build
+#
+# Everything listens on 127.0.0.1 on free ports, data lives in temp directories under $OUT,
+# and every process started here is killed (by pid) on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-/tmp/txn-bench-results-$(date +%Y%m%d-%H%M%S)}"
+DURATION="${DURATION:-10}"
+WARMUP="${WARMUP:-2}"
+PRODUCERS="${PRODUCERS:-1,16,64,256}"
+PPT="${PPT:-1 8}"
+RECOVERY_IDS="${RECOVERY_IDS:-1000000}"
+KAFKA_LIBS="${KAFKA_LIBS:-/tmp/txn-bench-kafka-libs}"
+TOPIC=txn-bench
+TOPIC_PARTITIONS=16
+mkdir -p "$OUT"
+BIN="$ROOT/target/release"
+BENCH="$BIN/txn-bench"
+PIDS=()
+
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/run.log" >&2; }
+
+cleanup() {
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_for FILE PATTERN TIMEOUT_S: waits until FILE has a line matching PATTERN.
+wait_for() {
+    local f=$1 pat=$2 t=${3:-60} i=0
+    while ! grep -q "$pat" "$f" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+        if [ $i -gt $((t * 10)) ]; then
+            log "timeout waiting for '$pat' in $f"; tail -20 "$f" >&2 || true; return 1
+        fi
+    done
+}
+
+stop() { # stop PID: SIGTERM, then SIGKILL after 10 s
+    local p=$1 i=0
+    kill "$p" 2>/dev/null || return 0
+    while kill -0 "$p" 2>/dev/null; do
+        sleep 0.1; i=$((i + 1))
+        [ $i -gt 100 ] && { kill -9 "$p" 2>/dev/null || true; break; }
+    done
+    wait "$p" 2>/dev/null || true
+}
+
+machine_info() {
+    {
+        echo "date: $(date -u +%FT%TZ)"
+        echo "nproc: $(nproc)"
+        echo "model: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+        echo "memory: $(free -h | awk '/Mem:/{print $2}')"
+        echo "kernel: $(uname -r)"
+        echo "disk: $(df -hT "$OUT" | tail -1)"
+        echo "block: $(lsblk -dno NAME,ROTA,SIZE,MODEL 2>/dev/null | tr '\n' ';')"
+        echo "uptime: $(uptime)"
+        echo "git: $(git -C "$ROOT" rev-parse --short HEAD)"
+    } > "$OUT/machine.txt"
+    cat "$OUT/machine.txt" >&2
+}
+
+build() {
+    [ -n "${NO_BUILD:-}" ] && return 0
+    log "building release binaries"
+    (cd "$ROOT" && cargo build --release -p txn-bench -p txn-tests -p coordinator \
+        --bin txn-bench --bin refbroker --bin txn-coordinator)
+}
+
+# start_embedded DIR: refbroker with its embedded coordinator. Sets SRV_ADDR, SRV_PIDS.
+start_embedded() {
+    local d=$1 port
+    mkdir -p "$d"
+    port=$(free_port)
+    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$port" --data-dir "$d/broker" \
+        --topics "$TOPIC:$TOPIC_PARTITIONS" --embedded-coordinator >"$d/refbroker.out" 2>"$d/refbroker.err" &
+    local pid=$!
+    PIDS+=("$pid")
+    wait_for "$d/refbroker.out" "listening on" 60
+    SRV_ADDR="127.0.0.1:$port"
+    SRV_PIDS=("$pid")
+}
+
+# start_daemon_pair DIR [daemon args...]: txn-coordinator daemon + refbroker in standalone mode.
+start_daemon_pair() {
+    local d=$1; shift
+    local dport rport
+    mkdir -p "$d"
+    dport=$(free_port); rport=$(free_port)
+    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
+        --bootstrap-servers "127.0.0.1:$rport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
+    local dpid=$!
+    PIDS+=("$dpid")
+    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$rport" --data-dir "$d/broker" \
+        --topics "$TOPIC:$TOPIC_PARTITIONS" --coordinator "127.0.0.1:$dport" >"$d/refbroker.out" 2>"$d/refbroker.err" &
+    local rpid=$!
+    PIDS+=("$rpid")
+    wait_for "$d/daemon.out" "listening on" 120
+    wait_for "$d/refbroker.out" "listening on" 60
+    SRV_ADDR="127.0.0.1:$rport"
+    SRV_PIDS=("$dpid" "$rpid")
+}
+
+stop_servers() { for p in "${SRV_PIDS[@]}"; do stop "$p"; done; }
+
+# bench LABEL FILE [txn-bench args...]
+bench() {
+    local label=$1 file=$2; shift 2
+    local spids=()
+    for p in "${SRV_PIDS[@]}"; do spids+=(--server-pid "$p"); done
+    log "bench $label $* (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$BENCH" --bootstrap "$SRV_ADDR" --topic "$TOPIC" --duration "$DURATION" --warmup "$WARMUP" \
+        --label "$label" "${spids[@]}" --out "$file" "$@" | tee -a "$OUT/tables.txt"
+}
+
+scenario_matrix() {
+    local ppt
+    for mode in embedded daemon; do
+        for ppt in $PPT; do
+            if [ $mode = embedded ]; then start_embedded "$OUT/data/matrix-$mode-$ppt"
+            else start_daemon_pair "$OUT/data/matrix-$mode-$ppt"; fi
+            bench "$mode" "$OUT/matrix-$mode-ppt$ppt.json" --sweep "$PRODUCERS" --partitions-per-txn "$ppt" || true
+            stop_servers
+        done
+    done
+    # TV2 (EndTxn v5, epoch bump per transaction) at 64 producers, where the server offers it.
+    start_daemon_pair "$OUT/data/matrix-daemon-tv2"
+    bench "daemon-tv2" "$OUT/matrix-daemon-tv2.json" --producers 64 --txn-version 2 || true
+    stop_servers
+}
+
+scenario_ceiling() {
+    mkdir -p "$OUT/data/fsync"
+    log "fsync probe (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$BENCH" --fsync-probe "$OUT/data/fsync" --duration 5 --out "$OUT/fsync.json" | tee -a "$OUT/tables.txt"
+    "$BENCH" --fsync-probe "$OUT/data/fsync" --duration 5 --fsync-write-bytes 4096 --out "$OUT/fsync-4k.json" | tee -a "$OUT/tables.txt"
+    # The OS-buffered durability mode: only if the daemon offers a setting for it.
+    if "$BIN/txn-coordinator" serve --help 2>&1 | grep -q "txn.log.sync" ||
+        grep -q '"txn.log.sync"' "$ROOT/coordinator/src/server/settings.rs" 2>/dev/null; then
+        start_daemon_pair "$OUT/data/ceiling-osbuf" --set txn.log.sync=os-buffered
+        bench "daemon-osbuf" "$OUT/ceiling-daemon-osbuf.json" --sweep 16,64,256 || true
+        stop_servers
+    else
+        log "txn-coordinator has no txn.log.sync setting: OS-buffered mode not measured" | tee -a "$OUT/tables.txt"
+    fi
+}
+
+scenario_latency() {
+    # EndTxn latency at a fixed offered load (target: p99 <= 2 ms at 10,000 txn/s).
+    for rate in 1000 5000 10000; do
+        start_daemon_pair "$OUT/data/latency-$rate"
+        bench "daemon-rate" "$OUT/latency-daemon-$rate.json" --producers 64 --rate "$rate" || true
+        stop_servers
+    done
+}
+
+rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
+
+scenario_recovery() {
+    local d="$OUT/data/recovery" port
+    rm -rf "$d"; mkdir -p "$d"
+    port=$(free_port)
+    # Baseline: RSS of an idle daemon on an empty log.
+    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$port" --data-dir "$d/empty" \
+        >"$d/empty.out" 2>"$d/empty.err" &
+    local pid=$!; PIDS+=("$pid")
+    "$BENCH" --wait-ready --bootstrap "127.0.0.1:$port" --generate-ids 1 --json >"$d/ready-empty.json"
+    sleep 1
+    local rss_empty; rss_empty=$(rss_kib "$pid")
+    stop "$pid"
+
+    log "generating $RECOVERY_IDS ids (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$BENCH" --generate-ids "$RECOVERY_IDS" --data-dir "$d/coord" --out "$OUT/recovery-generate.json" | tee -a "$OUT/tables.txt"
+
+    local results=()
+    for round in first-start after-sigkill; do
+        port=$(free_port)
+        local t0; t0=$(date +%s.%N)
+        RUST_LOG=info "$BIN/txn-coordinator" serve --listen "127.0.0.1:$port" --data-dir "$d/coord" \
+            >"$d/$round.out" 2>"$d/$round.err" &
+        pid=$!; PIDS+=("$pid")
+        "$BENCH" --wait-ready --bootstrap "127.0.0.1:$port" --generate-ids "$RECOVERY_IDS" --ready-timeout 600 \
+            --out "$d/ready-$round.json" | tee -a "$OUT/tables.txt"
+        local t1; t1=$(date +%s.%N)
+        sleep 1
+        local rss; rss=$(rss_kib "$pid")
+        local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status")
+        results+=("{\"round\":\"$round\",\"wall_s\":$(echo "$t1 - $t0" | bc),\"rss_kib\":$rss,\"hwm_kib\":$hwm}")
+        log "recovery $round: $(echo "$t1 - $t0" | bc) s from spawn to ready; RSS $rss KiB (peak $hwm KiB)"
+        kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+    done
+    local rss_full; rss_full=$(echo "${results[1]}" | sed 's/.*"rss_kib":\([0-9]*\).*/\1/')
+    echo "{\"ids\":$RECOVERY_IDS,\"rss_empty_kib\":$rss_empty,\"rounds\":[$(IFS=,; echo "${results[*]}")],\"bytes_per_idle_id\":$(( (rss_full - rss_empty) * 1024 / RECOVERY_IDS ))}" \
+        | tee "$OUT/recovery.json" | tee -a "$OUT/tables.txt"
+    grep -h "ids_loaded\|loaded the transaction log\|partitions_done=50" "$d"/*.err | tail -4 >>"$OUT/tables.txt" || true
+}
+
+kafka_libs() {
+    if [ ! -f "$KAFKA_LIBS/.done" ]; then
+        log "resolving Apache Kafka jars with Maven into $KAFKA_LIBS"
+        mvn -q -B -f "$ROOT/bench/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$KAFKA_LIBS"
+        touch "$KAFKA_LIBS/.done"
+    fi
+}
+
+# start_kafka DIR [extra server.properties lines...]
+start_kafka() {
+    local d=$1; shift
+    local port cport
+    mkdir -p "$d/logs"
+    port=$(free_port); cport=$(free_port)
+    cat >"$d/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$d/logs
+num.partitions=$TOPIC_PARTITIONS
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+EOF
+    for l in "$@"; do echo "$l" >>"$d/server.properties"; done
+    local cp="$KAFKA_LIBS/*" id
+    id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$d/server.properties" >"$d/format.log" 2>&1
+    java -Xms1g -Xmx1g -XX:+UseG1GC -cp "$cp" kafka.Kafka "$d/server.properties" >"$d/kafka.out" 2>&1 &
+    local pid=$!; PIDS+=("$pid")
+    local i=0
+    until "$BENCH" --bootstrap "127.0.0.1:$port" --topic "$TOPIC" --create-partitions "$TOPIC_PARTITIONS" \
+        --producers 1 --duration 1 --warmup 0 --label kafka-probe >/dev/null 2>&1; do
+        sleep 1; i=$((i + 1))
+        [ $i -gt 90 ] && { log "Kafka did not come up"; tail -30 "$d/kafka.out" >&2; return 1; }
+    done
+    SRV_ADDR="127.0.0.1:$port"
+    SRV_PIDS=("$pid")
+}
+
+scenario_kafka() {
+    if ! kafka_libs; then
+        log "peer Apache Kafka: jar resolution failed" | tee -a "$OUT/tables.txt"; return 0
+    fi
+    local ppt
+    for ppt in $PPT; do
+        start_kafka "$OUT/data/kafka-$ppt" || { echo "Kafka failed to start" >>"$OUT/tables.txt"; return 0; }
+        bench "kafka" "$OUT/kafka-ppt$ppt.json" --sweep "$PRODUCERS" --partitions-per-txn "$ppt" || true
+        stop_servers
+    done
+    # Kafka with an fsync per append (log.flush.interval.messages=1), durable like our default.
+    start_kafka "$OUT/data/kafka-fsync" "log.flush.interval.messages=1" || return 0
+    bench "kafka-fsync" "$OUT/kafka-fsync.json" --sweep 16,64,256 || true
+    stop_servers
+}
+
+scenario_crabka() {
+    # One try, as the peer report did (reference/peer-bench.md §1).
+    local root="$OUT/crabka"
+    log "cargo install crabka-broker"
+    if (cd /tmp && cargo install crabka-broker --root "$root") >"$OUT/crabka-install.log" 2>&1; then
+        log "crabka-broker installed; run it by hand (needs meta.properties.json, see peer-bench.md)"
+    else
+        log "crabka-broker did not install: $(grep -m1 error "$OUT/crabka-install.log")" | tee -a "$OUT/tables.txt"
+    fi
+    (cd /tmp && cargo install crabka-broker --version 0.3.8 --locked --root "$root") >>"$OUT/crabka-install.log" 2>&1 ||
+        log "crabka-broker 0.3.8: $(grep error "$OUT/crabka-install.log" | tail -1)" | tee -a "$OUT/tables.txt"
+}
+
+scenario_plots() {
+    local files=()
+    for f in "$OUT"/matrix-*-ppt1.json "$OUT"/kafka-ppt1.json; do [ -f "$f" ] && files+=("$f"); done
+    [ ${#files[@]} -gt 0 ] && "$BENCH" --plot-from "$(IFS=,; echo "${files[*]}")" --plot "$OUT/ppt1.png" \
+        --plot-title "1 partition per transaction, 1 record of 100 B, durable (Kafka: OS-buffered)"
+    files=()
+    for f in "$OUT"/matrix-*-ppt8.json "$OUT"/kafka-ppt8.json; do [ -f "$f" ] && files+=("$f"); done
+    [ ${#files[@]} -gt 0 ] && "$BENCH" --plot-from "$(IFS=,; echo "${files[*]}")" --plot "$OUT/ppt8.png" \
+        --plot-title "8 partitions per transaction, 1 record of 100 B each"
+    true
+}
+
+machine_info
+build
+SCENARIOS=("$@")
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix ceiling latency recovery kafka crabka plots)
+for s in "${SCENARIOS[@]}"; do
+    log "=== scenario $s"
+    "scenario_$s"
+done
+log "results in $OUT"
