@@ -14,9 +14,20 @@ const TXNS_PER_CLIENT: usize = 30;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_commit_and_group_commit_batches() {
+    run("50 log partitions", 50).await;
+}
+
+/// Every id in one log partition: the appends of one partition are pipelined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_on_one_hot_log_partition() {
+    run("1 log partition", 1).await;
+}
+
+async fn run(label: &str, partitions: u32) {
     let dir = tempfile::tempdir().expect("tmp");
     let broker = FakeBroker::start().await;
     let bs = broker.addr.to_string();
+    let set = format!("transaction.state.log.num.partitions={partitions}");
     let d = Daemon::start(
         dir.path(),
         &[
@@ -24,6 +35,8 @@ async fn concurrent_clients_commit_and_group_commit_batches() {
             &bs,
             "--metrics-listen",
             "127.0.0.1:0",
+            "--set",
+            &set,
         ],
     );
     let started = Instant::now();
@@ -94,7 +107,7 @@ async fn concurrent_clients_commit_and_group_commit_batches() {
     let requests = gauge("txn_coordinator_group_commit_requests");
     assert!(gauge("txn_coordinator_transactions_committed_total") >= txns as f64);
     println!(
-        "{CLIENTS} clients x {TXNS_PER_CLIENT} transactions: {txns} committed in {secs:.2} s = {:.0} txn/s; \
+        "{label}: {CLIENTS} clients x {TXNS_PER_CLIENT} transactions: {txns} committed in {secs:.2} s = {:.0} txn/s; \
          group commit: {requests} writes in {batches} batches (mean {:.2}, largest {})",
         txns as f64 / secs,
         if batches > 0.0 {

@@ -1,8 +1,11 @@
 //! One driver task per owned log partition: owns the [`Engine`], feeds it inputs and executes
 //! its effects in order (house style §11.3 rule 7).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
@@ -398,8 +401,11 @@ impl Driver {
     }
 }
 
-/// Appends of one partition, one at a time and in order (the log's ordering obligation is
-/// about call order; group commit happens across partitions inside the log).
+type AppendFuture = Pin<Box<dyn Future<Output = (IoId, Result<(), LogError>, Instant)> + Send>>;
+
+/// Appends of one partition, pipelined: each append is started (polled once) as soon as it
+/// arrives, in arrival order, so the log sees the calls in the order the engine made them
+/// (its ordering obligation) while several are in flight and can share a group commit.
 fn spawn_appender(
     partition: LogPartition,
     shared: Arc<Shared>,
@@ -407,15 +413,56 @@ fn spawn_appender(
 ) -> mpsc::UnboundedSender<(IoId, CoordinatorEpoch, Vec<LogEntry>)> {
     let (tx, mut rx) = mpsc::unbounded_channel::<(IoId, CoordinatorEpoch, Vec<LogEntry>)>();
     tokio::spawn(async move {
-        while let Some((io, epoch, entries)) = rx.recv().await {
-            let started = Instant::now();
-            let result = shared.log.append(partition, epoch, entries).await;
-            shared
-                .metrics
-                .log_append_seconds
-                .observe(started.elapsed().as_secs_f64());
-            if driver.send(Msg::AppendDone { io, result }).is_err() {
-                break;
+        let mut inflight: VecDeque<AppendFuture> = VecDeque::new();
+        let mut finished: Vec<(IoId, Result<(), LogError>, Instant)> = Vec::new();
+        let mut closed = false;
+        loop {
+            let batch = std::future::poll_fn(|cx| {
+                while !closed {
+                    match rx.poll_recv(cx) {
+                        Poll::Ready(Some((io, epoch, entries))) => {
+                            let log = shared.log.clone();
+                            let started = Instant::now();
+                            let mut f: AppendFuture = Box::pin(async move {
+                                (io, log.append(partition, epoch, entries).await, started)
+                            });
+                            match f.as_mut().poll(cx) {
+                                Poll::Ready(out) => finished.push(out),
+                                Poll::Pending => inflight.push_back(f),
+                            }
+                        }
+                        Poll::Ready(None) => closed = true,
+                        Poll::Pending => break,
+                    }
+                }
+                let mut i = 0;
+                while i < inflight.len() {
+                    match inflight[i].as_mut().poll(cx) {
+                        Poll::Ready(out) => {
+                            finished.push(out);
+                            drop(inflight.remove(i));
+                        }
+                        Poll::Pending => i += 1,
+                    }
+                }
+                if !finished.is_empty() {
+                    Poll::Ready(Some(std::mem::take(&mut finished)))
+                } else if closed && inflight.is_empty() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            let Some(batch) = batch else { break };
+            for (io, result, started) in batch {
+                shared
+                    .metrics
+                    .log_append_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                if driver.send(Msg::AppendDone { io, result }).is_err() {
+                    return;
+                }
             }
         }
     });
