@@ -262,6 +262,9 @@ impl Driver {
             }
             Msg::Unload { done } => {
                 self.generation += 1;
+                for w in self.load_waiters.drain(..) {
+                    let _ = w.send(Err(LogError::Closed));
+                }
                 self.engine.handle_unload();
                 let _ = done.send(());
             }
