@@ -163,3 +163,13 @@ fn basic_librdkafka_embedded() {
 fn basic_kafka_python_embedded() {
     scenario(Mode::Embedded, "kp.py");
 }
+
+#[test]
+fn basic_librdkafka_standalone() {
+    scenario(Mode::Standalone, "lr.py");
+}
+
+#[test]
+fn basic_kafka_python_standalone() {
+    scenario(Mode::Standalone, "kp.py");
+}

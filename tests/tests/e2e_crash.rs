@@ -114,3 +114,8 @@ fn scenario(mode: Mode) {
 fn crash_librdkafka_embedded() {
     scenario(Mode::Embedded);
 }
+
+#[test]
+fn crash_librdkafka_standalone() {
+    scenario(Mode::Standalone);
+}

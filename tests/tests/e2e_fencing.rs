@@ -129,3 +129,13 @@ fn fencing_librdkafka_embedded() {
 fn fencing_kafka_python_embedded() {
     scenario(Mode::Embedded, "kp.py");
 }
+
+#[test]
+fn fencing_librdkafka_standalone() {
+    scenario(Mode::Standalone, "lr.py");
+}
+
+#[test]
+fn fencing_kafka_python_standalone() {
+    scenario(Mode::Standalone, "kp.py");
+}

@@ -193,3 +193,8 @@ fn scenario(mode: Mode) {
 fn transform_librdkafka_embedded() {
     scenario(Mode::Embedded);
 }
+
+#[test]
+fn transform_librdkafka_standalone() {
+    scenario(Mode::Standalone);
+}
