@@ -1,4 +1,5 @@
 //! Admin commands against the running daemon, `dump-log` offline, and the metrics endpoint.
+#![cfg(feature = "shell")]
 
 mod daemon_support;
 
