@@ -139,15 +139,15 @@ async fn stable_read(port: u16, partition: i32) -> (Vec<String>, Vec<i64>) {
     panic!("partition {partition} never became stable");
 }
 
-#[tokio::test]
-async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhere() {
+/// Starts two embedded-coordinator nodes; returns their processes, data dirs and ports.
+fn start_cluster() -> (Vec<BrokerProcess>, Vec<tempfile::TempDir>, [u16; 2]) {
     let dirs = [
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     ];
     let ports = [free_port(), free_port()];
     let cluster = format!("1=127.0.0.1:{},2=127.0.0.1:{}", ports[0], ports[1]);
-    let _brokers: Vec<BrokerProcess> = (0..2)
+    let brokers: Vec<BrokerProcess> = (0..2)
         .map(|i| {
             let args: Vec<String> = [
                 "--listen".to_owned(),
@@ -175,6 +175,63 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
             .expect("refbroker starts")
         })
         .collect();
+    (brokers, dirs.into_iter().collect(), ports)
+}
+
+#[tokio::test]
+async fn coordinators_on_different_nodes_never_hand_out_the_same_producer_id() {
+    let (_brokers, _dirs, ports) = start_cluster();
+    let mut c = connect(ports[0]).await;
+    let mut by_node: std::collections::BTreeMap<i32, (String, u16)> = Default::default();
+    for i in 0..200 {
+        let id = format!("pid-{i}");
+        let fc = c
+            .call(
+                &FindCoordinatorRequest::default()
+                    .with_key_type(1)
+                    .with_key(sb(&id)),
+                2,
+            )
+            .await
+            .expect("find coordinator");
+        by_node
+            .entry(fc.node_id.0)
+            .or_insert((id, u16::try_from(fc.port).expect("port")));
+        if by_node.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        by_node.len(),
+        2,
+        "both nodes coordinate some transactional id"
+    );
+    let mut pids = Vec::new();
+    for (id, port) in by_node.values() {
+        let mut tc = connect(*port).await;
+        let mut init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(sb(id))))
+            .with_transaction_timeout_ms(30_000);
+        init.producer_id = ProducerId(-1);
+        init.producer_epoch = -1;
+        let mut pid = -1;
+        let e = until_ok!("InitProducerId", {
+            let r = tc.call(&init, 4).await.expect("init");
+            pid = r.producer_id.0;
+            r.error_code
+        });
+        assert_eq!(e, 0);
+        pids.push(pid);
+    }
+    assert_ne!(
+        pids[0], pids[1],
+        "producer ids are unique across the cluster"
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhere() {
+    let (_brokers, _dirs, ports) = start_cluster();
     let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
 
     let mut c = connect(ports[0]).await;

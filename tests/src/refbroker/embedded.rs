@@ -5,7 +5,7 @@
 //! ```text
 //! client ──InitProducerId/AddPartitionsToTxn/AddOffsetsToTxn/EndTxn──▶ refbroker
 //!     └─ kafka-protocol → coordinator::Request conversion ──▶ coordinator::shell::Coordinator
-//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log
+//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log, producer ids scoped to the node
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
 //!                 └─ MarkerTransport: RoutingTransport
@@ -31,8 +31,8 @@ use markers::writer::{
     WireTransportConfig, WriterConfig,
 };
 use txn_log::{
-    LogPartition, ProducerEpoch, ProducerId, SledTxnLog, TopicPartition, java_string_hash,
-    kafka_partition_for,
+    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerEpoch, ProducerId,
+    ProducerIdBlock, SledTxnLog, TopicPartition, TxnLog, java_string_hash, kafka_partition_for,
 };
 
 use super::server::Broker;
@@ -67,6 +67,73 @@ pub(crate) fn coordinator_node(broker: &Broker, partitions: u32, transactional_i
     broker
         .cluster
         .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
+}
+
+/// Bits of a producer id below the node id: node `n` hands out ids in
+/// `[n << NODE_PID_SHIFT, (n + 1) << NODE_PID_SHIFT)`.
+const NODE_PID_SHIFT: u32 = 40;
+
+/// The node's own sled log, with producer-id blocks moved into the node's id range.
+///
+/// Each node of an embedded cluster has its own transaction log, and each log counts producer
+/// ids from 0; without this, two coordinators would give the same producer id to different
+/// transactional ids, and one's COMMIT marker would commit the other's records. Kafka gets
+/// cluster-wide unique ids from its controller (`AllocateProducerIds`); a broker embedding the
+/// coordinator on several nodes needs an equivalent. Everything else is delegated unchanged.
+struct NodeScopedLog<L> {
+    inner: L,
+    base: i64,
+}
+
+impl<L> NodeScopedLog<L> {
+    fn new(inner: L, node_id: i32) -> anyhow::Result<Self> {
+        if !(0..(1 << 20)).contains(&node_id) {
+            anyhow::bail!("embedded mode needs a node id in 0..2^20, got {node_id}");
+        }
+        Ok(Self {
+            inner,
+            base: i64::from(node_id) << NODE_PID_SHIFT,
+        })
+    }
+}
+
+#[async_trait]
+impl<L: TxnLog> TxnLog for NodeScopedLog<L> {
+    async fn claim(
+        &self,
+        partition: LogPartition,
+        epoch: CoordinatorEpoch,
+    ) -> Result<(), LogError> {
+        self.inner.claim(partition, epoch).await
+    }
+
+    async fn append(
+        &self,
+        partition: LogPartition,
+        epoch: CoordinatorEpoch,
+        batch: Vec<LogEntry>,
+    ) -> Result<(), LogError> {
+        self.inner.append(partition, epoch, batch).await
+    }
+
+    async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {
+        self.inner.load(partition).await
+    }
+
+    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
+        let block = self.inner.allocate_block(len).await?;
+        let end = block.first.0.saturating_add(i64::from(block.len));
+        if block.first.0 < 0 || end > (1 << NODE_PID_SHIFT) {
+            return Err(LogError::InvalidArgument(format!(
+                "producer id block {}+{} leaves this node's range",
+                block.first.0, block.len
+            )));
+        }
+        Ok(ProducerIdBlock {
+            first: ProducerId(self.base + block.first.0),
+            len: block.len,
+        })
+    }
 }
 
 /// Partition leaders for the marker writer, by the fixed placement rule.
@@ -135,7 +202,7 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
     let n = config.transaction_state_log_num_partitions;
     let coordinator = Coordinator::start(CoordinatorOptions {
         config,
-        log: Arc::new(log),
+        log: Arc::new(NodeScopedLog::new(log, broker.config.node_id)?),
         clock: Arc::new(SystemClock::new()),
         markers: Arc::new(sink),
         marker_completions: done_rx,
