@@ -457,12 +457,21 @@ async fn nemesis(
     let brokers = u64::try_from(o.cluster.brokers).unwrap_or(1);
     // leave the last part of the run fault-free so the workload settles under healing
     let stop = deadline - o.duration / 8;
+    let mut deck: Vec<Fault> = Vec::new();
     while Instant::now() < stop {
         tokio::time::sleep(rng.millis(o.fault_interval_ms.0, o.fault_interval_ms.1)).await;
         if Instant::now() >= stop || rng.chance(0.15) {
             continue;
         }
-        let fault = o.faults[usize::try_from(rng.below(o.faults.len() as u64)).unwrap_or(0)];
+        // Draw from a shuffled deck of the enabled faults so every kind occurs each round.
+        if deck.is_empty() {
+            deck = o.faults.clone();
+            for i in (1..deck.len()).rev() {
+                let j = usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0);
+                deck.swap(i, j);
+            }
+        }
+        let Some(fault) = deck.pop() else { continue };
         let b = usize::try_from(rng.below(brokers)).unwrap_or(0);
         let hold = rng.millis(300, 2500);
         let mut c = cluster.lock().await;

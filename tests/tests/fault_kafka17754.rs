@@ -1,0 +1,131 @@
+//! KAFKA-17754 reproducer (issue 9; Jepsen, Bufstream 0.1.0 §5.4): an EndTxn(abort) is held in
+//! the network while the client's retry of it succeeds over a new connection, and the client
+//! starts its next transaction. The stale abort then reaches the coordinator.
+//!
+//! - TV1 (EndTxn v3): the epoch does not change between transactions, so the stale abort
+//!   is indistinguishable from an abort of the *new* transaction and aborts it; the client
+//!   learns it only when its commit fails. The test records what happens and checks that the
+//!   client's view and the log agree (no lost acknowledged commit, no aborted read).
+//! - TV2 (EndTxn v5, KIP-890): every EndTxn bumps the epoch, so the stale abort carries an
+//!   old epoch and is refused; the next transaction commits. The test requires exactly that.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
+use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
+use txn_tests::fault::process::bin_path;
+use txn_tests::fault::proxy::RequestClass;
+
+fn options() -> ClusterOptions {
+    ClusterOptions {
+        brokers: 1,
+        topic: "k".into(),
+        partitions: 1,
+        txn_log_partitions: 1,
+        reaper_interval_ms: 500,
+        transaction_version: 2,
+        daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
+            .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
+    }
+}
+
+/// What one scenario observed.
+#[derive(Debug)]
+struct Observed {
+    /// The first abort (answered through the retry).
+    first_abort: Result<(), String>,
+    /// The commit of the next transaction.
+    second_commit: Result<(), String>,
+    /// Committed values read back.
+    visible: Vec<String>,
+    /// Epochs (before T1, for T2).
+    epochs: (i16, i16),
+}
+
+async fn scenario(tv: TxnVersion, tag: &str) -> Observed {
+    let cluster = FaultCluster::start(options()).await.expect("cluster");
+    let view = ClusterView::discover(cluster.bootstrap(), "k", tag, Duration::from_secs(30))
+        .await
+        .expect("discover");
+    let mut p = TxnProducer::new(view.clone(), tag, 60_000, tv);
+    p.init().await.expect("init");
+    let e1 = p.pid_epoch().1;
+
+    // T1: one write, then an abort whose first copy is held for 4 s.
+    p.add_partitions(&[0]).await.expect("add T1");
+    p.produce(0, &[format!("{tag}-t1")], true)
+        .await
+        .expect("produce T1");
+    let hold = Duration::from_secs(4);
+    cluster
+        .daemon_proxy
+        .hold(RequestClass::EndTxn { committed: false }, hold, 1);
+    let held_at = Instant::now();
+    // The first attempt times out after 1.5 s; the retry on a new connection passes.
+    let first_abort = p.end(false).await.map_err(|e| e.to_string());
+    assert_eq!(cluster.daemon_proxy.stats().held, 1, "the abort was held");
+
+    // T2 starts before the stale abort arrives...
+    let e2 = p.pid_epoch().1;
+    p.add_partitions(&[0]).await.expect("add T2");
+    p.produce(0, &[format!("{tag}-t2")], true)
+        .await
+        .expect("produce T2");
+    // ...and the stale abort reaches the coordinator now.
+    tokio::time::sleep(
+        (held_at + hold + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    let second_commit = p.end(true).await.map_err(|e| e.to_string());
+
+    let mut f = Fetcher::new(view, "reader");
+    let visible = f
+        .read_all_stable(0, Duration::from_secs(30))
+        .await
+        .expect("partition stabilises")
+        .into_iter()
+        .map(|d| d.value)
+        .collect();
+    Observed {
+        first_abort,
+        second_commit,
+        visible,
+        epochs: (e1, e2),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1() {
+    let tv2 = scenario(TxnVersion::Tv2, "k17754-tv2").await;
+    println!("TV2 (EndTxn v5): {tv2:?}");
+    assert_eq!(tv2.first_abort, Ok(()), "{tv2:?}");
+    assert!(
+        tv2.epochs.1 > tv2.epochs.0,
+        "TV2 bumps the epoch at EndTxn: {tv2:?}"
+    );
+    assert_eq!(
+        tv2.second_commit,
+        Ok(()),
+        "the stale abort must not hit T2: {tv2:?}"
+    );
+    assert_eq!(tv2.visible, vec!["k17754-tv2-t2".to_owned()], "{tv2:?}");
+
+    let tv1 = scenario(TxnVersion::Tv1, "k17754-tv1").await;
+    println!("TV1 (EndTxn v3): {tv1:?}");
+    assert_eq!(tv1.first_abort, Ok(()), "{tv1:?}");
+    assert_eq!(tv1.epochs.0, tv1.epochs.1, "TV1 keeps the epoch: {tv1:?}");
+    // T1's value is never visible; T2's is visible exactly when its commit was acknowledged.
+    assert!(
+        !tv1.visible.contains(&"k17754-tv1-t1".to_owned()),
+        "{tv1:?}"
+    );
+    let t2_visible = tv1.visible.contains(&"k17754-tv1-t2".to_owned());
+    match &tv1.second_commit {
+        Ok(()) => assert!(t2_visible, "acknowledged commit lost: {tv1:?}"),
+        Err(e) if e.contains("indeterminate") => {}
+        Err(_) => assert!(!t2_visible, "refused commit visible: {tv1:?}"),
+    }
+}
