@@ -53,6 +53,10 @@ fn scenario(mode: Mode) {
         producer.wait_event("commit", Duration::from_secs(60));
     }
     let host = cluster.coordinator_host(&txn_id);
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
     host.kill();
     std::thread::sleep(Duration::from_millis(1500));
     host.restart();
@@ -89,9 +93,15 @@ fn scenario(mode: Mode) {
             _ => {}
         }
     }
+    let after_restart = events
+        .iter()
+        .filter(|e| ev(e) == "commit")
+        .filter(|e| e.get("t").and_then(e2e::json::Json::as_f64) > Some(killed_at))
+        .count();
     assert!(
-        commits >= 5,
-        "expected most of the stream to commit, got {commits}"
+        after_restart >= 1 && commits >= 5,
+        "the stream must go on committing after the restart: {commits} commits, \
+         {after_restart} after the kill"
     );
     assert!(
         sentinel.iter().any(|e| ev(e) == "commit"),

@@ -60,6 +60,14 @@ impl Json {
         }
     }
 
+    /// The number, if this is one.
+    pub(crate) fn as_f64(&self) -> Option<f64> {
+        match self {
+            Self::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+
     /// The boolean, if this is one.
     pub(crate) fn as_bool(&self) -> Option<bool> {
         match self {
