@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scenario runner for txn-bench (see docs/performance.md).
 #
-#   bench/run.sh [SCENARIO...]        scenarios: matrix ceiling latency recovery kafka crabka plots
+#   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
+#                                     crabka plots
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -123,7 +124,32 @@ start_daemon_pair() {
     SRV_PIDS=("$dpid" "$rpid")
 }
 
-stop_servers() { for p in "${SRV_PIDS[@]}"; do stop "$p"; done; }
+# start_daemon_null DIR [daemon args...]: the daemon with txn-bench's null broker as its only data
+# broker (acknowledges Produce and WriteTxnMarkers without storing): the coordinator alone.
+start_daemon_null() {
+    local d=$1; shift
+    local dport nport
+    mkdir -p "$d"
+    dport=$(free_port); nport=$(free_port)
+    "$BENCH" --null-broker "127.0.0.1:$nport" --coordinator "127.0.0.1:$dport" --topic "$TOPIC" \
+        --create-partitions "$TOPIC_PARTITIONS" >"$d/null.out" 2>"$d/null.err" &
+    local npid=$!
+    PIDS+=("$npid")
+    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
+        --bootstrap-servers "127.0.0.1:$nport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
+    local dpid=$!
+    PIDS+=("$dpid")
+    wait_for "$d/null.out" "listening on" 30
+    wait_for "$d/daemon.out" "listening on" 120
+    SRV_ADDR="127.0.0.1:$nport"
+    SRV_PIDS=("$dpid")
+    NULL_PID=$npid
+}
+
+stop_servers() {
+    for p in "${SRV_PIDS[@]}"; do stop "$p"; done
+    if [ -n "${NULL_PID:-}" ]; then stop "$NULL_PID"; NULL_PID=; fi
+}
 
 # bench LABEL FILE [txn-bench args...]
 bench() {
@@ -151,6 +177,18 @@ scenario_matrix() {
     stop_servers
 }
 
+scenario_coordinator() {
+    local ppt
+    for ppt in $PPT; do
+        start_daemon_null "$OUT/data/coordinator-$ppt"
+        bench "daemon+null" "$OUT/coordinator-ppt$ppt.json" --sweep "$PRODUCERS" --partitions-per-txn "$ppt" || true
+        stop_servers
+    done
+    start_daemon_null "$OUT/data/coordinator-tv2"
+    bench "daemon+null-tv2" "$OUT/coordinator-tv2.json" --producers 64 --txn-version 2 || true
+    stop_servers
+}
+
 scenario_ceiling() {
     mkdir -p "$OUT/data/fsync"
     log "fsync probe (load: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -170,6 +208,9 @@ scenario_ceiling() {
 scenario_latency() {
     # EndTxn latency at a fixed offered load (target: p99 <= 2 ms at 10,000 txn/s).
     for rate in 1000 5000 10000; do
+        start_daemon_null "$OUT/data/latency-null-$rate"
+        bench "daemon+null-rate" "$OUT/latency-null-$rate.json" --producers 64 --rate "$rate" || true
+        stop_servers
         start_daemon_pair "$OUT/data/latency-$rate"
         bench "daemon-rate" "$OUT/latency-daemon-$rate.json" --producers 64 --rate "$rate" || true
         stop_servers
@@ -295,11 +336,11 @@ scenario_crabka() {
 
 scenario_plots() {
     local files=()
-    for f in "$OUT"/matrix-*-ppt1.json "$OUT"/kafka-ppt1.json; do [ -f "$f" ] && files+=("$f"); done
+    for f in "$OUT"/matrix-*-ppt1.json "$OUT"/coordinator-ppt1.json "$OUT"/kafka-ppt1.json; do [ -f "$f" ] && files+=("$f"); done
     [ ${#files[@]} -gt 0 ] && "$BENCH" --plot-from "$(IFS=,; echo "${files[*]}")" --plot "$OUT/ppt1.png" \
         --plot-title "1 partition per transaction, 1 record of 100 B, durable (Kafka: OS-buffered)"
     files=()
-    for f in "$OUT"/matrix-*-ppt8.json "$OUT"/kafka-ppt8.json; do [ -f "$f" ] && files+=("$f"); done
+    for f in "$OUT"/matrix-*-ppt8.json "$OUT"/coordinator-ppt8.json "$OUT"/kafka-ppt8.json; do [ -f "$f" ] && files+=("$f"); done
     [ ${#files[@]} -gt 0 ] && "$BENCH" --plot-from "$(IFS=,; echo "${files[*]}")" --plot "$OUT/ppt8.png" \
         --plot-title "8 partitions per transaction, 1 record of 100 B each"
     true
@@ -308,7 +349,7 @@ scenario_plots() {
 machine_info
 build
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix ceiling latency recovery kafka crabka plots)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka plots)
 for s in "${SCENARIOS[@]}"; do
     log "=== scenario $s"
     "scenario_$s"

@@ -10,9 +10,11 @@
 //!
 //! Side modes: `--fsync-probe DIR` (the disk's write+fdatasync rate), `--generate-ids N`
 //! (fill a daemon data directory through `SledTxnLog`), `--wait-ready` (time until a
-//! coordinator serves every log partition), `--plot-from` (draw saved JSON results).
+//! coordinator serves every log partition), `--plot-from` (draw saved JSON results),
+//! `--null-broker` (a data broker that stores nothing, to measure a coordinator alone).
 
 mod client;
+mod nullbroker;
 mod plot;
 mod producer;
 mod report;
@@ -130,6 +132,14 @@ struct Cli {
     /// generated id per partition); prints the elapsed time. Uses --generate-ids as the count.
     #[arg(long)]
     wait_ready: bool,
+    /// Mode: serve a null data broker (leads every partition of --topic, acknowledges Produce
+    /// and WriteTxnMarkers without storing anything) on HOST:PORT, to measure a coordinator
+    /// without a participant's disk; FindCoordinator answers --coordinator.
+    #[arg(long, value_name = "HOST:PORT")]
+    null_broker: Option<String>,
+    /// The coordinator the null broker sends transactional clients to.
+    #[arg(long, value_name = "HOST:PORT")]
+    coordinator: Option<String>,
     /// Give up --wait-ready after this many seconds.
     #[arg(long, default_value_t = 300)]
     ready_timeout: u64,
@@ -177,6 +187,18 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if let Some(listen) = &cli.null_broker {
+        let coordinator = cli
+            .coordinator
+            .clone()
+            .context("--null-broker needs --coordinator HOST:PORT")?;
+        return rt.block_on(nullbroker::serve(
+            listen,
+            &cli.topic,
+            cli.create_partitions.unwrap_or(16),
+            &coordinator,
+        ));
+    }
     if let Some(n) = cli.generate_ids.filter(|_| !cli.wait_ready) {
         let dir = cli
             .data_dir
