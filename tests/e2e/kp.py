@@ -5,6 +5,7 @@ Usage: python kp.py SUBCOMMAND [options]; JSON event lines on stdout as in lr.py
   txns     a transactional producer running a pattern of commits and aborts
   consume  an assign()-based reader (read_committed or read_uncommitted)
   fence    zombie fencing: a second producer with the same transactional_id fences the first
+  stall    a transaction that is begun, written to, then left idle past its timeout
 """
 
 import argparse
@@ -157,6 +158,28 @@ def cmd_fence(args):
     return 0
 
 
+def cmd_stall(args):
+    partitions = parse_partitions(args.partitions)
+    p = producer(args, args.txn_id)
+    p.init_transactions()
+    values = [(part, "%s-stalled-p%d" % (args.prefix, part)) for part in partitions]
+    p.begin_transaction()
+    emit("written", values=send_all(p, args.topic, values))
+    time.sleep(args.stall_s)
+    try:
+        p.commit_transaction()
+        result = {"ok": True}
+    except Exception as exc:  # noqa: BLE001 - the expected outcome is an error
+        result = dict(ok=False, **describe(exc))
+    emit("late_commit", **result)
+    emit("done")
+    try:
+        p.close(timeout=2)
+    except Exception:  # noqa: BLE001
+        pass
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd")
@@ -170,12 +193,13 @@ def main():
     ap.add_argument("--txn-timeout-ms", type=int, default=30000)
     ap.add_argument("--isolation", default="read_committed")
     ap.add_argument("--min-records", type=int, default=0)
+    ap.add_argument("--stall-s", type=float, default=10.0)
     ap.add_argument("--deadline", type=float, default=60.0)
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         stream=sys.stderr)
-    cmds = {"txns": cmd_txns, "consume": cmd_consume, "fence": cmd_fence}
+    cmds = {"txns": cmd_txns, "consume": cmd_consume, "fence": cmd_fence, "stall": cmd_stall}
     if args.cmd not in cmds:
         raise SystemExit("unknown subcommand %s" % args.cmd)
     try:

@@ -4,7 +4,7 @@
 //! records to B's within timeout + reaper interval (plus slack for process start-up), A's
 //! records never become visible, and A's late commit fails.
 //!
-//! Runs librdkafka from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
+//! Runs librdkafka and kafka-python from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
 mod e2e;
 
@@ -21,8 +21,8 @@ const REAPER_INTERVAL_MS: u64 = 1000;
 /// Slack on top of timeout + reaper interval for client start-up and fetch waits.
 const SLACK_MS: u64 = 15000;
 
-fn scenario(mode: Mode) {
-    let test = format!("timeout_lr_{}", mode.tag());
+fn scenario(mode: Mode, script: &str) {
+    let test = format!("timeout_{}_{}", script.trim_end_matches(".py"), mode.tag());
     let Some(py) = e2e::python_or_skip(&test) else {
         return;
     };
@@ -38,7 +38,7 @@ fn scenario(mode: Mode) {
         &py,
         &dir,
         "stalled",
-        "lr.py",
+        script,
         &args(&[
             ("stall", ""),
             ("--bootstrap", &bootstrap),
@@ -62,7 +62,7 @@ fn scenario(mode: Mode) {
         &py,
         &dir,
         "producer-b",
-        "lr.py",
+        script,
         &args(&[
             ("txns", ""),
             ("--bootstrap", &bootstrap),
@@ -91,7 +91,7 @@ fn scenario(mode: Mode) {
         &py,
         &dir,
         "read-committed-moves-on",
-        "lr.py",
+        script,
         &args(&[
             ("consume", ""),
             ("--bootstrap", &bootstrap),
@@ -125,7 +125,7 @@ fn scenario(mode: Mode) {
     let rc = e2e::read_topic(
         &py,
         &dir,
-        "lr.py",
+        script,
         &bootstrap,
         TOPIC,
         PARTITIONS,
@@ -139,7 +139,7 @@ fn scenario(mode: Mode) {
     let ru = e2e::read_topic(
         &py,
         &dir,
-        "lr.py",
+        script,
         &bootstrap,
         TOPIC,
         PARTITIONS,
@@ -149,12 +149,17 @@ fn scenario(mode: Mode) {
     assert_clean(&all.check("read_uncommitted", &ru), &ru);
 }
 
-// Embedded mode (`scenario(Mode::Embedded)`) fails today and is left out until it passes: the
+// Embedded mode (`scenario(Mode::Embedded, ..)`) fails today and is left out until it passes: the
 // embedded coordinators of the two brokers hand out the same producer ids, so producers A and B
 // (different transactional ids, coordinated by different nodes) collide on the partitions.
 // See e2e-findings.md and the e2e report of issue 6.
 
 #[test]
 fn timeout_librdkafka_standalone() {
-    scenario(Mode::Standalone);
+    scenario(Mode::Standalone, "lr.py");
+}
+
+#[test]
+fn timeout_kafka_python_standalone() {
+    scenario(Mode::Standalone, "kp.py");
 }
