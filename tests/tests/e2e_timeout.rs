@@ -149,10 +149,15 @@ fn scenario(mode: Mode, script: &str) {
     assert_clean(&all.check("read_uncommitted", &ru), &ru);
 }
 
-// Embedded mode (`scenario(Mode::Embedded, ..)`) fails today and is left out until it passes: the
-// embedded coordinators of the two brokers hand out the same producer ids, so producers A and B
-// (different transactional ids, coordinated by different nodes) collide on the partitions.
-// See e2e-findings.md and the e2e report of issue 6.
+#[test]
+fn timeout_librdkafka_embedded() {
+    scenario(Mode::Embedded, "lr.py");
+}
+
+#[test]
+fn timeout_kafka_python_embedded() {
+    scenario(Mode::Embedded, "kp.py");
+}
 
 #[test]
 fn timeout_librdkafka_standalone() {
