@@ -235,6 +235,9 @@ scenario_recovery() {
     log "generating $RECOVERY_IDS ids (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     "$BENCH" --generate-ids "$RECOVERY_IDS" --data-dir "$d/coord" --out "$OUT/recovery-generate.json" | tee -a "$OUT/tables.txt"
 
+    log "load probe: SledTxnLog::load of every partition, no coordinator"
+    "$BENCH" --load-probe --data-dir "$d/coord" --out "$OUT/recovery-load-probe.json" | tee -a "$OUT/tables.txt"
+
     local results=()
     for round in first-start after-sigkill; do
         port=$(free_port)

@@ -132,6 +132,10 @@ struct Cli {
     /// generated id per partition); prints the elapsed time. Uses --generate-ids as the count.
     #[arg(long)]
     wait_ready: bool,
+    /// Mode: read every log partition of --data-dir through SledTxnLog::load (no coordinator)
+    /// and report the time and this process's RSS: the storage share of recovery.
+    #[arg(long)]
+    load_probe: bool,
     /// Mode: serve a null data broker (leads every partition of --topic, acknowledges Produce
     /// and WriteTxnMarkers without storing anything) on HOST:PORT, to measure a coordinator
     /// without a participant's disk; FindCoordinator answers --coordinator.
@@ -198,6 +202,26 @@ fn main() -> anyhow::Result<()> {
             cli.create_partitions.unwrap_or(16),
             &coordinator,
         ));
+    }
+    if cli.load_probe {
+        let dir = cli
+            .data_dir
+            .clone()
+            .context("--load-probe needs --data-dir")?;
+        let r = rt.block_on(tools::load_probe(&dir, cli.log_partitions))?;
+        emit(&cli, &serde_json::to_value(&r)?)?;
+        if !cli.json {
+            println!(
+                "load probe: {} ids in {:.2} s = {:.0} ids/s; RSS {} KiB before, {} KiB loaded, {} KiB after dropping the records",
+                r.ids,
+                r.seconds,
+                r.ids_per_s,
+                r.rss_before_kib,
+                r.rss_loaded_kib,
+                r.rss_after_drop_kib
+            );
+        }
+        return Ok(());
     }
     if let Some(n) = cli.generate_ids.filter(|_| !cli.wait_ready) {
         let dir = cli

@@ -309,3 +309,56 @@ pub(crate) async fn wait_ready(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Result of `--load-probe`.
+#[derive(Debug, Serialize)]
+pub(crate) struct LoadProbeResult {
+    pub(crate) data_dir: String,
+    pub(crate) ids: u64,
+    pub(crate) seconds: f64,
+    pub(crate) ids_per_s: f64,
+    /// RSS of this process before opening the log, KiB.
+    pub(crate) rss_before_kib: u64,
+    /// RSS with every loaded record held in memory, KiB.
+    pub(crate) rss_loaded_kib: u64,
+    /// RSS after the records were dropped (the log and its cache still open), KiB.
+    pub(crate) rss_after_drop_kib: u64,
+}
+
+/// Reads every log partition of `dir` through `SledTxnLog::load` (all partitions at once,
+/// as the daemon does at start) without a coordinator: the storage share of recovery time
+/// and of memory.
+pub(crate) async fn load_probe(dir: &Path, log_partitions: u32) -> anyhow::Result<LoadProbeResult> {
+    let rss = || crate::stats::sample_pid(std::process::id()).map_or(0, |s| s.rss_kib);
+    let rss_before_kib = rss();
+    let start = Instant::now();
+    let cfg = SledConfig::new(dir);
+    let log = Arc::new(tokio::task::spawn_blocking(move || SledTxnLog::open(cfg)).await??);
+    let mut set = tokio::task::JoinSet::new();
+    for p in 0..log_partitions {
+        let l = log.clone();
+        set.spawn(async move { l.load(LogPartition(p)).await });
+    }
+    let mut loaded = Vec::new();
+    while let Some(r) = set.join_next().await {
+        loaded.push(r??);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let ids: u64 = loaded.iter().map(|l| l.records.len() as u64).sum();
+    let rss_loaded_kib = rss();
+    drop(loaded);
+    let rss_after_drop_kib = rss();
+    let l = log.clone();
+    tokio::task::spawn_blocking(move || l.shutdown()).await?;
+    #[allow(clippy::cast_precision_loss)]
+    let ids_per_s = ids as f64 / seconds;
+    Ok(LoadProbeResult {
+        data_dir: dir.display().to_string(),
+        ids,
+        seconds,
+        ids_per_s,
+        rss_before_kib,
+        rss_loaded_kib,
+        rss_after_drop_kib,
+    })
+}
