@@ -369,7 +369,6 @@ impl Groups {
             }
             let was_empty = g.members.is_empty();
             g.protocol_type = Some(protocol_type);
-            let changed = g.members.get(&id).is_none_or(|m| m.protocols != protocols);
             let member = g.members.entry(id.clone()).or_insert_with(|| Member {
                 group_instance_id: r.group_instance_id.clone(),
                 protocols: Vec::new(),
@@ -387,9 +386,9 @@ impl Groups {
             if let Some((old, ov)) = member.join_waiter.replace((tx, v)) {
                 let _ = old.send(join_error(ResponseError::UnknownMemberId, &id, ov));
             }
-            // A leader rejoining a stable group with the same subscription still starts a
-            // round (that is how clients ask for a rebalance).
-            let _ = changed;
+            // Every join starts (or joins) a round, even a rejoin with an unchanged
+            // subscription: that is how a client asks for a rebalance. Kafka answers a
+            // follower's unchanged rejoin of a stable group without a round; clients accept both.
             if g.phase != Phase::PreparingRebalance {
                 if was_empty {
                     g.not_before = Instant::now() + Duration::from_millis(self.initial_delay_ms);

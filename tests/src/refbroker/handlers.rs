@@ -243,7 +243,7 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
             } else if let Some(part) = broker.partition(&name, p.index) {
                 let records = p.records.unwrap_or_default();
                 let mut part = part.lock().await;
-                let res = part.append_produce(&records, acks == -1, now_ms());
+                let res = part.append_produce(&records, acks == -1);
                 if v >= 5 {
                     resp.log_start_offset = part.log_start_offset();
                 }

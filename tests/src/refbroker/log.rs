@@ -30,6 +30,9 @@ pub(crate) struct PartitionLog {
     data: BytesMut,
     index: Vec<IndexEntry>,
     next_offset: i64,
+    /// Set after a failed write or fsync: what reached the file is unknown, so nothing more is
+    /// appended (fail-stop; a restart recovers the valid prefix).
+    poisoned: bool,
 }
 
 impl PartitionLog {
@@ -81,6 +84,7 @@ impl PartitionLog {
             data,
             index,
             next_offset,
+            poisoned: false,
         })
     }
 
@@ -110,11 +114,21 @@ impl PartitionLog {
         base_offset: i64,
         sync: bool,
     ) -> std::io::Result<()> {
+        if self.poisoned {
+            return Err(std::io::Error::other(
+                "partition log poisoned by an earlier failure",
+            ));
+        }
         let mut owned = batch.to_vec();
         owned[..8].copy_from_slice(&base_offset.to_be_bytes());
-        self.file.write_all(&owned)?;
-        if sync {
-            self.file.sync_data()?;
+        let written = self
+            .file
+            .write_all(&owned)
+            .and_then(|()| if sync { self.file.sync_data() } else { Ok(()) });
+        if let Err(e) = written {
+            tracing::error!(path = %self.path.display(), error = %e, "partition log write failed; poisoned");
+            self.poisoned = true;
+            return Err(e);
         }
         let pos = self.data.len();
         self.data.extend_from_slice(&owned);

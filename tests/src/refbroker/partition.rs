@@ -89,7 +89,6 @@ impl Partition {
         &mut self,
         records: &Bytes,
         sync: bool,
-        _now_ms: i64,
     ) -> Result<i64, ResponseError> {
         let (header, len) = BatchHeader::parse(records).map_err(|e| e.response_error())?;
         if len != records.len() {
@@ -144,7 +143,7 @@ impl Partition {
         });
         let batch = encode_batch(entries, producer, now_ms)
             .map_err(|_| ResponseError::UnknownServerError)?;
-        self.append_produce(&batch, true, now_ms).map(|_| ())
+        self.append_produce(&batch, true).map(|_| ())
     }
 
     /// Applies one transaction marker: a control batch at the log end (synced).
