@@ -673,3 +673,32 @@ async fn a_second_member_triggers_a_rebalance_that_both_members_complete() {
         "an old generation is ILLEGAL_GENERATION"
     );
 }
+
+#[tokio::test]
+async fn a_torn_tail_is_truncated_on_restart_and_appends_continue_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = start(dir.path());
+    let mut c = connect(&b).await;
+    assert_eq!(
+        produce(&mut c, 0, batch(None, false, 2, "kept"), None).await,
+        (0, 0)
+    );
+    drop(c);
+    b.kill();
+    // a crash in the middle of an append: half a batch at the end of the segment
+    let seg = dir.path().join("t-0").join("00000000000000000000.log");
+    let half = batch(None, false, 3, "torn");
+    let mut bytes = std::fs::read(&seg).expect("segment");
+    bytes.extend_from_slice(&half[..half.len() / 2]);
+    std::fs::write(&seg, &bytes).expect("write torn tail");
+
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    assert_eq!(latest(&mut c, 0, false).await, 2);
+    assert_eq!(
+        produce(&mut c, 0, batch(None, false, 1, "next"), None).await,
+        (0, 2)
+    );
+    let f = fetch(&mut c, 0, 0, false).await;
+    assert_eq!(values(&f), ["kept-0", "kept-1", "next-0"]);
+}
