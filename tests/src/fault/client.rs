@@ -831,3 +831,84 @@ impl Fetcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(pid: i64, offset: i64, control: Option<i16>, values: &[&str]) -> Vec<u8> {
+        let records: Vec<Record> = if let Some(kind) = control {
+            let mut key = BytesMut::new();
+            key.extend_from_slice(&0i16.to_be_bytes());
+            key.extend_from_slice(&kind.to_be_bytes());
+            vec![Record {
+                transactional: true,
+                control: true,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: pid,
+                producer_epoch: 0,
+                timestamp_type: TimestampType::Creation,
+                offset,
+                sequence: -1,
+                timestamp: 0,
+                key: Some(key.freeze()),
+                value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+                headers: IndexMap::new(),
+            }]
+        } else {
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| Record {
+                    transactional: true,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id: pid,
+                    producer_epoch: 0,
+                    timestamp_type: TimestampType::Creation,
+                    offset: offset + i as i64,
+                    sequence: i as i32,
+                    timestamp: 0,
+                    key: None,
+                    value: Some(Bytes::from((*v).to_owned())),
+                    headers: IndexMap::new(),
+                })
+                .collect()
+        };
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .expect("encode");
+        buf.to_vec()
+    }
+
+    #[test]
+    fn read_committed_filter_follows_the_aborted_index_and_markers() {
+        let mut log = Vec::new();
+        log.extend(batch(7, 0, None, &["a1", "a2"])); // aborted txn of pid 7
+        log.extend(batch(8, 2, None, &["b1"])); // committed txn of pid 8
+        log.extend(batch(7, 3, Some(0), &[])); // ABORT marker of pid 7
+        log.extend(batch(8, 4, Some(1), &[])); // COMMIT marker of pid 8
+        log.extend(batch(7, 5, None, &["c1"])); // a later, committed txn of pid 7
+        log.extend(batch(7, 6, Some(1), &[]));
+        let log = Bytes::from(log);
+        let (out, next) = filter_read_committed(&log, &[(7, 0)], 0).expect("decodes");
+        let values: Vec<&str> = out.iter().map(|d| d.value.as_str()).collect();
+        assert_eq!(values, ["b1", "c1"]);
+        assert_eq!(next, 7);
+        // without the aborted index entry nothing is filtered (the broker's job)
+        let (out, _) = filter_read_committed(&log, &[], 0).expect("decodes");
+        assert_eq!(out.len(), 4);
+        // fetching from the middle skips earlier records of the first batch
+        let (out, _) = filter_read_committed(&log, &[], 1).expect("decodes");
+        assert_eq!(out[0].value, "a2");
+    }
+}

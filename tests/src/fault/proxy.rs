@@ -70,8 +70,15 @@ fn api_of(frame: &Bytes) -> Option<ApiKey> {
     ApiKey::try_from(raw).ok()
 }
 
+/// The correlation id of a request frame (after api key and version).
 fn correlation_of(frame: &Bytes) -> Option<i32> {
     let b = frame.get(4..8)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The correlation id of a response frame (its first field).
+fn response_correlation_of(frame: &Bytes) -> Option<i32> {
+    let b = frame.get(0..4)?;
     Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
@@ -274,7 +281,7 @@ async fn relay(s: Arc<Shared>, client: TcpStream) {
                 let Ok(Some(frame)) = read_frame(&mut ur, MAX_FRAME).await else {
                     return;
                 };
-                let api = correlation_of(&frame).and_then(|c| inflight.lock().remove(&c));
+                let api = response_correlation_of(&frame).and_then(|c| inflight.lock().remove(&c));
                 let drop_it = {
                     let mut f = s.faults.lock();
                     if f.blackhole {

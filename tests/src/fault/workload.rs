@@ -19,7 +19,7 @@ use super::checker::{Report, check};
 use super::client::{ClientError, ClusterView, Fetcher, TxnProducer, TxnVersion};
 use super::cluster::{ClusterOptions, FaultCluster};
 use super::history::{Accepted, History, Outcome, Read, Record};
-use super::proxy::RequestClass;
+use super::proxy::{ProxyStats, RequestClass};
 
 /// splitmix64: a small seeded generator (no dependency).
 #[derive(Debug, Clone)]
@@ -120,6 +120,11 @@ pub struct RunOptions {
     pub duration: Duration,
     /// W1 producers (one transactional id each).
     pub producers: u32,
+    /// W2 producers sharing one transactional id (`w2`), each restarting (a new producer
+    /// instance, no pid/epoch) before a transaction with probability `restart_p`.
+    pub shared_producers: u32,
+    /// W2 restart probability per transaction.
+    pub restart_p: f64,
     /// read_committed consumers polling during the run.
     pub consumers: u32,
     /// Probability that a W1 transaction is aborted on purpose.
@@ -147,9 +152,15 @@ pub struct RunResult {
     pub report: Report,
     /// The full history.
     pub history: Record,
+    /// What each proxy did.
+    pub proxy_stats: Vec<(String, ProxyStats)>,
 }
 
 const TOPIC_PROBE: &str = "fault-probe";
+
+/// How long a W1/W2 operation retries before it is indeterminate: shorter than the longest
+/// faults, so that runs contain indeterminate commits (Jepsen's `:info`).
+const OP_BUDGET: Duration = Duration::from_secs(3);
 
 /// Runs the workload against a fresh cluster and checks the history.
 pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
@@ -171,7 +182,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..opts.producers {
         let (view, h, o) = (view.clone(), h.clone(), opts.clone());
-        tasks.spawn(async move { w1_producer(w, view, h, o, deadline).await });
+        let tid = format!("w1-{w}");
+        tasks.spawn(async move { w1_producer(w, tid, 0.0, view, h, o, deadline).await });
+    }
+    for w in 0..opts.shared_producers {
+        let (view, h, o) = (view.clone(), h.clone(), opts.clone());
+        let restart_p = opts.restart_p;
+        tasks.spawn(async move {
+            w1_producer(200 + w, "w2".into(), restart_p, view, h, o, deadline).await
+        });
     }
     for c in 0..opts.consumers {
         let (view, h) = (view.clone(), h.clone());
@@ -196,6 +215,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     h.fault("heal");
     final_read(&view, &h, &opts).await;
     let mut c = cluster.lock().await;
+    let mut proxy_stats = vec![("coordinator".to_owned(), c.daemon_proxy.stats())];
+    for (i, p) in c.broker_proxies.iter().enumerate() {
+        proxy_stats.push((format!("broker-{}", i + 1), p.stats()));
+    }
+    for (name, st) in &proxy_stats {
+        println!("proxy {name}: {st:?}");
+    }
     c.stop();
     let copy = c.root().join("daemon-copy");
     super::audit::copy_dir(&c.daemon_data_dir(), &copy)?;
@@ -221,6 +247,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         seed: opts.seed,
         report,
         history: record,
+        proxy_stats,
     })
 }
 
@@ -263,20 +290,29 @@ async fn init_until(p: &mut TxnProducer, h: &History, deadline: Instant) -> bool
     false
 }
 
+/// W1 (and W2 when `tid` is shared and `restart_p > 0`).
 async fn w1_producer(
     w: u32,
+    tid: String,
+    restart_p: f64,
     view: ClusterView,
     h: History,
     o: RunOptions,
     deadline: Instant,
 ) -> anyhow::Result<()> {
     let mut rng = Rng::new(o.seed ^ (u64::from(w) + 1).wrapping_mul(0xA24B_AED4_963E_E407));
-    let tid = format!("w1-{w}");
-    let mut p = TxnProducer::new(view, &tid, o.txn_timeout_ms, o.tv);
+    let mut p = TxnProducer::new(view.clone(), &tid, o.txn_timeout_ms, o.tv);
+    p.op_budget = OP_BUDGET;
     let partitions = u64::try_from(o.cluster.partitions).unwrap_or(1);
     let mut counter = 0u64;
     let mut need_init = true;
     while Instant::now() < deadline {
+        if restart_p > 0.0 && rng.chance(restart_p) {
+            // W2: this producer "restarts": a new instance that knows no pid/epoch.
+            p = TxnProducer::new(view.clone(), &tid, o.txn_timeout_ms, o.tv);
+            p.op_budget = OP_BUDGET;
+            need_init = true;
+        }
         if need_init {
             if !init_until(&mut p, &h, deadline).await {
                 break;

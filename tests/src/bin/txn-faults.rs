@@ -1,0 +1,117 @@
+//! `txn-faults`: a long fault run (issue 9; see docs/reliability.md).
+//!
+//! ```text
+//! txn-faults [--secs N] [--seed S] [--producers N] [--shared N] [--consumers N]
+//!            [--tv 1|2] [--log-dir DIR] [--rounds N]
+//! ```
+//!
+//! Starts the `txn-coordinator` daemon and three refbrokers (binaries next to this one, or
+//! `TXN_COORDINATOR_BIN` / `TXN_FAULT_BIN_REFBROKER`) behind fault proxies on loopback, runs
+//! W1 + W2 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
+//! history, and stops at the first invalid round. Exit status 1 if an anomaly was found.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use txn_tests::fault::client::TxnVersion;
+use txn_tests::fault::cluster::ClusterOptions;
+use txn_tests::fault::process::bin_path;
+use txn_tests::fault::workload::{Fault, Rng, RunOptions, run, seed_from_env};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut secs = 300u64;
+    let mut seed = seed_from_env();
+    let mut producers = 4u32;
+    let mut shared = 2u32;
+    let mut consumers = 2u32;
+    let mut tv = TxnVersion::Tv2;
+    let mut log_dir: Option<PathBuf> = None;
+    let mut rounds = 1u32;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut v = || {
+            args.next()
+                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--secs" => secs = v()?.parse()?,
+            "--seed" => seed = v()?.parse()?,
+            "--producers" => producers = v()?.parse()?,
+            "--shared" => shared = v()?.parse()?,
+            "--consumers" => consumers = v()?.parse()?,
+            "--tv" => {
+                tv = if v()? == "1" {
+                    TxnVersion::Tv1
+                } else {
+                    TxnVersion::Tv2
+                }
+            }
+            "--log-dir" => log_dir = Some(v()?.into()),
+            "--rounds" => rounds = v()?.parse()?,
+            other => anyhow::bail!("unknown argument {other:?}"),
+        }
+    }
+    let daemon_bin = std::env::var_os("TXN_COORDINATOR_BIN")
+        .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from);
+    let mut seeds = Rng::new(seed);
+    let (mut txns, mut faults) = (0usize, 0usize);
+    for round in 0..rounds {
+        let s = if round == 0 { seed } else { seeds.next_u64() };
+        let r = run(RunOptions {
+            seed: s,
+            duration: Duration::from_secs(secs),
+            producers,
+            shared_producers: shared,
+            restart_p: 0.1,
+            consumers,
+            abort_p: 0.1,
+            w5_every: Some(Duration::from_secs(6)),
+            faults: Fault::ALL.to_vec(),
+            fault_interval_ms: (1500, 4000),
+            tv,
+            txn_timeout_ms: 6000,
+            cluster: ClusterOptions {
+                brokers: 3,
+                topic: "fq".into(),
+                partitions: 6,
+                txn_log_partitions: 4,
+                reaper_interval_ms: 500,
+                transaction_version: 2,
+                daemon_bin: daemon_bin.clone(),
+                refbroker_bin: bin_path("refbroker"),
+                log_dir: log_dir.as_ref().map(|d| d.join(format!("round-{round}"))),
+            },
+        })
+        .await?;
+        txns += r.history.txns.len();
+        faults += r.history.faults.len();
+        println!(
+            "round {round}: seed {s}, {} transactions, {} faults: {}",
+            r.history.txns.len(),
+            r.history.faults.len(),
+            if r.report.is_valid() {
+                "valid"
+            } else {
+                "INVALID"
+            }
+        );
+        if !r.report.is_valid() {
+            for (t, f) in &r.history.faults {
+                println!("  fault at {t} ms: {f}");
+            }
+            println!("total: {txns} transactions checked, {faults} faults injected");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    println!("total: {txns} transactions checked, {faults} faults injected, no anomaly");
+    Ok(ExitCode::SUCCESS)
+}
