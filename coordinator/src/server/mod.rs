@@ -19,7 +19,7 @@ use markers::writer::{
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
-use txn_log::{SledConfig, SledTxnLog, TxnLog};
+use txn_log::{SledTxnLog, SyncMode, TxnLog};
 
 pub use brokers::{BrokerError, Brokers};
 pub use settings::{KEYS, Settings, SettingsError};
@@ -119,8 +119,13 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         &opts.data_dir,
         settings.engine.transaction_state_log_num_partitions,
     )?;
-    let data_dir = opts.data_dir.clone();
-    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(data_dir)))
+    let sled_config = settings.sled_config(&opts.data_dir);
+    if sled_config.sync_mode == SyncMode::OsBuffered {
+        tracing::warn!(
+            "txn.log.sync=os-buffered: acknowledged transactions are NOT durable against a power loss or kernel crash"
+        );
+    }
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(sled_config))
         .await
         .context("opening the transaction log")?
         .with_context(|| {

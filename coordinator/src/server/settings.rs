@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
+
+use txn_log::{SledConfig, SyncMode};
 
 use crate::Config;
 
@@ -23,6 +26,10 @@ pub struct Settings {
     pub metadata_max_age_ms: u64,
     /// `connections.max.idle.ms` (default 600000): idle client connections are closed.
     pub connections_max_idle_ms: u64,
+    /// `txn.log.sync` (default `fsync`): how the transaction log makes a group commit durable
+    /// before anything that depends on it is acknowledged. `os-buffered` skips the fsync
+    /// (survives a process crash, **not** a power loss); for comparisons with Kafka only.
+    pub txn_log_sync: SyncMode,
 }
 
 impl Default for Settings {
@@ -34,6 +41,7 @@ impl Default for Settings {
             request_timeout_ms: 30_000,
             metadata_max_age_ms: 300_000,
             connections_max_idle_ms: 600_000,
+            txn_log_sync: SyncMode::Fsync,
         }
     }
 }
@@ -133,6 +141,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "600000",
         "idle client connections are closed after this",
     ),
+    (
+        "txn.log.sync",
+        "fsync",
+        "fsync (durable) or os-buffered (no fsync: NOT durable against power loss; benchmarks only)",
+    ),
 ];
 
 fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
@@ -200,6 +213,13 @@ impl Settings {
             "request.timeout.ms" => self.request_timeout_ms = int(key, value, true)?,
             "metadata.max.age.ms" => self.metadata_max_age_ms = int(key, value, false)?,
             "connections.max.idle.ms" => self.connections_max_idle_ms = int(key, value, true)?,
+            "txn.log.sync" => {
+                self.txn_log_sync = match value.trim() {
+                    "fsync" => SyncMode::Fsync,
+                    "os-buffered" => SyncMode::OsBuffered,
+                    _ => return Err(bad(key, value, "must be fsync or os-buffered")),
+                };
+            }
             other => return Err(SettingsError::UnknownKey(other.to_owned())),
         }
         Ok(())
@@ -274,11 +294,30 @@ impl Settings {
                     "request.timeout.ms" => self.request_timeout_ms.to_string(),
                     "metadata.max.age.ms" => self.metadata_max_age_ms.to_string(),
                     "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+                    "txn.log.sync" => sync_mode_name(self.txn_log_sync).to_owned(),
                     _ => String::new(),
                 };
                 (*k, v)
             })
             .collect()
+    }
+}
+
+impl Settings {
+    /// The [`SledConfig`] of a transaction log in `path` under these settings (`txn.log.sync`),
+    /// for [`txn_log::SledTxnLog::open`]. The daemon and embedders that parse the daemon's keys
+    /// (the refbroker's embedded coordinator) open their log with it.
+    pub fn sled_config(&self, path: impl Into<PathBuf>) -> SledConfig {
+        let mut c = SledConfig::new(path);
+        c.sync_mode = self.txn_log_sync;
+        c
+    }
+}
+
+fn sync_mode_name(m: SyncMode) -> &'static str {
+    match m {
+        SyncMode::Fsync => "fsync",
+        SyncMode::OsBuffered => "os-buffered",
     }
 }
 
@@ -352,5 +391,20 @@ mod tests {
         s.apply_override("transaction.version = 1")
             .expect("spaces are fine");
         assert_eq!(s.engine.transaction_version, 1);
+        let e = s.apply_override("txn.log.sync=never").expect_err("mode");
+        assert!(e.to_string().contains("txn.log.sync"), "{e}");
+    }
+
+    #[test]
+    fn txn_log_sync_maps_to_the_sled_config() {
+        let mut s = Settings::default();
+        assert_eq!(s.sled_config("/x").sync_mode, SyncMode::Fsync);
+        s.apply_override("txn.log.sync=os-buffered").expect("valid");
+        let c = s.sled_config("/x");
+        assert_eq!(c.sync_mode, SyncMode::OsBuffered);
+        assert_eq!(c.path, PathBuf::from("/x"));
+        s.apply_toml("c.toml", "\"txn.log.sync\" = \"fsync\"")
+            .expect("toml");
+        assert_eq!(s.txn_log_sync, SyncMode::Fsync);
     }
 }
