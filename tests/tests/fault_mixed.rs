@@ -1,0 +1,97 @@
+//! Mixed-fault run (issue 9): the daemon and three refbrokers behind fault proxies, W1 + W5 +
+//! W6 under kills, pauses, partitions, delays and held requests; then the checker. Prints the
+//! seed (replay with `TXN_FAULT_SEED=N`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use txn_tests::fault::client::TxnVersion;
+use txn_tests::fault::cluster::ClusterOptions;
+use txn_tests::fault::process::bin_path;
+use txn_tests::fault::workload::{Fault, RunOptions, run, seed_from_env};
+
+fn cluster() -> ClusterOptions {
+    ClusterOptions {
+        brokers: 3,
+        topic: "fq".into(),
+        partitions: 6,
+        txn_log_partitions: 4,
+        reaper_interval_ms: 500,
+        transaction_version: 2,
+        daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
+            .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
+    }
+}
+
+fn secs(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_fault_baseline_is_valid() {
+    let r = run(RunOptions {
+        seed: seed_from_env(),
+        duration: secs("TXN_FAULT_BASELINE_SECS", 8),
+        producers: 3,
+        shared_producers: 0,
+        restart_p: 0.0,
+        consumers: 1,
+        abort_p: 0.1,
+        w5_every: Some(Duration::from_secs(3)),
+        faults: vec![],
+        fault_interval_ms: (1000, 2000),
+        tv: TxnVersion::Tv2,
+        txn_timeout_ms: 6000,
+        cluster: cluster(),
+    })
+    .await
+    .expect("run");
+    assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
+    assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
+}
+
+/// The CI mixed-fault run: about 75 s of faults (`TXN_FAULT_SECS` overrides), then healing,
+/// the final read, the log audit and the checker. Any anomaly fails the test with the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_faults_leave_no_anomaly() {
+    let r = run(RunOptions {
+        seed: seed_from_env(),
+        duration: secs("TXN_FAULT_SECS", 75),
+        producers: 4,
+        shared_producers: 2,
+        restart_p: 0.1,
+        consumers: 2,
+        abort_p: 0.1,
+        w5_every: Some(Duration::from_secs(6)),
+        faults: Fault::ALL.to_vec(),
+        fault_interval_ms: (1500, 4000),
+        tv: TxnVersion::Tv2,
+        txn_timeout_ms: 6000,
+        cluster: cluster(),
+    })
+    .await
+    .expect("run");
+    let h = &r.history;
+    println!(
+        "faults injected: {}\n{}",
+        h.faults.len(),
+        h.faults
+            .iter()
+            .map(|(t, f)| format!("  {t} ms: {f}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
+    assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
+    assert!(h.faults.len() > 5, "seed {}: too few faults", r.seed);
+    let held: u64 = r.proxy_stats.iter().map(|(_, s)| s.held).sum();
+    let dropped: u64 = r.proxy_stats.iter().map(|(_, s)| s.dropped_responses).sum();
+    println!("requests held: {held}, produce responses dropped: {dropped}");
+}
