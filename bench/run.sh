@@ -194,14 +194,14 @@ scenario_ceiling() {
     log "fsync probe (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     "$BENCH" --fsync-probe "$OUT/data/fsync" --duration 5 --out "$OUT/fsync.json" | tee -a "$OUT/tables.txt"
     "$BENCH" --fsync-probe "$OUT/data/fsync" --duration 5 --fsync-write-bytes 4096 --out "$OUT/fsync-4k.json" | tee -a "$OUT/tables.txt"
-    # The OS-buffered durability mode: only if the daemon offers a setting for it.
-    if "$BIN/txn-coordinator" serve --help 2>&1 | grep -q "txn.log.sync" ||
-        grep -q '"txn.log.sync"' "$ROOT/coordinator/src/server/settings.rs" 2>/dev/null; then
-        start_daemon_pair "$OUT/data/ceiling-osbuf" --set txn.log.sync=os-buffered
-        bench "daemon-osbuf" "$OUT/ceiling-daemon-osbuf.json" --sweep 16,64,256 || true
+    # The OS-buffered durability mode (txn.log.sync=os-buffered), if the daemon has the key;
+    # fsync (the default) side by side in the same scenario, coordinator alone (null broker).
+    if start_daemon_null "$OUT/data/ceiling-osbuf" --set txn.log.sync=os-buffered; then
+        bench "daemon+null-osbuf" "$OUT/ceiling-null-osbuf.json" --sweep 1,16,64,256 || true
         stop_servers
     else
-        log "txn-coordinator has no txn.log.sync setting: OS-buffered mode not measured" | tee -a "$OUT/tables.txt"
+        log "txn-coordinator refused --set txn.log.sync=os-buffered: $(tail -1 "$OUT/data/ceiling-osbuf/daemon.err")" | tee -a "$OUT/tables.txt"
+        stop_servers
     fi
 }
 
@@ -355,6 +355,6 @@ SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka plots)
 for s in "${SCENARIOS[@]}"; do
     log "=== scenario $s"
-    "scenario_$s"
+    "scenario_$s" || { log "scenario $s failed"; cleanup; PIDS=(); }
 done
 log "results in $OUT"

@@ -38,7 +38,7 @@ fn load_font() -> anyhow::Result<()> {
 }
 
 fn series_color(i: usize) -> RGBColor {
-    const C: [RGBColor; 8] = [
+    const C: [RGBColor; 16] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -47,6 +47,14 @@ fn series_color(i: usize) -> RGBColor {
         RGBColor(140, 86, 75),
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(174, 199, 232),
+        RGBColor(255, 187, 120),
+        RGBColor(152, 223, 138),
+        RGBColor(255, 152, 150),
+        RGBColor(197, 176, 213),
     ];
     C[i % C.len()]
 }
