@@ -432,3 +432,131 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
         "the COMMIT marker reached the offsets partition"
     );
 }
+
+/// Transaction version 2 in embedded mode: ApiVersions offers the daemon's coordinator
+/// versions, EndTxn v5 bumps the epoch on every commit and abort and answers with it, and the
+/// producer's next transaction (with the bumped epoch, sequences from 0) is accepted by both
+/// nodes' partitions.
+#[tokio::test]
+async fn embedded_mode_serves_transaction_version_2() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+    let (_brokers, _dirs, ports) = start_cluster();
+    let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
+    let mut c = connect(ports[0]).await;
+    let v = c
+        .call(&ApiVersionsRequest::default(), 3)
+        .await
+        .expect("api versions");
+    let range = |k: ApiKey| {
+        v.api_keys
+            .iter()
+            .find(|a| a.api_key == k as i16)
+            .map(|a| (a.min_version, a.max_version))
+    };
+    assert_eq!(range(ApiKey::InitProducerId), Some((0, 5)));
+    assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 5)));
+    assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
+    assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));
+    assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));
+    assert_eq!(range(ApiKey::ListTransactions), Some((0, 1)));
+
+    let md = c
+        .call(&MetadataRequest::default().with_topics(None), 12)
+        .await
+        .expect("metadata");
+    let leaders: Vec<i32> = md.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.leader_id.0)
+        .collect();
+    let fc = c
+        .call(
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_key(sb("tv2")),
+            2,
+        )
+        .await
+        .expect("find coordinator");
+    assert_eq!(fc.error_code, 0);
+    let mut tc = connect(u16::try_from(fc.port).expect("port")).await;
+    let mut init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(sb("tv2"))))
+        .with_transaction_timeout_ms(30_000);
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let mut got = (0, 0);
+    let e = until_ok!("InitProducerId", {
+        let r = tc.call(&init, 5).await.expect("init");
+        got = (r.producer_id.0, r.producer_epoch);
+        r.error_code
+    });
+    assert_eq!(e, 0);
+    let (pid, mut epoch) = got;
+
+    for (round, commit) in [(0, true), (1, false), (2, true)] {
+        let add = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(sb("tv2")))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(sb("t")))
+                    .with_partitions(vec![0, 1, 2]),
+            ]);
+        let e = until_ok!("AddPartitionsToTxn", {
+            let r = tc.call(&add, 3).await.expect("add partitions");
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        });
+        assert_eq!(e, 0);
+        for p in 0..3 {
+            let mut pc = connect(port_of(leaders[usize::try_from(p).expect("p")])).await;
+            let value = format!("r{round}-p{p}");
+            let req = ProduceRequest::default()
+                .with_transactional_id(Some(TransactionalId(sb("tv2"))))
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![
+                    TopicProduceData::default()
+                        .with_name(TopicName(sb("t")))
+                        .with_partition_data(vec![
+                            PartitionProduceData::default()
+                                .with_index(p)
+                                .with_records(Some(txn_batch(pid, epoch, 0, &[&value]))),
+                        ]),
+                ]);
+            let r = pc.call(&req, 9).await.expect("produce");
+            assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+        }
+        let mut answered = (0, 0);
+        let e = until_ok!("EndTxn", {
+            let r = tc
+                .call(
+                    &EndTxnRequest::default()
+                        .with_transactional_id(TransactionalId(sb("tv2")))
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(epoch)
+                        .with_committed(commit),
+                    5,
+                )
+                .await
+                .expect("end txn");
+            answered = (r.producer_id.0, r.producer_epoch);
+            r.error_code
+        });
+        assert_eq!(e, 0);
+        assert_eq!(answered, (pid, epoch + 1), "EndTxn v5 bumps the epoch");
+        epoch += 1;
+    }
+
+    for (p, &leader) in leaders.iter().enumerate() {
+        let (values, aborted) = stable_read(port_of(leader), i32::try_from(p).expect("p")).await;
+        assert_eq!(
+            values,
+            vec![format!("r0-p{p}"), format!("r1-p{p}"), format!("r2-p{p}")]
+        );
+        assert_eq!(aborted, vec![pid], "round 1 is aborted on partition {p}");
+    }
+}

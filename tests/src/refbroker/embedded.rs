@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! client ──InitProducerId/AddPartitionsToTxn/AddOffsetsToTxn/EndTxn──▶ refbroker
-//!     └─ kafka-protocol → coordinator::Request conversion ──▶ coordinator::shell::Coordinator
+//!     └─ coordinator::server::protocol (the daemon's kafka-protocol ↔ coordinator::Request
+//!        conversions) ──▶ coordinator::shell::Coordinator
 //!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log, producer ids scoped to the node
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
@@ -19,28 +20,24 @@
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use coordinator::server::protocol as p;
 use coordinator::shell::{Coordinator, CoordinatorOptions, SystemClock, WriterSink};
 use kafka_protocol::messages::{
-    self as wire, ProducerId as WirePid, RequestKind, ResponseKind, TopicName,
-    TransactionalId as WireTxnId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    ApiKey, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::VersionRange;
 use markers::writer::{
     BrokerEndpoint, InProcessTransport, KafkaWireTransport, LeaderLookup, LeaderResolver,
     LocalMarkerHandler, MarkerTransport, ResolveError, RoutingTransport, TransportError,
     WireTransportConfig, WriterConfig,
 };
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerEpoch, ProducerId,
+    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerId,
     ProducerIdBlock, SledTxnLog, TopicPartition, TxnLog, java_string_hash, kafka_partition_for,
 };
 
 use super::server::Broker;
 use super::{Config, TRANSACTION_STATE};
-
-fn sb(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
 
 /// The coordinator configuration: the daemon's own settings parser
 /// (`coordinator::server::Settings`, Kafka key names) over the broker's `--set` values that
@@ -239,18 +236,9 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
     Ok(coordinator)
 }
 
-fn topics_of(parts: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
-    let mut out: Vec<(String, Vec<i32>)> = Vec::new();
-    for tp in parts {
-        match out.iter_mut().find(|(t, _)| *t == tp.topic) {
-            Some((_, ps)) => ps.push(tp.partition),
-            None => out.push((tp.topic.clone(), vec![tp.partition])),
-        }
-    }
-    out
-}
-
-/// Answers a coordinator API through the embedded coordinator.
+/// Answers a coordinator API through the embedded coordinator, with the daemon's own
+/// conversions ([`coordinator::server::protocol`]), so embedded mode serves the versions the
+/// daemon serves ([`supported`]).
 pub(crate) async fn dispatch(
     c: &Coordinator,
     body: RequestKind,
@@ -258,163 +246,27 @@ pub(crate) async fn dispatch(
 ) -> anyhow::Result<ResponseKind> {
     Ok(match body {
         RequestKind::InitProducerId(r) => {
-            let out = c
-                .init_producer_id(coordinator::InitProducerIdRequest {
-                    version: v,
-                    transactional_id: r.transactional_id.map(|t| t.0.to_string()),
-                    transaction_timeout_ms: r.transaction_timeout_ms,
-                    producer_id: ProducerId(r.producer_id.0),
-                    producer_epoch: ProducerEpoch(r.producer_epoch),
-                })
-                .await;
-            ResponseKind::InitProducerId(
-                wire::InitProducerIdResponse::default()
-                    .with_error_code(out.error.0)
-                    .with_producer_id(WirePid(out.producer_id.0))
-                    .with_producer_epoch(out.producer_epoch.0),
-            )
+            p::init_producer_id_response(c.init_producer_id(p::init_producer_id(v, &r)).await)
         }
         RequestKind::AddPartitionsToTxn(r) => {
-            use wire::add_partitions_to_txn_response::{
-                AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
-            };
-            // v0-v3 only (advertised): one transaction in the v3_and_below fields.
-            let partitions = r
-                .v3_and_below_topics
-                .iter()
-                .flat_map(|t| {
-                    t.partitions
-                        .iter()
-                        .map(|&p| TopicPartition::new(t.name.0.to_string(), p))
-                })
-                .collect();
-            let out = c
-                .add_partitions_to_txn(coordinator::AddPartitionsToTxnRequest {
-                    version: v,
-                    transactions: vec![coordinator::AddPartitionsTxn {
-                        transactional_id: r.v3_and_below_transactional_id.0.to_string(),
-                        producer_id: ProducerId(r.v3_and_below_producer_id.0),
-                        producer_epoch: ProducerEpoch(r.v3_and_below_producer_epoch),
-                        verify_only: false,
-                        partitions,
-                    }],
-                })
-                .await;
-            let mut by_topic: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
-            for (tp, e) in out.results.into_iter().flat_map(|t| t.partitions) {
-                let res = AddPartitionsToTxnPartitionResult::default()
-                    .with_partition_index(tp.partition)
-                    .with_partition_error_code(e.0);
-                match by_topic.iter_mut().find(|t| t.name.0.as_str() == tp.topic) {
-                    Some(t) => t.results_by_partition.push(res),
-                    None => by_topic.push(
-                        AddPartitionsToTxnTopicResult::default()
-                            .with_name(TopicName(sb(&tp.topic)))
-                            .with_results_by_partition(vec![res]),
-                    ),
-                }
-            }
-            ResponseKind::AddPartitionsToTxn(
-                wire::AddPartitionsToTxnResponse::default()
-                    .with_results_by_topic_v3_and_below(by_topic),
-            )
+            let out = c.add_partitions_to_txn(p::add_partitions(v, &r)).await;
+            p::add_partitions_response(v, &out)
         }
         RequestKind::AddOffsetsToTxn(r) => {
-            let e = c
-                .add_offsets_to_txn(coordinator::AddOffsetsToTxnRequest {
-                    version: v,
-                    transactional_id: r.transactional_id.0.to_string(),
-                    producer_id: ProducerId(r.producer_id.0),
-                    producer_epoch: ProducerEpoch(r.producer_epoch),
-                    group_id: r.group_id.0.to_string(),
-                })
-                .await;
-            ResponseKind::AddOffsetsToTxn(
-                wire::AddOffsetsToTxnResponse::default().with_error_code(e.0),
-            )
+            p::add_offsets_response(c.add_offsets_to_txn(p::add_offsets(v, &r)).await)
         }
-        RequestKind::EndTxn(r) => {
-            let out = c
-                .end_txn(coordinator::EndTxnRequest {
-                    version: v,
-                    transactional_id: r.transactional_id.0.to_string(),
-                    producer_id: ProducerId(r.producer_id.0),
-                    producer_epoch: ProducerEpoch(r.producer_epoch),
-                    committed: r.committed,
-                })
-                .await;
-            ResponseKind::EndTxn(wire::EndTxnResponse::default().with_error_code(out.error.0))
-        }
+        RequestKind::EndTxn(r) => p::end_txn_response(v, c.end_txn(p::end_txn(v, &r)).await),
         RequestKind::DescribeTransactions(r) => {
-            use wire::describe_transactions_response::{TopicData, TransactionState};
-            let out = c
-                .describe_transactions(coordinator::DescribeTransactionsRequest {
-                    transactional_ids: r
-                        .transactional_ids
-                        .iter()
-                        .map(|t| t.0.to_string())
-                        .collect(),
-                })
-                .await;
-            let states = out
-                .into_iter()
-                .map(|d| {
-                    TransactionState::default()
-                        .with_error_code(d.error.0)
-                        .with_transactional_id(WireTxnId(sb(&d.transactional_id)))
-                        .with_transaction_state(sb(&d.state))
-                        .with_transaction_timeout_ms(d.timeout_ms)
-                        .with_transaction_start_time_ms(d.start_time_ms)
-                        .with_producer_id(WirePid(d.producer_id.0))
-                        .with_producer_epoch(d.producer_epoch.0)
-                        .with_topics(
-                            topics_of(&d.partitions)
-                                .into_iter()
-                                .map(|(t, ps)| {
-                                    TopicData::default()
-                                        .with_topic(TopicName(sb(&t)))
-                                        .with_partitions(ps)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
-            ResponseKind::DescribeTransactions(
-                wire::DescribeTransactionsResponse::default().with_transaction_states(states),
-            )
+            p::describe_response(&c.describe_transactions(p::describe(&r)).await)
         }
         RequestKind::ListTransactions(r) => {
-            use wire::list_transactions_response::TransactionState;
-            let out = c
-                .list_transactions(coordinator::ListTransactionsRequest {
-                    state_filters: r.state_filters.iter().map(|s| s.to_string()).collect(),
-                    producer_id_filters: r
-                        .producer_id_filters
-                        .iter()
-                        .map(|p| ProducerId(p.0))
-                        .collect(),
-                    duration_filter_ms: if v >= 1 { r.duration_filter } else { -1 },
-                })
-                .await;
-            ResponseKind::ListTransactions(
-                wire::ListTransactionsResponse::default()
-                    .with_error_code(out.error.0)
-                    .with_unknown_state_filters(
-                        out.unknown_state_filters.iter().map(|s| sb(s)).collect(),
-                    )
-                    .with_transaction_states(
-                        out.transactions
-                            .iter()
-                            .map(|t| {
-                                TransactionState::default()
-                                    .with_transactional_id(WireTxnId(sb(&t.transactional_id)))
-                                    .with_producer_id(WirePid(t.producer_id.0))
-                                    .with_transaction_state(sb(t.state.name()))
-                            })
-                            .collect(),
-                    ),
-            )
+            p::list_response(&c.list_transactions(p::list(v, &r)).await)
         }
         other => anyhow::bail!("request {other:?} is not served"),
     })
+}
+
+/// The versions embedded mode serves for a coordinator API: the daemon's table.
+pub(crate) fn supported(key: ApiKey) -> Option<VersionRange> {
+    p::supported(key)
 }

@@ -90,7 +90,14 @@ impl Broker {
     }
 
     /// The APIs and versions this broker serves.
+    ///
+    /// Embedded mode serves the coordinator APIs at the daemon's versions
+    /// (`coordinator::server::protocol::SUPPORTED`: TV2's EndTxn v5 included); standalone mode
+    /// forwards what reaches it at the versions below.
     pub(crate) fn supported(&self, key: ApiKey) -> Option<VersionRange> {
+        if self.txn.is_embedded() && is_coordinator_api(key) {
+            return super::embedded::supported(key);
+        }
         let (min, max) = match key {
             ApiKey::Produce => (3, 10),
             ApiKey::Fetch => (4, 12),
@@ -110,8 +117,6 @@ impl Broker {
             ApiKey::AddPartitionsToTxn => (0, 3),
             ApiKey::AddOffsetsToTxn => (0, 3),
             ApiKey::EndTxn => (0, 3),
-            ApiKey::DescribeTransactions if self.txn.is_embedded() => (0, 0),
-            ApiKey::ListTransactions if self.txn.is_embedded() => (0, 1),
             _ => return None,
         };
         let codec = key.valid_versions();
@@ -139,6 +144,19 @@ impl Broker {
             .with_error_code(error_code)
             .with_api_keys(api_keys)
     }
+}
+
+/// The transaction-coordinator APIs (answered by [`super::txn`]).
+fn is_coordinator_api(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::InitProducerId
+            | ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::EndTxn
+            | ApiKey::DescribeTransactions
+            | ApiKey::ListTransactions
+    )
 }
 
 /// Binds `config.listen`, prints `refbroker listening on ADDR`, and serves until the process
