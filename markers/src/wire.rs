@@ -75,17 +75,34 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
-/// Writes `frame` (a message without its length prefix) with its length prefix.
+/// Frames up to this size are written by [`write_frame`] with their prefix in one write (one
+/// `send` and one TCP segment on a `TCP_NODELAY` socket); larger ones are not copied.
+const COALESCE_FRAME_BYTES: usize = 64 * 1024;
+
+fn frame_len(len: usize) -> Result<i32, FrameError> {
+    i32::try_from(len).map_err(|_| FrameError::TooLarge {
+        len: i64::try_from(len).unwrap_or(i64::MAX),
+        max: i32::MAX as usize,
+    })
+}
+
+/// Writes `frame` (a message without its length prefix) with its length prefix: in one write
+/// for frames up to 64 KiB (copied behind the prefix), in two above. For a response built by
+/// this crate, [`encode_response_frame`] plus one `write_all` avoids the copy.
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &mut W,
     frame: &[u8],
 ) -> Result<(), FrameError> {
-    let len = i32::try_from(frame.len()).map_err(|_| FrameError::TooLarge {
-        len: i64::MAX,
-        max: i32::MAX as usize,
-    })?;
-    writer.write_all(&len.to_be_bytes()).await?;
-    writer.write_all(frame).await?;
+    let len = frame_len(frame.len())?;
+    if frame.len() <= COALESCE_FRAME_BYTES {
+        let mut buf = Vec::with_capacity(4 + frame.len());
+        buf.extend_from_slice(&len.to_be_bytes());
+        buf.extend_from_slice(frame);
+        writer.write_all(&buf).await?;
+    } else {
+        writer.write_all(&len.to_be_bytes()).await?;
+        writer.write_all(frame).await?;
+    }
     Ok(())
 }
 
@@ -199,6 +216,25 @@ pub fn encode_response(
         .with_correlation_id(correlation_id)
         .encode(&mut out, api_key.response_header_version(version))?;
     body.encode(&mut out, version)?;
+    Ok(out.freeze())
+}
+
+/// Encodes a response like [`encode_response`], but as a whole frame: the 4-byte length prefix
+/// and the message in one buffer, ready for a single `write_all` (no [`write_frame`] needed).
+pub fn encode_response_frame(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> anyhow::Result<Bytes> {
+    let mut out = BytesMut::with_capacity(128);
+    out.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, api_key.response_header_version(version))?;
+    body.encode(&mut out, version)?;
+    let len = frame_len(out.len() - 4)?;
+    out[..4].copy_from_slice(&len.to_be_bytes());
     Ok(out.freeze())
 }
 
@@ -423,5 +459,68 @@ mod tests {
         ));
         let mut empty: &[u8] = &[];
         assert!(matches!(read_frame(&mut empty, 1024).await, Ok(None)));
+    }
+
+    /// A writer that records each `poll_write` call.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.push(buf.to_vec());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_frame_is_one_buffer_and_one_write() {
+        let resp = ResponseKind::InitProducerId(
+            InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
+        );
+        let body = encode_response(ApiKey::InitProducerId, 4, 9, &resp).expect("encode");
+        let framed =
+            encode_response_frame(ApiKey::InitProducerId, 4, 9, &resp).expect("encode frame");
+        let mut w = Writes::default();
+        write_frame(&mut w, &body).await.expect("write");
+        assert_eq!(w.0.len(), 1, "one write for a small frame");
+        assert_eq!(
+            w.0[0],
+            framed.to_vec(),
+            "same bytes as encode_response_frame"
+        );
+        let mut r: &[u8] = &framed;
+        let back = read_frame(&mut r, 1024)
+            .await
+            .expect("read")
+            .expect("frame");
+        assert_eq!(back, body);
+
+        let big = vec![7u8; COALESCE_FRAME_BYTES + 1];
+        let mut w = Writes::default();
+        write_frame(&mut w, &big).await.expect("write");
+        let joined: Vec<u8> = w.0.concat();
+        assert_eq!(joined.len(), 4 + big.len());
+        let mut r: &[u8] = &joined;
+        let back = read_frame(&mut r, big.len())
+            .await
+            .expect("read")
+            .expect("frame");
+        assert_eq!(&back[..], &big[..]);
     }
 }

@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
-use markers::wire::{
-    DecodeError, FrameError, decode_request, encode_response, read_frame, write_frame,
-};
-use tokio::io::{AsyncRead, AsyncWrite};
+use markers::wire::{DecodeError, FrameError, decode_request, encode_response_frame, read_frame};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -19,6 +17,9 @@ use super::protocol as p;
 use crate::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, ErrorCode,
 };
+
+/// Read buffer of a connection: larger than every request of the transaction APIs.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Serves one connection until the peer closes it, bad input arrives, it idles out, or the
 /// server shuts down (after the request in progress is answered).
@@ -32,7 +33,10 @@ pub(crate) async fn serve_connection<S>(
 {
     let span = tracing::info_span!("connection", %peer);
     async move {
-        let (mut rd, mut wr) = tokio::io::split(stream);
+        let (rd, mut wr) = tokio::io::split(stream);
+        // Buffered reads: a request's length prefix and body usually arrive in one segment and
+        // are then taken with one `recv` instead of two.
+        let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let idle = Duration::from_millis(ctx.settings.connections_max_idle_ms);
         loop {
             let frame = tokio::select! {
@@ -66,19 +70,19 @@ pub(crate) async fn serve_connection<S>(
                     let Some(body) = handle(&ctx, version, req.body).await else {
                         continue; // Produce with acks=0: no response.
                     };
-                    encode_response(api, version, correlation_id, &body)
+                    encode_response_frame(api, version, correlation_id, &body)
                         .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))
                 }
                 Err(DecodeError::UnsupportedVersion { api_key: ApiKey::ApiVersions, version, correlation_id }) => {
                     // KIP-511: answer in v0 with our ranges so the client can pick a version.
                     tracing::debug!(version, "ApiVersions version fallback");
                     let body = ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
-                    encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).map_err(|e| e.to_string())
+                    encode_response_frame(ApiKey::ApiVersions, 0, correlation_id, &body).map_err(|e| e.to_string())
                 }
                 Err(DecodeError::UnsupportedVersion { api_key, version, correlation_id }) => {
                     ctx.metrics.record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
                     match p::unsupported_response(api_key, version) {
-                        Some(body) => encode_response(api_key, version, correlation_id, &body).map_err(|e| e.to_string()),
+                        Some(body) => encode_response_frame(api_key, version, correlation_id, &body).map_err(|e| e.to_string()),
                         None => Err(format!("unsupported {api_key:?} v{version} cannot be answered")),
                     }
                 }
@@ -87,7 +91,7 @@ pub(crate) async fn serve_connection<S>(
                     match known.and_then(|k| Some(k).zip(p::unsupported_response(k, raw_version))) {
                         Some((k, body)) => {
                             ctx.metrics.record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
-                            encode_response(k, raw_version, correlation_id, &body).map_err(|e| e.to_string())
+                            encode_response_frame(k, raw_version, correlation_id, &body).map_err(|e| e.to_string())
                         }
                         None => Err(format!("unknown API key {api_key}")),
                     }
@@ -96,7 +100,10 @@ pub(crate) async fn serve_connection<S>(
             };
             match out {
                 Ok(bytes) => {
-                    let write = write_frame(&mut wr, &bytes);
+                    // The frame carries its length prefix: one buffer, one `send`. Requests are
+                    // served one at a time (as Kafka does), so at most one response of a
+                    // connection is ever ready: there is nothing further to coalesce.
+                    let write = wr.write_all(&bytes);
                     match tokio::time::timeout(Duration::from_millis(ctx.settings.request_timeout_ms), write).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
