@@ -542,3 +542,70 @@ fn bad_config_and_shutdown() {
     assert!(matches!(block_on(log.load(P)), Err(LogError::Closed)));
     log.shutdown();
 }
+
+/// Sets the mtime of `dir` (and of `dir/blobs`) an hour back, as if sled had created nothing
+/// there for a long time.
+fn age_dirs(dir: &Path) {
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for d in [dir.to_path_buf(), dir.join("blobs")] {
+        if let Ok(f) = std::fs::File::open(&d) {
+            f.set_modified(old).unwrap();
+        }
+    }
+}
+
+/// The writer lists the data directories only when they may hold a new file, and a file sled
+/// creates (a blob for a large value) is still found and fsynced before its batch is acked.
+#[test]
+fn new_files_are_found_without_listing_every_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = SledTxnLog::open_path(dir.path()).unwrap();
+        block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
+    }
+    let log = SledTxnLog::open_path(dir.path()).unwrap();
+    // After open: sled's recovery may itself touch the directory.
+    age_dirs(dir.path());
+    let at_open = log.stats();
+    for i in 0..200 {
+        block_on(log.append(
+            P,
+            CoordinatorEpoch(1),
+            vec![LogEntry::upsert(
+                tid(&format!("s{i}")),
+                record(i, TxnState::Ongoing, 1),
+            )],
+        ))
+        .unwrap();
+    }
+    let s = log.stats();
+    eprintln!("at open {at_open:?}, after 200 appends {s:?}");
+    assert!(s.batches - at_open.batches >= 200, "{s:?}");
+    assert!(
+        s.dir_listings - at_open.dir_listings < 100,
+        "settled directories are not listed on every batch: {s:?}"
+    );
+    assert_eq!(s.new_files, at_open.new_files, "{s:?}");
+
+    // A value above sled's blob threshold becomes a new file under blobs/.
+    block_on(log.append(
+        P,
+        CoordinatorEpoch(1),
+        vec![LogEntry::upsert(
+            tid("big"),
+            record(7, TxnState::Ongoing, 40_000),
+        )],
+    ))
+    .unwrap();
+    let after = log.stats();
+    let blobs = std::fs::read_dir(dir.path().join("blobs")).map_or(0, Iterator::count);
+    assert!(blobs >= 1, "sled wrote a blob file");
+    assert!(
+        after.new_files > s.new_files,
+        "the blob file was fsynced before the ack: {after:?}"
+    );
+    drop(log);
+    let log = SledTxnLog::open_path(dir.path()).unwrap();
+    let loaded = block_on(log.load(P)).unwrap();
+    assert_eq!(loaded.records.len(), 201);
+}
