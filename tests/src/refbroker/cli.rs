@@ -16,6 +16,7 @@
 //! | `group.min.session.timeout.ms` | 1000 | smallest session timeout accepted |
 //! | `group.max.session.timeout.ms` | 300000 | largest session timeout accepted |
 //! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
+//! | `log.flush` | `fsync` | `fsync`: acks=all appends, markers and offset commits are fdatasync'd (group commit per partition) before they are answered, and the high watermark covers only synced data; `none`: no fsync (Kafka's default), appends written to the OS in order |
 //!
 //! Every key of `txn-coordinator serve --set` (`coordinator::server::KEYS`, e.g.
 //! `transaction.max.timeout.ms`, `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
@@ -36,6 +37,7 @@ const BROKER_KEYS: &[&str] = &[
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "fetch.max.wait.ms",
+    "log.flush",
 ];
 
 /// Where the transaction coordinator runs.
@@ -144,6 +146,11 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
             bail!("unknown --set key {k:?}");
         }
     }
+    if let Some(v) = settings.get("log.flush")
+        && super::log::Flush::parse(v).is_none()
+    {
+        bail!("log.flush={v:?}: expected fsync or none");
+    }
     let from_set: Option<i32> = match settings.get("offsets.topic.num.partitions") {
         Some(v) => Some(v.parse().context("offsets.topic.num.partitions")?),
         None => None,
@@ -205,6 +212,18 @@ mod tests {
     }
 
     #[test]
+    fn log_flush_takes_fsync_or_none() {
+        for v in ["fsync", "none"] {
+            let c = parse_args(args(&format!(
+                "--listen 127.0.0.1:1 --data-dir d --topics a:1 --embedded-coordinator \
+                 --set log.flush={v}"
+            )))
+            .unwrap();
+            assert_eq!(c.settings.get("log.flush").map(String::as_str), Some(v));
+        }
+    }
+
+    #[test]
     fn contradictory_or_incomplete_command_lines_are_refused() {
         for bad in [
             "--listen 127.0.0.1:1 --data-dir d --topics a:1",
@@ -214,6 +233,7 @@ mod tests {
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --node-id 3 --cluster 1=h:1",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --bogus",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --set no.such.key=1",
+            "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --set log.flush=sometimes",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --offsets-partitions 4 \
              --set offsets.topic.num.partitions=5",
         ] {

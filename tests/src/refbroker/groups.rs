@@ -716,8 +716,15 @@ async fn append_offsets(
     else {
         return Err(ResponseError::NotCoordinator);
     };
+    // The offset store shows the commit at once, so the lock is kept until it is durable.
     let mut part = part.lock().await;
-    part.append_offsets(entries, producer, now_ms())
+    let end = part.append_offsets(entries, producer, now_ms())?;
+    part.durability()
+        .sync_through(end)
+        .await
+        .map_err(|_| ResponseError::KafkaStorageError)?;
+    part.advance_high_watermark();
+    Ok(())
 }
 
 /// OffsetFetch (v1–v7: one group per request).

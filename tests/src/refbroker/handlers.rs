@@ -14,6 +14,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
+use super::log::Flush;
+use super::partition::PendingSyncs;
 use super::server::{Broker, Req};
 use super::{CONSUMER_OFFSETS, CoordinatorMode, NodeAddr};
 
@@ -229,6 +231,8 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
     let acks = r.acks;
     let mut responses = Vec::with_capacity(r.topic_data.len());
     let mut appended = false;
+    // Written, not yet durable: synced together after the loop (group commit).
+    let mut pending = PendingSyncs::default();
     for t in r.topic_data {
         let name = t.name.0.to_string();
         let mut parts = Vec::with_capacity(t.partition_data.len());
@@ -240,14 +244,18 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
                 Err(ResponseError::InvalidRequiredAcks)
             } else if name.starts_with("__") {
                 Err(ResponseError::InvalidTopicException)
-            } else if let Some(part) = broker.partition(&name, p.index) {
+            } else if let Some(part_lock) = broker.partition(&name, p.index) {
                 let records = p.records.unwrap_or_default();
-                let mut part = part.lock().await;
-                let res = part.append_produce(&records, acks == -1);
+                let mut part = part_lock.lock().await;
+                let res = part.append_produce(&records);
                 if v >= 5 {
                     resp.log_start_offset = part.log_start_offset();
                 }
-                res
+                drop(part);
+                res.map(|(base, end)| {
+                    pending.add((name.clone(), p.index), part_lock, end);
+                    base
+                })
             } else if broker.exists(&name, p.index) {
                 Err(ResponseError::NotLeaderOrFollower)
             } else {
@@ -268,8 +276,36 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
                 .with_partition_responses(parts),
         );
     }
-    if appended {
-        broker.appended.notify_waiters();
+    if broker.flush == Flush::None {
+        // Written is durable; the high watermark already covers it.
+        if appended {
+            broker.appended.notify_waiters();
+        }
+    } else if acks == -1 {
+        // acks=all: answered once its data is on disk (one fdatasync per partition, shared
+        // with concurrent requests); a failed sync fails the partition.
+        let failed = pending.wait().await;
+        for t in &mut responses {
+            for p in &mut t.partition_responses {
+                if failed
+                    .iter()
+                    .any(|(n, i)| n.as_str() == t.name.0.as_str() && *i == p.index)
+                {
+                    p.error_code = code(ResponseError::KafkaStorageError);
+                    p.base_offset = -1;
+                }
+            }
+        }
+        if appended {
+            broker.appended.notify_waiters();
+        }
+    } else if appended {
+        // acks 0/1: answered now; the high watermark follows the group commit.
+        let broker = Arc::clone(broker);
+        tokio::spawn(async move {
+            pending.wait().await;
+            broker.appended.notify_waiters();
+        });
     }
     (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
 }
@@ -442,7 +478,8 @@ async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOf
 // ===== WriteTxnMarkers =====
 
 /// Applies transaction markers to the partitions this node leads (the participant side of
-/// KIP-98): one control batch per partition, appended and synced before answering.
+/// KIP-98): one control batch per partition, appended; then every touched partition is synced
+/// once for the whole request (group commit) before answering.
 /// `txn_versions` (parallel to the markers; missing = 0) comes from the in-process transport;
 /// WriteTxnMarkers v1 on the wire cannot carry it.
 pub(crate) async fn write_txn_markers(
@@ -455,6 +492,8 @@ pub(crate) async fn write_txn_markers(
     };
     let mut markers = Vec::with_capacity(r.markers.len());
     let mut appended = false;
+    // Markers are written first, then every touched partition is synced once (concurrently).
+    let mut pending = PendingSyncs::default();
     for (i, m) in r.markers.iter().enumerate() {
         let txn_version = txn_versions.get(i).copied().unwrap_or(0);
         let result = if m.transaction_result {
@@ -468,8 +507,8 @@ pub(crate) async fn write_txn_markers(
             let mut partitions = Vec::with_capacity(t.partition_indexes.len());
             for &p in &t.partition_indexes {
                 let error = match broker.partition(&name, p) {
-                    Some(part) => {
-                        let mut part = part.lock().await;
+                    Some(part_lock) => {
+                        let mut part = part_lock.lock().await;
                         match part.write_marker(
                             ProducerId(m.producer_id.0),
                             ProducerEpoch(m.producer_epoch),
@@ -478,8 +517,22 @@ pub(crate) async fn write_txn_markers(
                             txn_version,
                             now_ms(),
                         ) {
-                            Ok(()) => {
+                            Ok(end) if part.is_offsets() => {
+                                // The offset store shows the outcome already: durable
+                                // before anyone else may look.
                                 appended = true;
+                                let d = part.durability();
+                                match d.sync_through(end).await {
+                                    Ok(()) => {
+                                        part.advance_high_watermark();
+                                        0
+                                    }
+                                    Err(_) => code(ResponseError::KafkaStorageError),
+                                }
+                            }
+                            Ok(end) => {
+                                appended = true;
+                                pending.add((name.clone(), p), part_lock, end);
                                 0
                             }
                             Err(e) => code(e),
@@ -505,6 +558,19 @@ pub(crate) async fn write_txn_markers(
                 .with_producer_id(m.producer_id)
                 .with_topics(topics),
         );
+    }
+    let failed = pending.wait().await;
+    for m in &mut markers {
+        for t in &mut m.topics {
+            for p in &mut t.partitions {
+                if failed
+                    .iter()
+                    .any(|(n, i)| n.as_str() == t.name.0.as_str() && *i == p.partition_index)
+                {
+                    p.error_code = code(ResponseError::KafkaStorageError);
+                }
+            }
+        }
     }
     if appended {
         broker.appended.notify_waiters();

@@ -2,11 +2,18 @@
 //!
 //! Every append follows the participant's call sequence (see [`markers::participant`]): parse
 //! the batch header, `check_batch` / `check_marker`, append to the log at its end offset,
-//! `complete_append` / `complete_marker`, then `advance_high_watermark` (one replica: the log
-//! end). The caller holds the partition's lock throughout. On open the state is rebuilt by
-//! replaying the log.
+//! `complete_append` / `complete_marker`, then `advance_high_watermark` (one replica: the
+//! durable log end). The caller holds the partition's lock for that. The append is only
+//! written to the OS; [`make_durable`] then waits (without the lock) for the group commit
+//! that puts it on disk and advances the high watermark over it, so nothing a reader can see
+//! (the high watermark, the last stable offset) covers data that is not durable.
+//! `__consumer_offsets` partitions are the exception: their offset store is read without the
+//! high watermark, so their writers keep the lock until the append is durable. On open the
+//! state is rebuilt by replaying the log.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -15,9 +22,10 @@ use markers::participant::{
     BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState, ProduceDecision, TxnVersion,
     increment_sequence,
 };
+use tokio::sync::Mutex;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
-use super::log::PartitionLog;
+use super::log::{Durability, Flush, PartitionLog};
 use super::offsets::{OffsetKey, OffsetStore, OffsetValue, encode_batch};
 
 /// Records and aborted transactions read for a Fetch.
@@ -40,9 +48,9 @@ pub(crate) struct Partition {
 impl Partition {
     /// Opens the partition in `dir`, replaying its log into the producer state (and, for an
     /// offsets partition, the committed and staged offsets).
-    pub(crate) fn open(dir: &Path, is_offsets: bool) -> anyhow::Result<Self> {
+    pub(crate) fn open(dir: &Path, is_offsets: bool, flush: Flush) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let log = PartitionLog::open(&dir.join("00000000000000000000.log"))?;
+        let log = PartitionLog::open(&dir.join("00000000000000000000.log"), flush)?;
         let mut state = PartitionState::new(ParticipantConfig::default(), log.log_start_offset());
         let mut offsets = is_offsets.then(OffsetStore::default);
         for bytes in log.batches() {
@@ -63,7 +71,18 @@ impl Partition {
         })
     }
 
-    /// High watermark (one replica: the log end offset).
+    /// The log's durability, to await [`Durability::sync_through`] without the lock.
+    pub(crate) fn durability(&self) -> Arc<Durability> {
+        Arc::clone(self.log.durability())
+    }
+
+    /// Advances the high watermark over what is durable.
+    pub(crate) fn advance_high_watermark(&mut self) {
+        let durable = self.log.durability().durable_end();
+        self.state.advance_high_watermark(durable);
+    }
+
+    /// High watermark (one replica: the durable log end offset).
     pub(crate) fn high_watermark(&self) -> i64 {
         self.state.high_watermark()
     }
@@ -84,12 +103,10 @@ impl Partition {
     }
 
     /// Appends the record batch of a produce request (exactly one v2 batch, as Kafka requires
-    /// from Produce v3 on) and returns its base offset (the original one for a duplicate).
-    pub(crate) fn append_produce(
-        &mut self,
-        records: &Bytes,
-        sync: bool,
-    ) -> Result<i64, ResponseError> {
+    /// from Produce v3 on), written to the OS but not synced: returns its base offset (the
+    /// original one for a duplicate) and the log end offset that must be durable before it is
+    /// acknowledged with acks=all (see [`make_durable`]).
+    pub(crate) fn append_produce(&mut self, records: &Bytes) -> Result<(i64, i64), ResponseError> {
         let (header, len) = BatchHeader::parse(records).map_err(|e| e.response_error())?;
         if len != records.len() {
             return Err(ResponseError::InvalidRecord);
@@ -99,36 +116,40 @@ impl Partition {
                 tracing::debug!(error = %e, "produce batch rejected");
                 return Err(e.response_error());
             }
-            Ok(ProduceDecision::Duplicate(d)) => return Ok(d.base_offset),
+            // The original may still be on its way to disk: durable ends fall on batch
+            // boundaries, so covering its first offset covers it.
+            Ok(ProduceDecision::Duplicate(d)) => return Ok((d.base_offset, d.base_offset + 1)),
             Ok(ProduceDecision::Append(p)) => p,
         };
         let base = self.log.next_offset();
         self.log
-            .append(records, &header, base, sync)
+            .append(records, &header, base)
             .map_err(|_| ResponseError::KafkaStorageError)?;
         if let Err(e) = self.state.complete_append(pending, base) {
             // Cannot happen under the partition lock; the log is the truth, so say so loudly.
             tracing::error!(error = %e, "participant refused an appended batch");
             return Err(e.response_error());
         }
-        self.state.advance_high_watermark(self.log.next_offset());
+        self.advance_high_watermark();
         if let Some(store) = self.offsets.as_mut() {
             let mut stored = records.to_vec();
             stored[..8].copy_from_slice(&base.to_be_bytes());
             store.apply_batch(&Bytes::from(stored), base);
         }
-        Ok(base)
+        Ok((base, self.log.next_offset()))
     }
 
     /// Writes offset commits to this (`__consumer_offsets`) partition: plain, or staged for
     /// `producer`'s transaction (TxnOffsetCommit), through the same produce checks, so a fenced
-    /// producer epoch is refused with INVALID_PRODUCER_EPOCH.
+    /// producer epoch is refused with INVALID_PRODUCER_EPOCH. Returns the log end offset to
+    /// make durable, which the caller does before it lets go of the lock (the offset store
+    /// already shows the commit).
     pub(crate) fn append_offsets(
         &mut self,
         entries: &[(OffsetKey, OffsetValue)],
         producer: Option<(ProducerId, ProducerEpoch)>,
         now_ms: i64,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<i64, ResponseError> {
         if self.offsets.is_none() {
             return Err(ResponseError::NotCoordinator);
         }
@@ -143,10 +164,12 @@ impl Partition {
         });
         let batch = encode_batch(entries, producer, now_ms)
             .map_err(|_| ResponseError::UnknownServerError)?;
-        self.append_produce(&batch, true).map(|_| ())
+        let (_, end) = self.append_produce(&batch)?;
+        Ok(end)
     }
 
-    /// Applies one transaction marker: a control batch at the log end (synced).
+    /// Applies one transaction marker: a control batch at the log end, written but not synced;
+    /// returns the log end offset to make durable before the marker is acknowledged.
     pub(crate) fn write_marker(
         &mut self,
         producer_id: ProducerId,
@@ -155,7 +178,7 @@ impl Partition {
         result: TxnResult,
         txn_version: u8,
         now_ms: i64,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<i64, ResponseError> {
         let marker = Marker {
             producer_id,
             producer_epoch,
@@ -178,17 +201,23 @@ impl Partition {
         let (header, _) =
             BatchHeader::parse(&bytes).map_err(|_| ResponseError::UnknownServerError)?;
         self.log
-            .append(&bytes, &header, base, true)
+            .append(&bytes, &header, base)
             .map_err(|_| ResponseError::KafkaStorageError)?;
         if let Err(e) = self.state.complete_marker(pending, base, now_ms) {
             tracing::error!(error = %e, "participant refused an appended marker");
             return Err(e.response_error());
         }
-        self.state.advance_high_watermark(self.log.next_offset());
+        self.advance_high_watermark();
         if let Some(store) = self.offsets.as_mut() {
             store.complete(producer_id, result);
         }
-        Ok(())
+        Ok(self.log.next_offset())
+    }
+
+    /// Whether this is a `__consumer_offsets` partition (its writers keep the lock until
+    /// their append is durable).
+    pub(crate) fn is_offsets(&self) -> bool {
+        self.offsets.is_some()
     }
 
     /// Reads for a Fetch: up to the high watermark, or for read_committed up to the last
@@ -214,6 +243,67 @@ impl Partition {
     /// `(offset, timestamp)` of the first batch at or after `ts`.
     pub(crate) fn offset_for_timestamp(&self, ts: i64) -> Option<(i64, i64)> {
         self.log.offset_for_timestamp(ts)
+    }
+}
+
+/// Makes `part`'s log durable through `end` (one group commit, shared with concurrent
+/// appends; the partition lock is not held meanwhile), then advances its high watermark.
+/// `KAFKA_STORAGE_ERROR` if the write or fsync failed (the log is then poisoned).
+pub(crate) async fn make_durable(part: &Mutex<Partition>, end: i64) -> Result<(), ResponseError> {
+    let durability = part.lock().await.durability();
+    durability
+        .sync_through(end)
+        .await
+        .map_err(|_| ResponseError::KafkaStorageError)?;
+    part.lock().await.advance_high_watermark();
+    Ok(())
+}
+
+/// A partition of a topic.
+type Tp = (String, i32);
+
+/// The partitions of one request that await durability: the largest end offset per
+/// partition, so each partition is synced once per request.
+#[derive(Default)]
+pub(crate) struct PendingSyncs {
+    by_partition: BTreeMap<Tp, (Arc<Mutex<Partition>>, i64)>,
+}
+
+impl PendingSyncs {
+    /// Adds `end` for the partition `tp`.
+    pub(crate) fn add(&mut self, tp: Tp, part: &Arc<Mutex<Partition>>, end: i64) {
+        let e = self
+            .by_partition
+            .entry(tp)
+            .or_insert_with(|| (Arc::clone(part), end));
+        e.1 = e.1.max(end);
+    }
+
+    /// Makes every partition durable, concurrently; returns those that failed (or whose sync
+    /// task did not finish).
+    pub(crate) async fn wait(self) -> Vec<Tp> {
+        if self.by_partition.len() == 1 {
+            let mut failed = Vec::new();
+            for (tp, (part, end)) in self.by_partition {
+                if make_durable(&part, end).await.is_err() {
+                    failed.push(tp);
+                }
+            }
+            return failed;
+        }
+        let mut all: Vec<Tp> = self.by_partition.keys().cloned().collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (tp, (part, end)) in self.by_partition {
+            tasks.spawn(async move { (tp, make_durable(&part, end).await) });
+        }
+        while let Some(done) = tasks.join_next().await {
+            match done {
+                Ok((tp, Ok(()))) => all.retain(|t| *t != tp),
+                Ok((_, Err(_))) => {}
+                Err(e) => tracing::error!(error = %e, "partition sync task failed"),
+            }
+        }
+        all
     }
 }
 

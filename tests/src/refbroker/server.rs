@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Notify};
 
 use super::groups::Groups;
+use super::log::Flush;
 use super::partition::Partition;
 use super::txn::TxnService;
 use super::{CONSUMER_OFFSETS, Cluster, Config, NodeAddr};
@@ -34,6 +35,8 @@ pub struct Broker {
     pub(crate) partitions: BTreeMap<Tp, Arc<Mutex<Partition>>>,
     /// Woken after every append (long-polling fetches wait on it).
     pub(crate) appended: Notify,
+    /// `--set log.flush`: whether appends are fsync'd.
+    pub(crate) flush: Flush,
     pub(crate) groups: Groups,
     pub(crate) txn: TxnService,
 }
@@ -49,6 +52,12 @@ impl Broker {
         topics.insert(CONSUMER_OFFSETS.to_owned(), config.offsets_partitions);
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        let flush = match config.settings.get("log.flush") {
+            None => Flush::default(),
+            Some(v) => {
+                Flush::parse(v).with_context(|| format!("log.flush={v}: expected fsync or none"))?
+            }
+        };
         let mut partitions = BTreeMap::new();
         for (topic, &count) in &topics {
             for p in 0..count {
@@ -56,7 +65,7 @@ impl Broker {
                     continue;
                 }
                 let dir = config.data_dir.join(format!("{topic}-{p}"));
-                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS)
+                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS, flush)
                     .with_context(|| format!("opening {}", dir.display()))?;
                 partitions.insert((topic.clone(), p), Arc::new(Mutex::new(part)));
             }
@@ -69,6 +78,7 @@ impl Broker {
             topics,
             partitions,
             appended: Notify::new(),
+            flush,
             groups,
             txn,
         });
