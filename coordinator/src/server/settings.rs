@@ -30,6 +30,9 @@ pub struct Settings {
     /// before anything that depends on it is acknowledged. `os-buffered` skips the fsync
     /// (survives a process crash, **not** a power loss); for comparisons with Kafka only.
     pub txn_log_sync: SyncMode,
+    /// `txn.log.cache.bytes` (default 67108864): bytes of sled's page cache
+    /// ([`SledConfig::cache_capacity`]).
+    pub txn_log_cache_bytes: u64,
 }
 
 impl Default for Settings {
@@ -42,6 +45,7 @@ impl Default for Settings {
             metadata_max_age_ms: 300_000,
             connections_max_idle_ms: 600_000,
             txn_log_sync: SyncMode::Fsync,
+            txn_log_cache_bytes: SledConfig::DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -146,6 +150,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "fsync",
         "fsync (durable) or os-buffered (no fsync: NOT durable against power loss; benchmarks only)",
     ),
+    (
+        "txn.log.cache.bytes",
+        "67108864",
+        "bytes of the transaction log's page cache (sled cache_capacity)",
+    ),
 ];
 
 fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
@@ -219,6 +228,13 @@ impl Settings {
                     "os-buffered" => SyncMode::OsBuffered,
                     _ => return Err(bad(key, value, "must be fsync or os-buffered")),
                 };
+            }
+            "txn.log.cache.bytes" => {
+                let n: u64 = int(key, value, true)?;
+                if n < 1024 * 1024 {
+                    return Err(bad(key, value, "at least 1048576 (1 MiB)"));
+                }
+                self.txn_log_cache_bytes = n;
             }
             other => return Err(SettingsError::UnknownKey(other.to_owned())),
         }
@@ -295,6 +311,7 @@ impl Settings {
                     "metadata.max.age.ms" => self.metadata_max_age_ms.to_string(),
                     "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
                     "txn.log.sync" => sync_mode_name(self.txn_log_sync).to_owned(),
+                    "txn.log.cache.bytes" => self.txn_log_cache_bytes.to_string(),
                     _ => String::new(),
                 };
                 (*k, v)
@@ -304,12 +321,14 @@ impl Settings {
 }
 
 impl Settings {
-    /// The [`SledConfig`] of a transaction log in `path` under these settings (`txn.log.sync`),
+    /// The [`SledConfig`] of a transaction log in `path` under these settings (`txn.log.sync`,
+    /// `txn.log.cache.bytes`),
     /// for [`txn_log::SledTxnLog::open`]. The daemon and embedders that parse the daemon's keys
     /// (the refbroker's embedded coordinator) open their log with it.
     pub fn sled_config(&self, path: impl Into<PathBuf>) -> SledConfig {
         let mut c = SledConfig::new(path);
         c.sync_mode = self.txn_log_sync;
+        c.cache_capacity = self.txn_log_cache_bytes;
         c
     }
 }
@@ -406,5 +425,12 @@ mod tests {
         s.apply_toml("c.toml", "\"txn.log.sync\" = \"fsync\"")
             .expect("toml");
         assert_eq!(s.txn_log_sync, SyncMode::Fsync);
+        s.apply_override("txn.log.cache.bytes=16777216")
+            .expect("valid");
+        assert_eq!(s.sled_config("/x").cache_capacity, 16 * 1024 * 1024);
+        let e = s
+            .apply_override("txn.log.cache.bytes=1000")
+            .expect_err("too small");
+        assert!(e.to_string().contains("txn.log.cache.bytes"), "{e}");
     }
 }
