@@ -6,7 +6,8 @@
 //! client ──InitProducerId/AddPartitionsToTxn/AddOffsetsToTxn/EndTxn──▶ refbroker
 //!     └─ coordinator::server::protocol (the daemon's kafka-protocol ↔ coordinator::Request
 //!        conversions) ──▶ coordinator::shell::Coordinator
-//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log, producer ids scoped to the node
+//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log (Settings::sled_config:
+//!           │  txn.log.sync, txn.log.cache.bytes), producer ids scoped to the node
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
 //!                 └─ MarkerTransport: RoutingTransport
@@ -39,10 +40,10 @@ use txn_log::{
 use super::server::Broker;
 use super::{Config, TRANSACTION_STATE};
 
-/// The coordinator configuration: the daemon's own settings parser
-/// (`coordinator::server::Settings`, Kafka key names) over the broker's `--set` values that
-/// are coordinator keys, with `offsets.topic.num.partitions` = `--offsets-partitions`.
-pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator::Config> {
+/// The coordinator's settings: the daemon's own parser (`coordinator::server::Settings`,
+/// Kafka key names) over the broker's `--set` values that are coordinator keys, with
+/// `offsets.topic.num.partitions` = `--offsets-partitions`.
+fn coordinator_settings(config: &Config) -> anyhow::Result<coordinator::server::Settings> {
     let mut s = coordinator::server::Settings::default();
     for (k, v) in &config.settings {
         if is_coordinator_key(k) {
@@ -50,7 +51,12 @@ pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator:
         }
     }
     s.engine.offsets_topic_num_partitions = u32::try_from(config.offsets_partitions)?;
-    Ok(s.validate()?.engine)
+    Ok(s.validate()?)
+}
+
+/// The coordinator configuration (see [`coordinator_settings`]).
+pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator::Config> {
+    Ok(coordinator_settings(config)?.engine)
 }
 
 /// Whether `key` is a setting of the coordinator (as `txn-coordinator serve --set` takes).
@@ -180,9 +186,16 @@ impl LocalMarkerHandler for LocalMarkers {
 
 /// Builds and starts the embedded coordinator; loads this node's partitions in the background.
 pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
-    let config = coordinator_config(&broker.config)?;
-    let path = broker.config.data_dir.join("txn-log");
-    let log = tokio::task::spawn_blocking(move || SledTxnLog::open_path(path)).await??;
+    let settings = coordinator_settings(&broker.config)?;
+    // The daemon's log settings (`txn.log.sync`, `txn.log.cache.bytes`) apply here too.
+    let sled = settings.sled_config(broker.config.data_dir.join("txn-log"));
+    if sled.sync_mode == txn_log::SyncMode::OsBuffered {
+        tracing::warn!(
+            "txn.log.sync=os-buffered: acknowledged transactions are NOT durable against a power loss or kernel crash"
+        );
+    }
+    let config = settings.engine;
+    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(sled)).await??;
     let weak = Arc::downgrade(broker);
     let local: Arc<dyn MarkerTransport> =
         Arc::new(InProcessTransport::new(Arc::new(LocalMarkers {
@@ -269,4 +282,31 @@ pub(crate) async fn dispatch(
 /// The versions embedded mode serves for a coordinator API: the daemon's table.
 pub(crate) fn supported(key: ApiKey) -> Option<VersionRange> {
     p::supported(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(set: &str) -> Config {
+        let args = format!(
+            "--listen 127.0.0.1:1 --data-dir /tmp/d --topics a:1 --embedded-coordinator {set}"
+        );
+        super::super::cli::parse_args(args.split_whitespace().map(str::to_owned)).unwrap()
+    }
+
+    #[test]
+    fn the_daemons_log_settings_reach_the_embedded_log() {
+        let s = coordinator_settings(&config("")).unwrap();
+        let sled = s.sled_config("/tmp/d/txn-log");
+        assert_eq!(sled.sync_mode, txn_log::SyncMode::Fsync);
+        let s = coordinator_settings(&config(
+            "--set txn.log.sync=os-buffered --set txn.log.cache.bytes=2097152",
+        ))
+        .unwrap();
+        let sled = s.sled_config("/tmp/d/txn-log");
+        assert_eq!(sled.sync_mode, txn_log::SyncMode::OsBuffered);
+        assert_eq!(sled.cache_capacity, 2_097_152);
+        assert!(coordinator_settings(&config("--set txn.log.sync=sometimes")).is_err());
+    }
 }
