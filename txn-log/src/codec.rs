@@ -28,7 +28,9 @@
 //! none panics (the checksum is verified before bincode runs, and bincode runs with an
 //! allocation limit).
 
-use crate::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnRecord};
+use crate::{
+    CoordinatorEpoch, LoadedPartition, LogError, LogPartition, TransactionalId, TxnRecord,
+};
 
 /// Largest payload an envelope may carry (1 MiB, Kafka's default `max.message.bytes`).
 pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
@@ -157,6 +159,14 @@ fn seal(kind: u8, version: u8, key: &[u8], payload: &[u8]) -> Result<Vec<u8>, Lo
     let crc = crc32c::crc32c_append(crc32c::crc32c(key), &out);
     out.extend_from_slice(&crc.to_be_bytes());
     Ok(out)
+}
+
+/// Wraps arbitrary `payload` bytes in a correctly checksummed envelope of `kind`/`version`
+/// under `key`, without checking that the payload decodes. For tools and fuzzing (the fuzz
+/// target `txn_log_record` uses it to get past the checksum); the log itself writes values
+/// only through [`encode_record`], [`encode_epoch`] and [`encode_next_producer_id`].
+pub fn seal_value(kind: u8, version: u8, key: &[u8], payload: &[u8]) -> Result<Vec<u8>, LogError> {
+    seal(kind, version, key, payload)
 }
 
 /// Verifies an envelope of `kind` stored under `key` and returns `(version, payload)`.
@@ -289,6 +299,68 @@ pub fn decode_next_producer_id(value: &[u8]) -> Result<i64, LogError> {
         return Err(corrupt(format!("negative next producer id {next}")));
     }
     Ok(next)
+}
+
+// ===== stored partitions and entries =====
+
+/// Decodes one log partition as stored: `epoch` is the value under [`epoch_key`] (if any),
+/// `records` the `(key, value)` pairs under [`record_prefix`] in key order. Every record key
+/// must name `partition`. This is `SledTxnLog::load` without the store; the fuzz target
+/// `txn_log_record` runs it on arbitrary entries.
+pub fn decode_partition<K, V, I>(
+    partition: LogPartition,
+    epoch: Option<&[u8]>,
+    records: I,
+) -> Result<LoadedPartition, LogError>
+where
+    K: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+    I: IntoIterator<Item = Result<(K, V), LogError>>,
+{
+    let coordinator_epoch = match epoch {
+        Some(v) => Some(decode_epoch(partition, &epoch_key(partition), v)?),
+        None => None,
+    };
+    let mut out = Vec::new();
+    for kv in records {
+        let (k, v) = kv?;
+        let (k, v) = (k.as_ref(), v.as_ref());
+        let (p, id) = parse_record_key(k)?;
+        if p != partition {
+            return Err(LogError::Corrupt {
+                partition: Some(partition),
+                key: printable_key(k),
+                reason: format!("record key names partition {p}"),
+            });
+        }
+        out.push((id, decode_record(partition, k, v)?));
+    }
+    Ok(LoadedPartition {
+        coordinator_epoch,
+        records: out,
+    })
+}
+
+/// Verifies one stored `(key, value)` pair of any kind (record, coordinator epoch,
+/// producer-id counter); an unknown key is [`LogError::Corrupt`]. What
+/// `SledTxnLog::verify_all` does for each entry.
+pub fn verify_entry(key: &[u8], value: &[u8]) -> Result<(), LogError> {
+    match key.first() {
+        Some(&RECORD_KEY_PREFIX) => {
+            let (p, _) = parse_record_key(key)?;
+            decode_record(p, key, value).map(|_| ())
+        }
+        Some(&EPOCH_KEY_PREFIX) => {
+            let p = parse_epoch_key(key)?;
+            decode_epoch(p, key, value).map(|_| ())
+        }
+        _ if key == PRODUCER_ID_KEY => decode_next_producer_id(value).map(|_| ()),
+        _ => Err(LogError::Corrupt {
+            partition: None,
+            key: printable_key(key),
+            reason: "unknown key".into(),
+        }),
+    }
 }
 
 #[cfg(all(test, not(txn_loom)))]

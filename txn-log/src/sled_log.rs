@@ -334,26 +334,7 @@ impl SledTxnLog {
         let mut n = 0;
         for kv in self.tree.iter() {
             let (k, v) = kv.map_err(sled_err)?;
-            match k.first() {
-                Some(&codec::RECORD_KEY_PREFIX) => {
-                    let (p, _) = codec::parse_record_key(&k)?;
-                    codec::decode_record(p, &k, &v)?;
-                }
-                Some(&codec::EPOCH_KEY_PREFIX) => {
-                    let p = codec::parse_epoch_key(&k)?;
-                    codec::decode_epoch(p, &k, &v)?;
-                }
-                _ if &*k == codec::PRODUCER_ID_KEY => {
-                    codec::decode_next_producer_id(&v)?;
-                }
-                _ => {
-                    return Err(LogError::Corrupt {
-                        partition: None,
-                        key: codec::printable_key(&k),
-                        reason: "unknown key".into(),
-                    });
-                }
-            }
+            codec::verify_entry(&k, &v)?;
             n += 1;
         }
         Ok(n)
@@ -402,28 +383,17 @@ impl TxnLog for SledTxnLog {
         if self.tx.lock().is_none() {
             return Err(LogError::Closed);
         }
-        let ekey = codec::epoch_key(partition);
-        let coordinator_epoch = match self.tree.get(ekey).map_err(sled_err)? {
-            Some(v) => Some(codec::decode_epoch(partition, &ekey, &v)?),
-            None => None,
-        };
-        let mut records = Vec::new();
-        for kv in self.tree.scan_prefix(codec::record_prefix(partition)) {
-            let (k, v) = kv.map_err(sled_err)?;
-            let (p, id) = codec::parse_record_key(&k)?;
-            if p != partition {
-                return Err(LogError::Corrupt {
-                    partition: Some(partition),
-                    key: codec::printable_key(&k),
-                    reason: format!("record key names partition {p}"),
-                });
-            }
-            records.push((id, codec::decode_record(partition, &k, &v)?));
-        }
-        Ok(LoadedPartition {
-            coordinator_epoch,
-            records,
-        })
+        let epoch = self
+            .tree
+            .get(codec::epoch_key(partition))
+            .map_err(sled_err)?;
+        codec::decode_partition(
+            partition,
+            epoch.as_deref(),
+            self.tree
+                .scan_prefix(codec::record_prefix(partition))
+                .map(|kv| kv.map_err(sled_err)),
+        )
     }
 
     async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::{DecodeError, FrameError, decode_request, encode_response_frame, read_frame};
@@ -12,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::Context;
 use super::protocol as p;
+use super::{Context, Dispatched};
 use crate::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, ErrorCode,
 };
@@ -61,42 +62,10 @@ pub(crate) async fn serve_connection<S>(
                     break;
                 }
             };
-            let raw_version = if frame.len() >= 4 { i16::from_be_bytes([frame[2], frame[3]]) } else { 0 };
-            let out = match decode_request(frame, p::supported) {
-                Ok(req) => {
-                    let api = req.api_key;
-                    let version = req.version();
-                    let correlation_id = req.header.correlation_id;
-                    let Some(body) = handle(&ctx, version, req.body).await else {
-                        continue; // Produce with acks=0: no response.
-                    };
-                    encode_response_frame(api, version, correlation_id, &body)
-                        .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))
-                }
-                Err(DecodeError::UnsupportedVersion { api_key: ApiKey::ApiVersions, version, correlation_id }) => {
-                    // KIP-511: answer in v0 with our ranges so the client can pick a version.
-                    tracing::debug!(version, "ApiVersions version fallback");
-                    let body = ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
-                    encode_response_frame(ApiKey::ApiVersions, 0, correlation_id, &body).map_err(|e| e.to_string())
-                }
-                Err(DecodeError::UnsupportedVersion { api_key, version, correlation_id }) => {
-                    ctx.metrics.record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
-                    match p::unsupported_response(api_key, version) {
-                        Some(body) => encode_response_frame(api_key, version, correlation_id, &body).map_err(|e| e.to_string()),
-                        None => Err(format!("unsupported {api_key:?} v{version} cannot be answered")),
-                    }
-                }
-                Err(DecodeError::UnknownApiKey { api_key, correlation_id }) => {
-                    let known = ApiKey::try_from(api_key).ok();
-                    match known.and_then(|k| Some(k).zip(p::unsupported_response(k, raw_version))) {
-                        Some((k, body)) => {
-                            ctx.metrics.record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
-                            encode_response_frame(k, raw_version, correlation_id, &body).map_err(|e| e.to_string())
-                        }
-                        None => Err(format!("unknown API key {api_key}")),
-                    }
-                }
-                Err(e) => Err(e.to_string()),
+            let out = match dispatch(&ctx, frame).await {
+                Dispatched::Respond(bytes) => Ok(bytes),
+                Dispatched::Silent => continue, // Produce with acks=0: no response.
+                Dispatched::Close(reason) => Err(reason),
             };
             match out {
                 Ok(bytes) => {
@@ -126,6 +95,74 @@ pub(crate) async fn serve_connection<S>(
     }
     .instrument(span)
     .await;
+}
+
+/// What to do with one request frame: see [`Dispatched`].
+pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
+    let raw_version = if frame.len() >= 4 {
+        i16::from_be_bytes([frame[2], frame[3]])
+    } else {
+        0
+    };
+    let out = match decode_request(frame, p::supported) {
+        Ok(req) => {
+            let api = req.api_key;
+            let version = req.version();
+            let correlation_id = req.header.correlation_id;
+            let Some(body) = handle(ctx, version, req.body).await else {
+                return Dispatched::Silent;
+            };
+            encode_response_frame(api, version, correlation_id, &body)
+                .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))
+        }
+        Err(DecodeError::UnsupportedVersion {
+            api_key: ApiKey::ApiVersions,
+            version,
+            correlation_id,
+        }) => {
+            // KIP-511: answer in v0 with our ranges so the client can pick a version.
+            tracing::debug!(version, "ApiVersions version fallback");
+            let body =
+                ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
+            encode_response_frame(ApiKey::ApiVersions, 0, correlation_id, &body)
+                .map_err(|e| e.to_string())
+        }
+        Err(DecodeError::UnsupportedVersion {
+            api_key,
+            version,
+            correlation_id,
+        }) => {
+            ctx.metrics
+                .record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
+            match p::unsupported_response(api_key, version) {
+                Some(body) => encode_response_frame(api_key, version, correlation_id, &body)
+                    .map_err(|e| e.to_string()),
+                None => Err(format!(
+                    "unsupported {api_key:?} v{version} cannot be answered"
+                )),
+            }
+        }
+        Err(DecodeError::UnknownApiKey {
+            api_key,
+            correlation_id,
+        }) => {
+            let known = ApiKey::try_from(api_key).ok();
+            match known.and_then(|k| Some(k).zip(p::unsupported_response(k, raw_version))) {
+                Some((k, body)) => {
+                    ctx.metrics
+                        .record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
+                    encode_response_frame(k, raw_version, correlation_id, &body)
+                        .map_err(|e| e.to_string())
+                }
+                None => Err(format!("unknown API key {api_key}")),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    match out {
+        Ok(bytes) => Dispatched::Respond(bytes),
+        Err(reason) => Dispatched::Close(reason),
+    }
 }
 
 /// Answers one decoded request. `None` = send nothing (Produce with acks=0).

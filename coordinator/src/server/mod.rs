@@ -64,6 +64,67 @@ pub(crate) struct Context {
     pub(crate) metrics: Metrics,
 }
 
+/// What the daemon does with one request frame (the message after its length prefix).
+#[derive(Debug)]
+pub enum Dispatched {
+    /// Send these bytes (a whole response frame, length prefix included).
+    Respond(bytes::Bytes),
+    /// Send nothing and read the next frame (Produce with acks=0).
+    Silent,
+    /// Close the connection (malformed frame, unknown API, unencodable answer), for this reason.
+    Close(String),
+}
+
+/// The daemon's request path without the socket: [`markers::wire::decode_request`] against
+/// [`protocol::supported`], the answers to refused frames (KIP-511 ApiVersions fallback,
+/// UNSUPPORTED_VERSION), and decoded requests through the [`protocol`] conversions and the
+/// [`Coordinator`], exactly as a connection of [`serve`] does with each frame it reads. Exposed
+/// so that the fuzz target `request_frame` (`fuzz/`) runs the production dispatch on arbitrary
+/// bytes.
+pub struct Dispatcher {
+    ctx: Context,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("node_id", &self.ctx.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher over `coordinator`, answering Metadata and FindCoordinator as node
+    /// `node_id` at `advertised_host:advertised_port`, with `brokers` for the forwarded parts
+    /// (no servers: nothing is forwarded).
+    pub fn new(
+        coordinator: Coordinator,
+        brokers: Brokers,
+        node_id: i32,
+        advertised_host: String,
+        advertised_port: u16,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            ctx: Context {
+                coordinator,
+                brokers: Arc::new(brokers),
+                node_id,
+                advertised_host,
+                advertised_port,
+                settings,
+                metrics,
+            },
+        }
+    }
+
+    /// Answers one request frame (without its length prefix).
+    pub async fn dispatch(&self, frame: bytes::Bytes) -> Dispatched {
+        conn::dispatch(&self.ctx, frame).await
+    }
+}
+
 /// Splits `host:port` (IPv6 hosts in brackets).
 pub fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
     let (host, port) = s

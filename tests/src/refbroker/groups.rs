@@ -640,6 +640,28 @@ impl Groups {
     }
 }
 
+/// The offsets of one commit request, keyed for `group`, stamped with the current time. Each
+/// item is `(topic, partition, offset, leader epoch, metadata)`.
+fn offset_entries<'a>(
+    group: &str,
+    requested: impl Iterator<Item = (&'a str, i32, i64, i32, Option<&'a str>)>,
+) -> Vec<(OffsetKey, OffsetValue)> {
+    let now = now_ms();
+    requested
+        .map(|(topic, partition, offset, leader_epoch, metadata)| {
+            (
+                (group.to_owned(), topic.to_owned(), partition),
+                OffsetValue {
+                    offset,
+                    leader_epoch,
+                    metadata: metadata.map(str::to_owned),
+                    commit_timestamp_ms: now,
+                },
+            )
+        })
+        .collect()
+}
+
 /// OffsetCommit: appends the offsets to the group's offsets partition.
 pub(crate) async fn offset_commit(
     broker: &Broker,
@@ -662,25 +684,20 @@ pub(crate) async fn offset_commit(
             )
             .await
     };
-    let now = now_ms();
-    let entries: Vec<(OffsetKey, OffsetValue)> = r
-        .topics
-        .iter()
-        .flat_map(|t| {
-            let group = group.clone();
-            t.partitions.iter().map(move |p| {
+    let entries = offset_entries(
+        &group,
+        r.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(|p| {
                 (
-                    (group.clone(), t.name.0.to_string(), p.partition_index),
-                    OffsetValue {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                        commit_timestamp_ms: now,
-                    },
+                    t.name.0.as_str(),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_deref(),
                 )
             })
-        })
-        .collect();
+        }),
+    );
     if err.is_none() && !entries.is_empty() {
         err = append_offsets(broker, &group, &entries, None).await.err();
     }
@@ -849,25 +866,20 @@ pub(crate) async fn txn_offset_commit(
     } else {
         None
     };
-    let now = now_ms();
-    let entries: Vec<(OffsetKey, OffsetValue)> = r
-        .topics
-        .iter()
-        .flat_map(|t| {
-            let group = group.clone();
-            t.partitions.iter().map(move |p| {
+    let entries = offset_entries(
+        &group,
+        r.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(|p| {
                 (
-                    (group.clone(), t.name.0.to_string(), p.partition_index),
-                    OffsetValue {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                        commit_timestamp_ms: now,
-                    },
+                    t.name.0.as_str(),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_deref(),
                 )
             })
-        })
-        .collect();
+        }),
+    );
     if err.is_none() && !entries.is_empty() {
         let producer = (ProducerId(r.producer_id.0), ProducerEpoch(r.producer_epoch));
         err = append_offsets(broker, &group, &entries, Some(producer))
