@@ -2,7 +2,8 @@
 //! `Default` = Kafka's defaults (reference §7), and the partition functions.
 
 use txn_log::{
-    LogPartition, TopicPartition, TransactionalId, java_string_hash, kafka_partition_for,
+    LoadedPartition, LogError, LogPartition, TopicPartition, TransactionalId, java_string_hash,
+    kafka_partition_for,
 };
 
 /// Name of Kafka's group-offsets topic, the partition AddOffsetsToTxn adds.
@@ -133,6 +134,36 @@ impl Config {
     /// The log partition owning `id` under this config.
     pub fn partition_for(&self, id: &TransactionalId) -> LogPartition {
         partition_for(id, self.transaction_state_log_num_partitions)
+    }
+
+    /// Refuses a load of `partition` holding a transactional id that this config routes to
+    /// another log partition (the log was written with another
+    /// `transaction.state.log.num.partitions`, or a key is corrupt): serving it would answer
+    /// for ids that clients look up elsewhere. [`Engine::handle_load`](crate::Engine::handle_load)
+    /// requires this to hold.
+    pub fn check_loaded(
+        &self,
+        partition: LogPartition,
+        loaded: &LoadedPartition,
+    ) -> Result<(), LogError> {
+        match loaded
+            .records
+            .iter()
+            .find(|(id, _)| self.partition_for(id) != partition)
+        {
+            None => Ok(()),
+            Some((id, _)) => Err(LogError::Corrupt {
+                partition: Some(partition),
+                key: id.as_str().to_owned(),
+                reason: format!(
+                    "the transactional id belongs to log partition {} of {}, not {}: was \
+                     transaction.state.log.num.partitions changed?",
+                    self.partition_for(id).0,
+                    self.transaction_state_log_num_partitions,
+                    partition.0
+                ),
+            }),
+        }
     }
 
     /// The `__consumer_offsets` partition of `group_id` under this config.

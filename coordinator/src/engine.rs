@@ -205,39 +205,11 @@ fn assert_transition(id: &TransactionalId, from: TxnState, to: TxnState) {
     );
 }
 
-/// Record invariants that hold for every record the engine writes or loads.
+/// Record invariants that hold for every record the engine writes or loads
+/// ([`TxnRecord::check_persistable`]; the codec refuses to load a record that breaks them).
 fn assert_record_invariants(id: &TransactionalId, r: &TxnRecord) {
-    assert!(
-        r.producer_id.is_some(),
-        "{id}: record without producer id: {r:?}"
-    );
-    assert!(
-        r.producer_epoch.is_some(),
-        "{id}: record without producer epoch: {r:?}"
-    );
-    assert!(
-        !matches!(r.state, TxnState::Dead | TxnState::PrepareEpochFence),
-        "{id}: {} is a pending-only state and is never persisted",
-        r.state
-    );
-    if matches!(
-        r.state,
-        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-    ) {
-        assert!(
-            r.partitions.is_empty(),
-            "{id}: idle record with partitions: {r:?}"
-        );
-    }
-    if r.state == TxnState::Ongoing {
-        assert!(
-            !r.partitions.is_empty(),
-            "{id}: Ongoing without partitions: {r:?}"
-        );
-        assert!(
-            r.txn_start_ms >= 0,
-            "{id}: Ongoing without start time: {r:?}"
-        );
+    if let Err(why) = r.check_persistable() {
+        panic!("{id}: {why}: {r:?}");
     }
 }
 

@@ -26,7 +26,8 @@
 //!
 //! Every decoder returns [`LogError::Corrupt`] naming the partition and key on any bad input;
 //! none panics (the checksum is verified before bincode runs, and bincode runs with an
-//! allocation limit).
+//! allocation limit). A record that decodes but is no persistable state
+//! ([`TxnRecord::check_persistable`]) is corrupt as well: the engine would refuse to replay it.
 
 use crate::{
     CoordinatorEpoch, LoadedPartition, LogError, LogPartition, TransactionalId, TxnRecord,
@@ -243,7 +244,11 @@ pub fn decode_record(
     };
     let (version, payload) = open(KIND_RECORD, key, value).map_err(corrupt)?;
     match version {
-        RECORD_VERSION => decode_payload(payload).map_err(corrupt),
+        RECORD_VERSION => {
+            let record: TxnRecord = decode_payload(payload).map_err(corrupt)?;
+            record.check_persistable().map_err(corrupt)?;
+            Ok(record)
+        }
         v => Err(corrupt(format!("unknown record version {v}"))),
     }
 }
@@ -374,8 +379,9 @@ mod tests {
 
     fn arb_record() -> impl Strategy<Value = TxnRecord> {
         (
-            (any::<i64>(), any::<i64>(), any::<i64>()),
-            (any::<i16>(), any::<i16>(), any::<i16>()),
+            // Mostly real ids and epochs, so that most records are persistable states.
+            (pid_or_none(), pid_or_none(), pid_or_none()),
+            (epoch_or_none(), epoch_or_none(), epoch_or_none()),
             any::<i32>(),
             0usize..TxnState::ALL.len(),
             proptest::collection::btree_set(("[a-z._-]{1,20}", any::<i32>()), 0..20),
@@ -402,17 +408,30 @@ mod tests {
             )
     }
 
+    fn pid_or_none() -> impl Strategy<Value = i64> {
+        prop_oneof![4 => 0i64..1000, 1 => Just(-1i64), 1 => any::<i64>()]
+    }
+
+    fn epoch_or_none() -> impl Strategy<Value = i16> {
+        prop_oneof![4 => 0i16.., 1 => Just(-1i16), 1 => any::<i16>()]
+    }
+
     fn arb_id() -> impl Strategy<Value = TransactionalId> {
         "\\PC{1,40}".prop_map(|s| TransactionalId::new(s).unwrap())
     }
 
     proptest! {
-        /// Every record survives encode -> decode unchanged, under its own key.
+        /// Every persistable record survives encode -> decode unchanged, under its own key;
+        /// any other record is refused as Corrupt for the reason `check_persistable` gives.
         #[test]
         fn record_round_trips(rec in arb_record(), id in arb_id(), p in any::<u32>()) {
             let key = record_key(LogPartition(p), &id);
             let bytes = encode_record(&key, &rec).unwrap();
-            prop_assert_eq!(decode_record(LogPartition(p), &key, &bytes).unwrap(), rec);
+            match (rec.check_persistable(), decode_record(LogPartition(p), &key, &bytes)) {
+                (Ok(()), decoded) => prop_assert_eq!(decoded.unwrap(), rec),
+                (Err(why), Err(LogError::Corrupt { reason, .. })) => prop_assert_eq!(reason, why),
+                (Err(why), other) => prop_assert!(false, "{why}: decoded as {other:?}"),
+            }
             prop_assert_eq!(parse_record_key(&key).unwrap(), (LogPartition(p), id));
         }
 

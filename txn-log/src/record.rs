@@ -55,6 +55,41 @@ pub struct LogEntry {
     pub op: LogOp,
 }
 
+impl TxnRecord {
+    /// Why this record cannot be a persisted transaction state, or `Ok` if it can: it has a
+    /// producer id and epoch, a previous or next producer id (rotation) is another id, its state is not a pending-only one (Dead, PrepareEpochFence), an
+    /// idle state (Empty, Complete*) holds no partitions, and Ongoing has partitions and a start
+    /// time. The engine asserts this for every record it writes; the codec refuses to load a
+    /// record that breaks it ([`LogError::Corrupt`](crate::LogError::Corrupt)).
+    pub fn check_persistable(&self) -> Result<(), String> {
+        if !self.producer_id.is_some() {
+            return Err("record without producer id".into());
+        }
+        if !self.producer_epoch.is_some() {
+            return Err("record without producer epoch".into());
+        }
+        if self.prev_producer_id == self.producer_id || self.next_producer_id == self.producer_id {
+            return Err("previous or next producer id equal to the current one".into());
+        }
+        match self.state {
+            TxnState::Dead | TxnState::PrepareEpochFence => Err(format!(
+                "{} is a pending-only state and is never persisted",
+                self.state
+            )),
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                if !self.partitions.is_empty() =>
+            {
+                Err(format!("idle record ({}) with partitions", self.state))
+            }
+            TxnState::Ongoing if self.partitions.is_empty() => {
+                Err("Ongoing without partitions".into())
+            }
+            TxnState::Ongoing if self.txn_start_ms < 0 => Err("Ongoing without start time".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl LogEntry {
     /// An upsert entry.
     pub fn upsert(id: TransactionalId, record: TxnRecord) -> Self {
@@ -101,4 +136,52 @@ pub struct LoadedPartition {
     pub coordinator_epoch: Option<crate::CoordinatorEpoch>,
     /// The latest record of every live transactional id, ordered by id.
     pub records: Vec<(TransactionalId, TxnRecord)>,
+}
+
+#[cfg(all(test, not(txn_loom)))]
+mod tests {
+    use super::*;
+
+    fn ongoing() -> TxnRecord {
+        TxnRecord {
+            producer_id: ProducerId(5),
+            prev_producer_id: ProducerId::NONE,
+            next_producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch(2),
+            last_producer_epoch: ProducerEpoch(1),
+            next_producer_epoch: ProducerEpoch::NONE,
+            timeout_ms: 60_000,
+            state: TxnState::Ongoing,
+            partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
+            txn_start_ms: 10,
+            txn_last_update_ms: 10,
+            client_txn_version: 2,
+        }
+    }
+
+    #[test]
+    fn persistable_states_and_what_breaks_them() {
+        assert_eq!(ongoing().check_persistable(), Ok(()));
+        type Breaker = fn(&mut TxnRecord);
+        let broken: [(&str, Breaker); 7] = [
+            ("no producer id", |r| r.producer_id = ProducerId::NONE),
+            ("no epoch", |r| r.producer_epoch = ProducerEpoch(-3)),
+            ("next pid = pid", |r| r.next_producer_id = r.producer_id),
+            ("prev pid = pid", |r| r.prev_producer_id = r.producer_id),
+            ("pending-only", |r| r.state = TxnState::PrepareEpochFence),
+            ("idle with partitions", |r| {
+                r.state = TxnState::CompleteAbort
+            }),
+            ("ongoing without partitions", |r| r.partitions.clear()),
+        ];
+        for (what, break_it) in broken {
+            let mut r = ongoing();
+            break_it(&mut r);
+            assert!(r.check_persistable().is_err(), "{what}");
+        }
+        let mut idle = ongoing();
+        idle.state = TxnState::CompleteCommit;
+        idle.partitions.clear();
+        assert_eq!(idle.check_persistable(), Ok(()));
+    }
 }

@@ -289,6 +289,7 @@ impl Driver {
         let generation = self.generation;
         let partition = self.partition;
         let log = self.shared.log.clone();
+        let config = self.shared.config.clone();
         let tx = self.tx.clone();
         tokio::spawn(
             async move {
@@ -303,6 +304,7 @@ impl Driver {
                     };
                     log.claim(partition, epoch).await?;
                     let loaded = log.load(partition).await?;
+                    config.check_loaded(partition, &loaded)?;
                     Ok((epoch, loaded))
                 }
                 .await;

@@ -360,3 +360,55 @@ async fn a_v4_batch_spanning_partitions_is_split_and_merged_in_request_order() {
         assert_eq!(state_of(&h.coordinator, id).await, "Ongoing");
     }
 }
+
+#[tokio::test]
+async fn a_log_written_with_another_partition_count_fails_to_load_as_corrupt() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    for id in ["a", "b", "c", "d", "e", "f"] {
+        assert_eq!(init_ok(&h.coordinator, id).await.error, ErrorCode::NONE);
+    }
+    h.coordinator.shutdown().await;
+
+    // The same log under 3 log partitions instead of 4: some ids sit in the wrong partition.
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let config = Config {
+        transaction_state_log_num_partitions: 3,
+        ..Config::default()
+    };
+    let c = Coordinator::start(CoordinatorOptions {
+        config: config.clone(),
+        log: h.log.clone(),
+        clock: Arc::new(ManualClock::new(1_000_000)),
+        markers: Arc::new(RecordingMarkerSink::new(done_tx, true)),
+        marker_completions: done_rx,
+        metrics: Metrics::new(),
+    });
+    let mut failed = Vec::new();
+    for p in 0..3 {
+        match c.load_partition_next_epoch(LogPartition(p)).await {
+            Ok(_) => {}
+            Err(LogError::Corrupt {
+                partition, reason, ..
+            }) => {
+                assert_eq!(partition, Some(LogPartition(p)));
+                assert!(
+                    reason.contains("transaction.state.log.num.partitions"),
+                    "{reason}"
+                );
+                failed.push(LogPartition(p));
+            }
+            Err(e) => panic!("unexpected load error {e:?}"),
+        }
+    }
+    assert!(!failed.is_empty(), "no partition held a misrouted id");
+    // The ids of a partition that failed to load are not served.
+    for id in ["a", "b", "c", "d", "e", "f"] {
+        let tid = TransactionalId::new(id).expect("id");
+        if failed.contains(&config.partition_for(&tid)) {
+            let r = c.init_producer_id(init(id)).await;
+            assert_eq!(r.error, ErrorCode::NOT_COORDINATOR, "{id}");
+        }
+    }
+    c.shutdown().await;
+}
