@@ -22,6 +22,7 @@ fn options() -> ClusterOptions {
         brokers: 1,
         topic: "k".into(),
         partitions: 1,
+        extra_topics: Vec::new(),
         txn_log_partitions: 1,
         reaper_interval_ms: 500,
         transaction_version: 2,

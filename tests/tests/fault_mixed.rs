@@ -1,6 +1,6 @@
-//! Mixed-fault run (issue 9): the daemon and three refbrokers behind fault proxies, W1 + W5 +
-//! W6 under kills, pauses, partitions, delays and held requests; then the checker. Prints the
-//! seed (replay with `TXN_FAULT_SEED=N`).
+//! Mixed-fault run (issue 9): the daemon and three refbrokers behind fault proxies, W1 + W2 +
+//! W3 + W5 + W6 under kills, pauses, partitions, delays and held requests; then the checker.
+//! Prints the seed (replay with `TXN_FAULT_SEED=N`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,13 +8,14 @@ use std::time::Duration;
 use txn_tests::fault::client::TxnVersion;
 use txn_tests::fault::cluster::ClusterOptions;
 use txn_tests::fault::process::bin_path;
-use txn_tests::fault::workload::{Fault, RunOptions, run, seed_from_env};
+use txn_tests::fault::workload::{Fault, RunOptions, W3Options, run, seed_from_env};
 
 fn cluster() -> ClusterOptions {
     ClusterOptions {
         brokers: 3,
         topic: "fq".into(),
         partitions: 6,
+        extra_topics: Vec::new(),
         txn_log_partitions: 4,
         reaper_interval_ms: 500,
         transaction_version: 2,
@@ -23,6 +24,16 @@ fn cluster() -> ClusterOptions {
         refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
         log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
     }
+}
+
+fn w3() -> Option<W3Options> {
+    Some(W3Options {
+        transformers: 2,
+        output_partitions: 3,
+        abort_p: 0.1,
+        restart_p: 0.05,
+        crash_p: 0.05,
+    })
 }
 
 fn secs(var: &str, default: u64) -> Duration {
@@ -50,11 +61,19 @@ async fn no_fault_baseline_is_valid() {
         tv: TxnVersion::Tv2,
         txn_timeout_ms: 6000,
         cluster: cluster(),
+        w3: w3(),
     })
     .await
     .expect("run");
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
+    assert!(r.report.w3.committed > 5, "seed {}: {}", r.seed, r.report);
+    assert!(
+        r.report.w3.inputs_checked > 5,
+        "seed {}: {}",
+        r.seed,
+        r.report
+    );
 }
 
 /// The CI mixed-fault run: about 75 s of faults (`TXN_FAULT_SECS` overrides), then healing,
@@ -75,6 +94,7 @@ async fn mixed_faults_leave_no_anomaly() {
         tv: TxnVersion::Tv2,
         txn_timeout_ms: 6000,
         cluster: cluster(),
+        w3: w3(),
     })
     .await
     .expect("run");
@@ -91,6 +111,13 @@ async fn mixed_faults_leave_no_anomaly() {
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
     assert!(h.faults.len() > 5, "seed {}: too few faults", r.seed);
+    assert!(r.report.w3.committed > 10, "seed {}: {}", r.seed, r.report);
+    assert!(
+        r.report.w3.inputs_checked > 10,
+        "seed {}: {}",
+        r.seed,
+        r.report
+    );
     let held: u64 = r.proxy_stats.iter().map(|(_, s)| s.held).sum();
     let dropped: u64 = r.proxy_stats.iter().map(|(_, s)| s.dropped_responses).sum();
     println!("requests held: {held}, produce responses dropped: {dropped}");

@@ -7,7 +7,7 @@
 //!
 //! Starts the `txn-coordinator` daemon and three refbrokers (binaries next to this one, or
 //! `TXN_COORDINATOR_BIN` / `TXN_FAULT_BIN_REFBROKER`) behind fault proxies on loopback, runs
-//! W1 + W2 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
+//! W1 + W2 + W3 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
 //! history, and stops at the first invalid round. Exit status 1 if an anomaly was found.
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use txn_tests::fault::client::TxnVersion;
 use txn_tests::fault::cluster::ClusterOptions;
 use txn_tests::fault::process::bin_path;
-use txn_tests::fault::workload::{Fault, Rng, RunOptions, run, seed_from_env};
+use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run, seed_from_env};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<ExitCode> {
@@ -83,6 +83,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 brokers: 3,
                 topic: "fq".into(),
                 partitions: 6,
+                extra_topics: Vec::new(),
                 txn_log_partitions: 4,
                 reaper_interval_ms: 500,
                 transaction_version: 2,
@@ -90,13 +91,26 @@ async fn main() -> anyhow::Result<ExitCode> {
                 refbroker_bin: bin_path("refbroker"),
                 log_dir: log_dir.as_ref().map(|d| d.join(format!("round-{round}"))),
             },
+            w3: Some(W3Options {
+                transformers: 2,
+                output_partitions: 3,
+                abort_p: 0.1,
+                restart_p: 0.05,
+                crash_p: 0.05,
+            }),
         })
         .await?;
-        txns += r.history.txns.len();
+        let w3 = &r.report.w3;
+        let w3_txns = w3.committed + w3.aborted + w3.indeterminate + w3.input_txns;
+        txns += r.history.txns.len() + w3_txns;
         faults += r.history.faults.len();
         println!(
-            "round {round}: seed {s}, {} transactions, {} faults: {}",
-            r.history.txns.len(),
+            "round {round}: seed {s}, {} transactions ({} of them W3: {} transforms committed, \
+             {} inputs checked for exactly one transform), {} faults: {}",
+            r.history.txns.len() + w3_txns,
+            w3_txns,
+            w3.committed,
+            w3.inputs_checked,
             r.history.faults.len(),
             if r.report.is_valid() {
                 "valid"

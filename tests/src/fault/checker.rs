@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use super::history::{Outcome, Record};
+use super::history::{Outcome, Record, TxnOp, W3Record};
 
 /// An invariant class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,6 +40,15 @@ pub enum Anomaly {
     InvalidPersistedState,
     /// I14: an acknowledged commit was lost across a SIGKILL of the coordinator.
     CommitLostAcrossKill,
+    /// W3: an input record below the group's committed offset has no visible transform.
+    W3LostTransform,
+    /// W3: an input record was transformed more than once in the visible output.
+    W3DuplicateTransform,
+    /// W3: the committed offsets and the visible output disagree (output for input at or
+    /// beyond the committed offset, a committed offset below an acknowledged commit's), or
+    /// an OffsetFetch returned an offset the history does not allow (e.g. one of an aborted
+    /// transaction).
+    W3OffsetMismatch,
 }
 
 impl Anomaly {
@@ -58,6 +67,9 @@ impl Anomaly {
             Self::PrepareAborted => "I12 prepare-aborted",
             Self::InvalidPersistedState => "I13 invalid-persisted-state",
             Self::CommitLostAcrossKill => "I14 commit-lost-across-kill",
+            Self::W3LostTransform => "W3 lost-transform",
+            Self::W3DuplicateTransform => "W3 duplicate-transform",
+            Self::W3OffsetMismatch => "W3 offset-mismatch",
         }
     }
 }
@@ -81,6 +93,28 @@ pub struct Report {
     pub faults: usize,
     /// Persisted coordinator records audited.
     pub log_records: usize,
+    /// W3 counts.
+    pub w3: W3Counts,
+}
+
+/// What the checker saw of W3.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct W3Counts {
+    /// Transform transactions committed.
+    pub committed: usize,
+    /// Transform transactions definitely not committed.
+    pub aborted: usize,
+    /// Transform transactions indeterminate or unfinished.
+    pub indeterminate: usize,
+    /// Input transactions (all outcomes).
+    pub input_txns: usize,
+    /// Input records below the final committed offsets, each checked for exactly one
+    /// transform.
+    pub inputs_checked: usize,
+    /// Transformed values in the final output.
+    pub outputs: usize,
+    /// Offset fetches checked against the history.
+    pub offset_checks: usize,
 }
 
 impl Report {
@@ -113,6 +147,22 @@ impl fmt::Display for Report {
             self.faults,
             self.log_records
         )?;
+        let w = &self.w3;
+        if w.input_txns + w.committed + w.aborted + w.indeterminate > 0 {
+            writeln!(
+                f,
+                "W3: {} transforms committed, {} aborted, {} indeterminate; {} input \
+                 transactions; {} input records below the committed offsets checked, {} \
+                 outputs visible; {} offset fetches checked",
+                w.committed,
+                w.aborted,
+                w.indeterminate,
+                w.input_txns,
+                w.inputs_checked,
+                w.outputs,
+                w.offset_checks
+            )?;
+        }
         if self.is_valid() {
             return writeln!(f, "valid: no anomaly");
         }
@@ -350,13 +400,248 @@ pub fn check(h: &Record) -> Report {
         };
         rep.add(a, text.clone());
     }
+    check_w3(&h.w3, &mut rep);
     rep
+}
+
+/// Splits a W3 output value `t:{input}@{transform txn}`.
+fn parse_output(v: &str) -> Option<(&str, usize)> {
+    let (input, txn) = v.strip_prefix("t:")?.rsplit_once('@')?;
+    Some((input, txn.parse().ok()?))
+}
+
+/// W3 (consume-transform-produce): I1 / I3 / I4 / I5 on the input topic and on what the
+/// transformers read, then exactly-once of the transforms against the group's final
+/// committed offsets, and every OffsetFetch against the offsets the history allows.
+fn check_w3(w: &W3Record, rep: &mut Report) {
+    rep.w3.input_txns = w.inputs.len();
+    rep.w3.offset_checks = w.offset_checks.len();
+    for t in &w.transforms {
+        match t.txn.outcome {
+            Outcome::Committed => rep.w3.committed += 1,
+            Outcome::Aborted => rep.w3.aborted += 1,
+            Outcome::Indeterminate | Outcome::Invoked => rep.w3.indeterminate += 1,
+        }
+    }
+    let input_writer: HashMap<&str, &TxnOp> = w
+        .inputs
+        .iter()
+        .flat_map(|t| t.writes.iter().map(move |(_, v)| (v.as_str(), t)))
+        .collect();
+    // (partition, offset) -> value and value -> places in the final input.
+    let mut input_at: HashMap<(i32, i64), &str> = HashMap::new();
+    let mut input_where: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+    for (&p, recs) in &w.final_input {
+        for (o, v) in recs {
+            input_at.insert((p, *o), v.as_str());
+            input_where.entry(v.as_str()).or_default().push((p, *o));
+        }
+    }
+    // I1 on the input: in the final read and in what each transformer consumed.
+    let mut judged: BTreeSet<&str> = BTreeSet::new();
+    let final_reads = w
+        .final_input
+        .iter()
+        .flat_map(|(p, recs)| recs.iter().map(move |(o, v)| (*p, *o, v, "the final read")));
+    let transformer_reads = w.transforms.iter().flat_map(|t| {
+        t.inputs
+            .iter()
+            .map(move |(o, v)| (t.partition, *o, v, t.txn.tid.as_str()))
+    });
+    for (p, o, v, reader) in final_reads.chain(transformer_reads) {
+        match input_writer.get(v.as_str()) {
+            None if judged.insert(v.as_str()) => rep.add(
+                Anomaly::GarbageRead,
+                format!("W3 input {v:?} at {p}/{o} read by {reader} was never written"),
+            ),
+            Some(t) if t.outcome == Outcome::Aborted && judged.insert(v.as_str()) => rep.add(
+                Anomaly::AbortedRead,
+                format!(
+                    "W3 input {v:?} at {p}/{o} read by {reader}; written by input txn {} ({} \
+                     pid {} epoch {}, aborted: {})",
+                    t.id, t.tid, t.pid, t.epoch, t.note
+                ),
+            ),
+            _ => {}
+        }
+        if let Some(fv) = input_at.get(&(p, o)).filter(|fv| **fv != v.as_str()) {
+            rep.add(
+                Anomaly::InconsistentOffset,
+                format!("W3 input {p}/{o} read as {v:?} by {reader}, {fv:?} in the final read"),
+            );
+        }
+    }
+    for (v, places) in &input_where {
+        if places.len() > 1 {
+            rep.add(Anomaly::Duplicate, format!("W3 input {v:?} at {places:?}"));
+        }
+    }
+    // I3 on the input.
+    for t in w.inputs.iter().filter(|t| t.outcome == Outcome::Committed) {
+        let missing: Vec<&str> = t
+            .writes
+            .iter()
+            .filter(|(p, v)| w.final_input.contains_key(p) && !input_where.contains_key(v.as_str()))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if !missing.is_empty() {
+            rep.add(
+                Anomaly::LostCommit,
+                format!(
+                    "W3 input txn {} ({} pid {} epoch {}): missing {missing:?}",
+                    t.id, t.tid, t.pid, t.epoch
+                ),
+            );
+        }
+    }
+    // Offset fetches during the run.
+    for c in &w.offset_checks {
+        if !c.allowed.contains(&c.observed) {
+            rep.add(
+                Anomaly::W3OffsetMismatch,
+                format!(
+                    "transformer {} partition {}: OffsetFetch at {} ms after txn {:?} returned \
+                     {}, the history allows {:?}",
+                    c.process, c.partition, c.at_ms, c.after_txn, c.observed, c.allowed
+                ),
+            );
+        }
+    }
+    // The output, judged only when every output partition was read in full.
+    if w.output_partitions <= 0
+        || (0..w.output_partitions).any(|p| !w.final_output.contains_key(&p))
+    {
+        return;
+    }
+    let mut visible: BTreeSet<&str> = BTreeSet::new();
+    let mut out_where: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+    // input value -> transform txns whose output of it is visible
+    let mut transformed: HashMap<&str, BTreeSet<usize>> = HashMap::new();
+    for (&p, recs) in &w.final_output {
+        for (o, v) in recs {
+            rep.w3.outputs += 1;
+            visible.insert(v.as_str());
+            out_where.entry(v.as_str()).or_default().push((p, *o));
+            let writer = parse_output(v).and_then(|(input, k)| {
+                let t = w.transforms.get(k)?;
+                t.txn
+                    .writes
+                    .iter()
+                    .any(|(_, wv)| wv == v)
+                    .then_some((input, t))
+            });
+            match writer {
+                None => rep.add(
+                    Anomaly::GarbageRead,
+                    format!("W3 output {v:?} at {p}/{o} was never written"),
+                ),
+                Some((_, t)) if t.txn.outcome == Outcome::Aborted => rep.add(
+                    Anomaly::AbortedRead,
+                    format!(
+                        "W3 output {v:?} at {p}/{o} of aborted transform txn {} ({} pid {} \
+                         epoch {}: {})",
+                        t.txn.id, t.txn.tid, t.txn.pid, t.txn.epoch, t.txn.note
+                    ),
+                ),
+                Some((input, t)) => {
+                    transformed.entry(input).or_default().insert(t.txn.id);
+                }
+            }
+        }
+    }
+    for (v, places) in &out_where {
+        if places.len() > 1 {
+            rep.add(Anomaly::Duplicate, format!("W3 output {v:?} at {places:?}"));
+        }
+    }
+    // I2 / I3 of the transform transactions.
+    for t in &w.transforms {
+        let (seen, missing): (Vec<&str>, Vec<&str>) = t
+            .txn
+            .writes
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .partition(|v| visible.contains(v));
+        if seen.is_empty() || missing.is_empty() {
+            if t.txn.outcome == Outcome::Committed && !missing.is_empty() {
+                rep.add(
+                    Anomaly::LostCommit,
+                    format!(
+                        "W3 transform txn {} ({} pid {} epoch {}): missing {missing:?}",
+                        t.txn.id, t.txn.tid, t.txn.pid, t.txn.epoch
+                    ),
+                );
+            }
+            continue;
+        }
+        rep.add(
+            Anomaly::TornTransaction,
+            format!(
+                "W3 transform txn {} ({} pid {} epoch {}, {:?}): visible {seen:?}, missing \
+                 {missing:?}",
+                t.txn.id, t.txn.tid, t.txn.pid, t.txn.epoch, t.txn.outcome
+            ),
+        );
+    }
+    // Exactly once against the final committed offsets.
+    for (&p, recs) in &w.final_input {
+        let Some(&committed) = w.final_offsets.get(&p) else {
+            continue;
+        };
+        for (o, v) in recs {
+            let by: Vec<usize> = transformed
+                .get(v.as_str())
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default();
+            if *o < committed {
+                rep.w3.inputs_checked += 1;
+                if by.is_empty() {
+                    rep.add(
+                        Anomaly::W3LostTransform,
+                        format!(
+                            "input {v:?} at {p}/{o} is below the committed offset {committed} \
+                             and has no visible transform"
+                        ),
+                    );
+                } else if by.len() > 1 {
+                    rep.add(
+                        Anomaly::W3DuplicateTransform,
+                        format!("input {v:?} at {p}/{o} transformed by txns {by:?}"),
+                    );
+                }
+            } else if !by.is_empty() {
+                rep.add(
+                    Anomaly::W3OffsetMismatch,
+                    format!(
+                        "input {v:?} at {p}/{o} is at or beyond the committed offset \
+                         {committed}, but transformed by txns {by:?}"
+                    ),
+                );
+            }
+        }
+        if let Some(t) = w
+            .transforms
+            .iter()
+            .filter(|t| t.partition == p && t.txn.outcome == Outcome::Committed)
+            .max_by_key(|t| t.to)
+            .filter(|t| t.to > committed)
+        {
+            rep.add(
+                Anomaly::W3OffsetMismatch,
+                format!(
+                    "partition {p}: committed offset {committed} is below {} of acknowledged \
+                     transform txn {} ({} pid {} epoch {})",
+                    t.to, t.txn.id, t.txn.tid, t.txn.pid, t.txn.epoch
+                ),
+            );
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::history::{Accepted, Issue, Read, TxnOp};
+    use crate::fault::history::{Accepted, Issue, OffsetCheck, Read, TransformOp, TxnOp};
 
     fn txn(id: usize, outcome: Outcome, writes: &[(i32, &str)]) -> TxnOp {
         TxnOp {
@@ -504,6 +789,160 @@ mod tests {
         assert!(check(&h).is_valid());
         h.accepted.push(w(0, 30));
         assert_eq!(check(&h).count(Anomaly::ZombieWrite), 1);
+    }
+
+    /// A W3 history: input partition 0 holds s1, s2, (aborted s3), s4; transform txn 0
+    /// committed s1, s2 up to offset 2; txn 1 (s4) was aborted on purpose, the OffsetFetch
+    /// after it returned 2; txn 2 committed s4 up to offset 5.
+    fn w3_base() -> Record {
+        let out =
+            |id: usize, outcome, outputs: &[(i32, &str)], from, to, inputs: &[(i64, &str)]| {
+                TransformOp {
+                    txn: TxnOp {
+                        tid: "w3-0".into(),
+                        ..txn(id, outcome, outputs)
+                    },
+                    partition: 0,
+                    from,
+                    to,
+                    inputs: inputs.iter().map(|(o, v)| (*o, (*v).to_owned())).collect(),
+                }
+            };
+        let recs = |r: &[(i64, &str)]| -> Vec<(i64, String)> {
+            r.iter().map(|(o, v)| (*o, (*v).to_owned())).collect()
+        };
+        Record {
+            w3: W3Record {
+                inputs: vec![
+                    txn(0, Outcome::Committed, &[(0, "s1"), (0, "s2")]),
+                    txn(1, Outcome::Aborted, &[(0, "s3")]),
+                    txn(2, Outcome::Committed, &[(0, "s4")]),
+                ],
+                transforms: vec![
+                    out(
+                        0,
+                        Outcome::Committed,
+                        &[(0, "t:s1@0"), (1, "t:s2@0")],
+                        0,
+                        2,
+                        &[(0, "s1"), (1, "s2")],
+                    ),
+                    out(1, Outcome::Aborted, &[(0, "t:s4@1")], 2, 5, &[(4, "s4")]),
+                    out(2, Outcome::Committed, &[(1, "t:s4@2")], 2, 5, &[(4, "s4")]),
+                ],
+                offset_checks: vec![OffsetCheck {
+                    process: 300,
+                    partition: 0,
+                    allowed: vec![2],
+                    observed: 2,
+                    after_txn: Some(1),
+                    at_ms: 40,
+                }],
+                final_input: BTreeMap::from([(0, recs(&[(0, "s1"), (1, "s2"), (4, "s4")]))]),
+                final_output: BTreeMap::from([
+                    (0, recs(&[(0, "t:s1@0")])),
+                    (1, recs(&[(0, "t:s2@0"), (2, "t:s4@2")])),
+                ]),
+                output_partitions: 2,
+                final_offsets: BTreeMap::from([(0, 5)]),
+            },
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_w3_history_is_valid() {
+        let r = check(&w3_base());
+        assert!(r.is_valid(), "{r}");
+        let want = W3Counts {
+            committed: 2,
+            aborted: 1,
+            indeterminate: 0,
+            input_txns: 3,
+            inputs_checked: 3,
+            outputs: 3,
+            offset_checks: 1,
+        };
+        assert_eq!(r.w3, want);
+        assert!(r.to_string().contains("W3: 2 transforms committed"), "{r}");
+        // input beyond the committed offset without output is fine (not consumed yet)
+        let mut h = w3_base();
+        h.w3.transforms[2].txn.outcome = Outcome::Indeterminate;
+        h.w3.final_output.get_mut(&1).expect("p1").pop();
+        h.w3.final_offsets.insert(0, 2);
+        let r = check(&h);
+        assert!(r.is_valid(), "{r}");
+        assert_eq!(r.w3.inputs_checked, 2);
+    }
+
+    #[test]
+    fn w3_lost_transforms_are_found() {
+        // the offset of txn 2 is committed (indeterminate commit) but its output is not visible
+        let mut h = w3_base();
+        h.w3.transforms[2].txn.outcome = Outcome::Indeterminate;
+        h.w3.final_output.get_mut(&1).expect("p1").pop();
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::W3LostTransform), 1, "{r}");
+        assert_eq!(r.count(Anomaly::LostCommit), 0, "{r}");
+        assert_eq!(r.anomalies.values().map(Vec::len).sum::<usize>(), 1, "{r}");
+    }
+
+    #[test]
+    fn w3_duplicate_transforms_are_found() {
+        let mut h = w3_base();
+        let mut again = h.w3.transforms[2].clone();
+        again.txn.id = 3;
+        again.txn.writes = vec![(0, "t:s4@3".into())];
+        h.w3.transforms.push(again);
+        h.w3.final_output
+            .get_mut(&0)
+            .expect("p0")
+            .push((1, "t:s4@3".into()));
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::W3DuplicateTransform), 1, "{r}");
+        assert!(!r.is_valid());
+    }
+
+    #[test]
+    fn w3_offset_mismatches_are_found() {
+        // the committed offset went back below txn 2's: s4's output is beyond it
+        let mut h = w3_base();
+        h.w3.final_offsets.insert(0, 2);
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::W3OffsetMismatch), 2, "{r}");
+        // the offset of aborted txn 1 was visible after its abort
+        let mut h = w3_base();
+        h.w3.offset_checks[0].observed = 5;
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::W3OffsetMismatch), 1, "{r}");
+        assert!(r.to_string().contains("W3 offset-mismatch: 1"), "{r}");
+    }
+
+    #[test]
+    fn w3_aborted_reads_and_lost_inputs_are_found() {
+        // the aborted transform's output is visible
+        let mut h = w3_base();
+        h.w3.final_output
+            .get_mut(&0)
+            .expect("p0")
+            .push((1, "t:s4@1".into()));
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::AbortedRead), 1, "{r}");
+        // a transformer consumed an aborted input value
+        let mut h = w3_base();
+        h.w3.transforms[1].inputs.push((2, "s3".into()));
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::AbortedRead), 1, "{r}");
+        // a committed input value is missing from the input topic
+        let mut h = w3_base();
+        h.w3.final_input.get_mut(&0).expect("p0").remove(1);
+        let r = check(&h);
+        assert_eq!(r.count(Anomaly::LostCommit), 1, "{r}");
+        // the output is not judged unless every output partition was read
+        let mut h = w3_base();
+        h.w3.final_output.remove(&1);
+        h.w3.final_offsets.insert(0, 2);
+        assert!(check(&h).is_valid());
     }
 
     #[test]

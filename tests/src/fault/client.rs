@@ -19,8 +19,8 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, ProduceRequest,
-    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, OffsetFetchRequest,
+    ProduceRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::records::{
@@ -57,6 +57,9 @@ pub mod codes {
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
     /// UNKNOWN_PRODUCER_ID.
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    /// UNSTABLE_OFFSET_COMMIT (an OffsetFetch with require_stable while a transactional
+    /// offset commit is pending).
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     /// PRODUCER_FENCED.
     pub const PRODUCER_FENCED: i16 = 90;
     /// TRANSACTION_ABORTABLE.
@@ -597,11 +600,13 @@ impl TxnProducer {
         Ok(())
     }
 
-    /// AddOffsetsToTxn + TxnOffsetCommit to the group coordinator at `group_coordinator`.
+    /// AddOffsetsToTxn + TxnOffsetCommit of `offsets` (partition, next offset to consume) of
+    /// the consumed `topic` to the group coordinator at `group_coordinator`.
     pub async fn send_offsets(
         &mut self,
         group_coordinator: SocketAddr,
         group: &str,
+        topic: &str,
         offsets: &[(i32, i64)],
     ) -> Result<(), ClientError> {
         let req = AddOffsetsToTxnRequest::default()
@@ -619,7 +624,7 @@ impl TxnProducer {
             .with_producer_epoch(self.epoch)
             .with_topics(vec![
                 TxnOffsetCommitRequestTopic::default()
-                    .with_name(TopicName(sb(&self.view.topic)))
+                    .with_name(TopicName(sb(topic)))
                     .with_partitions(
                         offsets
                             .iter()
@@ -641,6 +646,103 @@ impl TxnProducer {
         })
         .await?;
         Ok(())
+    }
+}
+
+/// A consumer group's committed offsets, read as a KIP-447 read_committed consumer reads them:
+/// OffsetFetch v7 with `require_stable`, retried while a transactional commit is pending.
+#[derive(Debug)]
+pub struct GroupOffsets {
+    pool: Pool,
+    group: String,
+    coordinator: SocketAddr,
+    /// How long one fetch retries before it gives up.
+    pub op_budget: Duration,
+}
+
+impl GroupOffsets {
+    /// Asks `bootstrap` for the coordinator of `group` (FindCoordinator, key type 0), retrying
+    /// until `within` has passed.
+    pub async fn discover(
+        bootstrap: SocketAddr,
+        group: &str,
+        client_id: &str,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let mut pool = Pool::new(client_id, Duration::from_millis(1500));
+        let end = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < end {
+            let req = FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_key(sb(group));
+            match pool.call(bootstrap, &req, 2).await {
+                Ok(r) if r.error_code == 0 => {
+                    let coordinator = format!("{}:{}", r.host, r.port).parse()?;
+                    return Ok(Self {
+                        pool,
+                        group: group.to_owned(),
+                        coordinator,
+                        op_budget: Duration::from_secs(6),
+                    });
+                }
+                Ok(r) => last = format!("FindCoordinator error {}", r.error_code),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        anyhow::bail!("group coordinator discovery via {bootstrap} failed: {last}")
+    }
+
+    /// The group coordinator's address.
+    pub fn coordinator(&self) -> SocketAddr {
+        self.coordinator
+    }
+
+    /// The committed offset of `topic`/`partition` (`-1`: none), once no transactional
+    /// commit of it is pending.
+    pub async fn committed(&mut self, topic: &str, partition: i32) -> Result<i64, ClientError> {
+        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(sb(&self.group)))
+            .with_require_stable(true)
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(sb(topic)))
+                    .with_partition_indexes(vec![partition]),
+            ]));
+        let end = Instant::now() + self.op_budget;
+        let mut last = String::new();
+        while Instant::now() < end {
+            match self.pool.call(self.coordinator, &req, 7).await {
+                Ok(r) => {
+                    let p = r.topics.first().and_then(|t| t.partitions.first());
+                    let code = if r.error_code != 0 {
+                        r.error_code
+                    } else {
+                        p.map_or(-1, |p| p.error_code)
+                    };
+                    match p {
+                        Some(p) if code == 0 => return Ok(p.committed_offset),
+                        _ if code == codes::UNSTABLE_OFFSET_COMMIT || codes::retriable(code) => {
+                            last = format!("retriable error {code}");
+                        }
+                        _ => {
+                            return Err(ClientError::Definite {
+                                api: "OffsetFetch",
+                                code,
+                            });
+                        }
+                    }
+                }
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(ClientError::Indeterminate {
+            api: "OffsetFetch",
+            reason: last,
+        })
     }
 }
 

@@ -26,6 +26,8 @@ pub struct ClusterOptions {
     pub topic: String,
     /// Its partition count.
     pub partitions: i32,
+    /// Further topics every broker hosts, as (name, partitions).
+    pub extra_topics: Vec<(String, i32)>,
     /// `transaction.state.log.num.partitions` of the daemon.
     pub txn_log_partitions: u32,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
@@ -101,7 +103,11 @@ impl FaultCluster {
                 "--data-dir".into(),
                 dir.to_string_lossy().into_owned(),
                 "--topics".into(),
-                format!("{}:{}", options.topic, options.partitions),
+                std::iter::once((&options.topic, &options.partitions))
+                    .chain(options.extra_topics.iter().map(|(t, n)| (t, n)))
+                    .map(|(t, n)| format!("{t}:{n}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 "--coordinator".into(),
                 daemon_proxy.addr().to_string(),
                 "--node-id".into(),

@@ -2,6 +2,7 @@
 //! producer id / epoch issued, every accepted produce, every read, and what the run observed
 //! about liveness and the coordinator's log.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,6 +44,29 @@ pub struct TxnOp {
     pub complete_ms: u64,
     /// Free-form note (the error that ended it).
     pub note: String,
+}
+
+impl TxnOp {
+    fn invoked(id: usize, process: u32, tid: &str, pid: i64, epoch: i16, now: u64) -> Self {
+        Self {
+            id,
+            process,
+            tid: tid.to_owned(),
+            pid,
+            epoch,
+            writes: Vec::new(),
+            outcome: Outcome::Invoked,
+            invoke_ms: now,
+            complete_ms: u64::MAX,
+            note: String::new(),
+        }
+    }
+
+    fn complete(&mut self, outcome: Outcome, now: u64, note: String) {
+        self.outcome = outcome;
+        self.complete_ms = now;
+        self.note = note;
+    }
 }
 
 /// A producer id and epoch handed to a client (InitProducerId, or EndTxn v5).
@@ -94,6 +118,61 @@ pub struct Read {
     pub final_read: bool,
 }
 
+/// One W3 transaction of a transformer: read `inputs` from an input partition, write
+/// `txn.writes` to the output topic, commit the group offset `to`, all in one transaction.
+#[derive(Debug, Clone)]
+pub struct TransformOp {
+    /// The transaction (its writes are the transformed values, with output partitions).
+    pub txn: TxnOp,
+    /// The input partition.
+    pub partition: i32,
+    /// The consumer position the inputs were read from.
+    pub from: i64,
+    /// The offset the transaction commits for the group (after its last input).
+    pub to: i64,
+    /// The input records it consumed, as (offset, value).
+    pub inputs: Vec<(i64, String)>,
+}
+
+/// An OffsetFetch a W3 transformer made on (re)starting or after an abort, with the offsets
+/// the history allows at that moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCheck {
+    /// The transformer.
+    pub process: u32,
+    /// The input partition.
+    pub partition: i32,
+    /// The offsets the group may hold: the last acknowledged commit's, plus those of
+    /// indeterminate commits since (`-1`: none committed yet).
+    pub allowed: Vec<i64>,
+    /// What OffsetFetch returned.
+    pub observed: i64,
+    /// The transformer's last transaction before the fetch.
+    pub after_txn: Option<usize>,
+    /// When the answer arrived.
+    pub at_ms: u64,
+}
+
+/// What W3 (consume-transform-produce) recorded.
+#[derive(Debug, Clone, Default)]
+pub struct W3Record {
+    /// Transactions of the input producer (writes are (input partition, value)).
+    pub inputs: Vec<TxnOp>,
+    /// Transactions of the transformers (`txn.id` indexes this list).
+    pub transforms: Vec<TransformOp>,
+    /// Offset fetches checked against the history.
+    pub offset_checks: Vec<OffsetCheck>,
+    /// After healing: the read_committed contents of each input partition read in full, as
+    /// (offset, value).
+    pub final_input: BTreeMap<i32, Vec<(i64, String)>>,
+    /// After healing: the same for the output partitions.
+    pub final_output: BTreeMap<i32, Vec<(i64, String)>>,
+    /// Partitions of the output topic (the output is judged only when all were read).
+    pub output_partitions: i32,
+    /// After healing: the group's committed offset per input partition (`-1`: none).
+    pub final_offsets: BTreeMap<i32, i64>,
+}
+
 /// Everything recorded during a run.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
@@ -118,6 +197,8 @@ pub struct Record {
     pub faults: Vec<(u64, String)>,
     /// Partitions that were read in full after healing.
     pub final_partitions: Vec<i32>,
+    /// W3.
+    pub w3: W3Record,
 }
 
 /// A shared, append-only history.
@@ -152,19 +233,82 @@ impl History {
         let now = self.now_ms();
         let mut r = self.inner.lock();
         let id = r.txns.len();
-        r.txns.push(TxnOp {
-            id,
-            process,
-            tid: tid.to_owned(),
-            pid,
-            epoch,
-            writes: Vec::new(),
-            outcome: Outcome::Invoked,
-            invoke_ms: now,
-            complete_ms: u64::MAX,
-            note: String::new(),
+        r.txns
+            .push(TxnOp::invoked(id, process, tid, pid, epoch, now));
+        id
+    }
+
+    /// Starts a transaction of the W3 input producer; returns its id.
+    pub fn w3_invoke_input(&self, process: u32, tid: &str, pid: i64, epoch: i16) -> usize {
+        let now = self.now_ms();
+        let mut r = self.inner.lock();
+        let id = r.w3.inputs.len();
+        r.w3.inputs
+            .push(TxnOp::invoked(id, process, tid, pid, epoch, now));
+        id
+    }
+
+    /// Adds input writes to W3 input transaction `id` (before the produce is sent).
+    pub fn w3_input_writes(&self, id: usize, partition: i32, values: &[String]) {
+        if let Some(t) = self.inner.lock().w3.inputs.get_mut(id) {
+            t.writes
+                .extend(values.iter().map(|v| (partition, v.clone())));
+        }
+    }
+
+    /// Completes W3 input transaction `id`.
+    pub fn w3_complete_input(&self, id: usize, outcome: Outcome, note: impl Into<String>) {
+        let now = self.now_ms();
+        if let Some(t) = self.inner.lock().w3.inputs.get_mut(id) {
+            t.complete(outcome, now, note.into());
+        }
+    }
+
+    /// Starts a W3 transform transaction that consumed `inputs` (offset, value) of
+    /// `partition` from position `from` and will commit `to`; returns its id.
+    pub fn w3_invoke_transform(
+        &self,
+        process: u32,
+        tid: &str,
+        (pid, epoch): (i64, i16),
+        partition: i32,
+        (from, to): (i64, i64),
+        inputs: Vec<(i64, String)>,
+    ) -> usize {
+        let now = self.now_ms();
+        let mut r = self.inner.lock();
+        let id = r.w3.transforms.len();
+        r.w3.transforms.push(TransformOp {
+            txn: TxnOp::invoked(id, process, tid, pid, epoch, now),
+            partition,
+            from,
+            to,
+            inputs,
         });
         id
+    }
+
+    /// Adds output writes to W3 transform transaction `id` (before the produce is sent).
+    pub fn w3_outputs(&self, id: usize, partition: i32, values: &[String]) {
+        if let Some(t) = self.inner.lock().w3.transforms.get_mut(id) {
+            t.txn
+                .writes
+                .extend(values.iter().map(|v| (partition, v.clone())));
+        }
+    }
+
+    /// Completes W3 transform transaction `id`.
+    pub fn w3_complete_transform(&self, id: usize, outcome: Outcome, note: impl Into<String>) {
+        let now = self.now_ms();
+        if let Some(t) = self.inner.lock().w3.transforms.get_mut(id) {
+            t.txn.complete(outcome, now, note.into());
+        }
+    }
+
+    /// Records a W3 offset fetch (its `at_ms` is set to now).
+    pub fn w3_offset_check(&self, mut c: OffsetCheck) {
+        c.at_ms = self.now_ms();
+        self.inner.lock().w3.offset_checks.push(c);
     }
 
     /// Adds writes to transaction `id` (before the produce is sent).
@@ -181,9 +325,7 @@ impl History {
         let now = self.now_ms();
         let mut r = self.inner.lock();
         if let Some(t) = r.txns.get_mut(id) {
-            t.outcome = outcome;
-            t.complete_ms = now;
-            t.note = note.into();
+            t.complete(outcome, now, note.into());
         }
     }
 

@@ -1,5 +1,7 @@
-//! Seeded, time-bounded fault runs: W1 (transactional queue), W5 (producers vanishing
-//! mid-transaction), W6 (dropped produce responses, idempotent retries) against a
+//! Seeded, time-bounded fault runs: W1 (transactional queue), W2 (producers fencing each
+//! other), W3 (consume-transform-produce with the consumer offsets in the transaction), W5
+//! (producers vanishing mid-transaction), W6 (dropped produce responses, idempotent retries)
+//! against a
 //! [`FaultCluster`], with a nemesis that kills, pauses and partitions processes through the
 //! proxies; then healing, a final full read_committed read, an offline audit of the
 //! coordinator log, and the [`checker`](super::checker).
@@ -9,6 +11,7 @@
 //! same schedule, not the same execution.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
@@ -16,9 +19,9 @@ use tokio::sync::Mutex;
 use txn_log::sync::Arc;
 
 use super::checker::{Report, check};
-use super::client::{ClientError, ClusterView, Fetcher, TxnProducer, TxnVersion};
+use super::client::{ClientError, ClusterView, Fetcher, GroupOffsets, TxnProducer, TxnVersion};
 use super::cluster::{ClusterOptions, FaultCluster};
-use super::history::{Accepted, History, Outcome, Read, Record};
+use super::history::{Accepted, History, OffsetCheck, Outcome, Read, Record};
 use super::proxy::{ProxyStats, RequestClass};
 
 /// splitmix64: a small seeded generator (no dependency).
@@ -141,6 +144,42 @@ pub struct RunOptions {
     pub txn_timeout_ms: i32,
     /// Cluster options.
     pub cluster: ClusterOptions,
+    /// Run W3 (consume-transform-produce).
+    pub w3: Option<W3Options>,
+}
+
+/// W3: an input producer fills the topic `w3-in` (one partition per transformer) with unique
+/// values in transactions; transformer *k* (transactional id `w3-k`) owns partition *k* for
+/// the group `w3` (static assignment), and in each transaction reads a few records from the
+/// group's committed offset with read_committed, writes `t:{value}@{txn}` to `w3-out` and
+/// commits the new offset with `send_offsets`.
+#[derive(Debug, Clone)]
+pub struct W3Options {
+    /// Transformers (and input partitions).
+    pub transformers: u32,
+    /// Partitions of the output topic.
+    pub output_partitions: i32,
+    /// Probability that an input or transform transaction is aborted on purpose.
+    pub abort_p: f64,
+    /// Probability, per transaction, that a transformer restarts first (a fresh instance:
+    /// InitProducerId, then OffsetFetch to resume).
+    pub restart_p: f64,
+    /// Probability, per transaction, that a transformer crashes before its commit: a
+    /// successor takes over, then the crashed instance sends its commit as a zombie.
+    pub crash_p: f64,
+}
+
+const W3_INPUT: &str = "w3-in";
+const W3_OUTPUT: &str = "w3-out";
+const W3_GROUP: &str = "w3";
+
+/// Where W3 runs: the input and output topics and the group coordinator.
+#[derive(Debug, Clone)]
+struct W3Views {
+    input: ClusterView,
+    output: ClusterView,
+    group_coordinator: SocketAddr,
+    bootstrap: SocketAddr,
 }
 
 /// The outcome of a run.
@@ -168,7 +207,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         "fault run seed: {} (replay with TXN_FAULT_SEED={})",
         opts.seed, opts.seed
     );
-    let cluster = FaultCluster::start(opts.cluster.clone()).await?;
+    let mut cluster_opts = opts.cluster.clone();
+    if let Some(w3) = &opts.w3 {
+        cluster_opts.extra_topics.extend([
+            (W3_INPUT.to_owned(), i32::try_from(w3.transformers)?),
+            (W3_OUTPUT.to_owned(), w3.output_partitions),
+        ]);
+    }
+    let cluster = FaultCluster::start(cluster_opts).await?;
     let view = ClusterView::discover(
         cluster.bootstrap(),
         &opts.cluster.topic,
@@ -176,6 +222,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         Duration::from_secs(30),
     )
     .await?;
+    let w3_views = match &opts.w3 {
+        Some(_) => Some(W3Views::discover(cluster.bootstrap()).await?),
+        None => None,
+    };
     let cluster = Arc::new(Mutex::new(cluster));
     let h = History::new();
     let deadline = Instant::now() + opts.duration;
@@ -200,6 +250,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         let (view, h, o) = (view.clone(), h.clone(), opts.clone());
         tasks.spawn(async move { w5_vanishing(view, h, o, deadline, every).await });
     }
+    if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
+        let (input, hs, o, w) = (v.input.clone(), h.clone(), opts.clone(), w3.clone());
+        tasks.spawn(async move { w3_source(input, hs, o, w, deadline).await });
+        for k in 0..w3.transformers {
+            let (v, h, o, w) = (v.clone(), h.clone(), opts.clone(), w3.clone());
+            tasks.spawn(async move { w3_transformer(k, v, h, o, w, deadline).await });
+        }
+    }
     if !opts.faults.is_empty() {
         let (c, h, o) = (cluster.clone(), h.clone(), opts.clone());
         tasks.spawn(async move { nemesis(c, h, o, deadline).await });
@@ -214,6 +272,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     }
     h.fault("heal");
     final_read(&view, &h, &opts).await;
+    if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
+        w3_final_read(v, w3, &h, &opts).await?;
+    }
     let mut c = cluster.lock().await;
     let mut proxy_stats = vec![("coordinator".to_owned(), c.daemon_proxy.stats())];
     for (i, p) in c.broker_proxies.iter().enumerate() {
@@ -253,11 +314,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
 
 async fn final_read(view: &ClusterView, h: &History, opts: &RunOptions) {
     let mut f = Fetcher::new(view.clone(), "final-reader");
-    let within = Duration::from_millis(
-        u64::try_from(opts.txn_timeout_ms).unwrap_or(10_000)
-            + opts.cluster.reaper_interval_ms
-            + 30_000,
-    );
+    let within = final_read_within(opts);
     for p in 0..opts.cluster.partitions {
         match f.read_all_stable(p, within).await {
             Ok(records) => {
@@ -273,6 +330,413 @@ async fn final_read(view: &ClusterView, h: &History, opts: &RunOptions) {
             Err((lso, hw, detail)) => h.with(|r| r.hangs.push((p, lso, hw, detail))),
         }
     }
+}
+
+/// How long a final read waits for a partition's LSO to reach its high watermark.
+fn final_read_within(opts: &RunOptions) -> Duration {
+    Duration::from_millis(
+        u64::try_from(opts.txn_timeout_ms).unwrap_or(10_000)
+            + opts.cluster.reaper_interval_ms
+            + 30_000,
+    )
+}
+
+impl W3Views {
+    async fn discover(bootstrap: SocketAddr) -> anyhow::Result<Self> {
+        let within = Duration::from_secs(30);
+        let input = ClusterView::discover(bootstrap, W3_INPUT, TOPIC_PROBE, within).await?;
+        let output = ClusterView::discover(bootstrap, W3_OUTPUT, TOPIC_PROBE, within).await?;
+        let group = GroupOffsets::discover(bootstrap, W3_GROUP, "w3-discover", within).await?;
+        Ok(Self {
+            input,
+            output,
+            group_coordinator: group.coordinator(),
+            bootstrap,
+        })
+    }
+
+    async fn group(&self, client_id: &str, deadline: Instant) -> Option<GroupOffsets> {
+        let within = deadline.saturating_duration_since(Instant::now());
+        let mut g = GroupOffsets::discover(self.bootstrap, W3_GROUP, client_id, within)
+            .await
+            .ok()?;
+        g.op_budget = OP_BUDGET;
+        Some(g)
+    }
+}
+
+/// W3 after healing: reads every input and output partition in full and the group's
+/// committed offsets.
+async fn w3_final_read(
+    v: &W3Views,
+    w3: &W3Options,
+    h: &History,
+    opts: &RunOptions,
+) -> anyhow::Result<()> {
+    let within = final_read_within(opts);
+    let inputs = i32::try_from(w3.transformers)?;
+    h.with(|r| r.w3.output_partitions = w3.output_partitions);
+    for (view, parts, is_input) in [
+        (&v.input, inputs, true),
+        (&v.output, w3.output_partitions, false),
+    ] {
+        let mut f = Fetcher::new(view.clone(), "w3-final-reader");
+        for p in 0..parts {
+            match f.read_all_stable(p, within).await {
+                Ok(records) => {
+                    let recs = records.into_iter().map(|d| (d.offset, d.value)).collect();
+                    h.with(|r| {
+                        let into = if is_input {
+                            &mut r.w3.final_input
+                        } else {
+                            &mut r.w3.final_output
+                        };
+                        into.insert(p, recs);
+                    });
+                }
+                Err((lso, hw, detail)) => {
+                    h.with(|r| {
+                        r.hangs
+                            .push((p, lso, hw, format!("{}: {detail}", view.topic)))
+                    });
+                }
+            }
+        }
+    }
+    let deadline = Instant::now() + within;
+    if let Some(mut g) = v.group("w3-final-reader", deadline).await {
+        g.op_budget = within;
+        for p in 0..inputs {
+            if let Ok(o) = g.committed(W3_INPUT, p).await {
+                h.with(|r| r.w3.final_offsets.insert(p, o));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The W3 input producer: transactions of 1-4 unique values `s{n}` to one input partition.
+async fn w3_source(
+    view: ClusterView,
+    h: History,
+    o: RunOptions,
+    w3: W3Options,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let mut rng = Rng::new(o.seed ^ 0x5733_5352_4300);
+    let tid = "w3-source";
+    let process = 350;
+    let mut p = TxnProducer::new(view, tid, o.txn_timeout_ms, o.tv);
+    p.op_budget = OP_BUDGET;
+    let mut counter = 0u64;
+    let mut need_init = true;
+    while Instant::now() < deadline {
+        if need_init {
+            if !init_until(&mut p, &h, deadline).await {
+                break;
+            }
+            need_init = false;
+        }
+        let (pid, epoch) = p.pid_epoch();
+        let id = h.w3_invoke_input(process, tid, pid, epoch);
+        let part = i32::try_from(rng.below(u64::from(w3.transformers)))?;
+        let values: Vec<String> = (0..1 + rng.below(4))
+            .map(|_| {
+                counter += 1;
+                format!("s{counter}")
+            })
+            .collect();
+        let mut failed = p.add_partitions(&[part]).await.err();
+        if failed.is_none() {
+            h.w3_input_writes(id, part, &values);
+            let t0 = h.now_ms();
+            match p.produce(part, &values, true).await {
+                Ok(_) => h.accepted(Accepted {
+                    tid: tid.to_owned(),
+                    pid,
+                    epoch,
+                    partition: part,
+                    values,
+                    invoke_ms: t0,
+                }),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            let _ = p.end(false).await;
+            h.w3_complete_input(id, Outcome::Aborted, e.to_string());
+            need_init = true;
+            continue;
+        }
+        let commit = !rng.chance(w3.abort_p);
+        let t0 = h.now_ms();
+        match p.end(commit).await {
+            Ok(()) => {
+                let outcome = if commit {
+                    Outcome::Committed
+                } else {
+                    Outcome::Aborted
+                };
+                h.w3_complete_input(id, outcome, "");
+                if o.tv == TxnVersion::Tv2 {
+                    let (np, ne) = p.pid_epoch();
+                    h.issued(tid, np, ne, "EndTxn", t0);
+                }
+            }
+            Err(e) => {
+                let outcome = if !commit || e.is_definite() {
+                    Outcome::Aborted
+                } else {
+                    Outcome::Indeterminate
+                };
+                h.w3_complete_input(id, outcome, e.to_string());
+                need_init = true;
+            }
+        }
+        // Slower than the transformers, so that most input gets consumed.
+        tokio::time::sleep(rng.millis(40, 120)).await;
+    }
+    Ok(())
+}
+
+/// Fetches the committed offset of transformer `process`'s input `partition` (retried until
+/// `deadline`: `None` then), records it as a check against `allowed` when that is known, and
+/// makes it the only allowed offset.
+async fn w3_resume(
+    g: &mut GroupOffsets,
+    h: &History,
+    process: u32,
+    partition: i32,
+    allowed: &mut Option<Vec<i64>>,
+    after_txn: Option<usize>,
+    deadline: Instant,
+) -> Option<i64> {
+    while Instant::now() < deadline {
+        match g.committed(W3_INPUT, partition).await {
+            Ok(observed) => {
+                if let Some(allowed) = allowed.take() {
+                    h.w3_offset_check(OffsetCheck {
+                        process,
+                        partition,
+                        allowed,
+                        observed,
+                        after_txn,
+                        at_ms: 0,
+                    });
+                }
+                *allowed = Some(vec![observed]);
+                return Some(observed);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    None
+}
+
+/// W3 transformer `k`: owns input partition `k`. A fresh instance initializes (fencing its
+/// predecessor) and resumes from the group's committed offset; every such OffsetFetch is
+/// checked against the offsets the history allows.
+async fn w3_transformer(
+    k: u32,
+    v: W3Views,
+    h: History,
+    o: RunOptions,
+    w3: W3Options,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let mut rng = Rng::new(o.seed ^ (u64::from(k) + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let tid = format!("w3-{k}");
+    let process = 300 + k;
+    let part = i32::try_from(k)?;
+    let out_parts = u64::try_from(w3.output_partitions)?;
+    let new_instance = || {
+        let mut p = TxnProducer::new(v.output.clone(), &tid, o.txn_timeout_ms, o.tv);
+        p.op_budget = OP_BUDGET;
+        p
+    };
+    let Some(mut group) = v.group(&tid, deadline).await else {
+        return Ok(());
+    };
+    let mut fetcher = Fetcher::new(v.input.clone(), &format!("{tid}-consumer"));
+    let mut p = new_instance();
+    // The offsets the group may hold for `part` (`None`: unknown, after a zombie commit that
+    // got no definite answer); -1 is "nothing committed".
+    let mut allowed: Option<Vec<i64>> = Some(vec![-1]);
+    let mut last_txn: Option<usize> = None;
+    let mut position = 0i64;
+    let (mut need_init, mut need_resume) = (true, true);
+    while Instant::now() < deadline {
+        if rng.chance(w3.restart_p) {
+            p = new_instance();
+            need_init = true;
+        }
+        if need_init {
+            if !init_until(&mut p, &h, deadline).await {
+                break;
+            }
+            need_init = false;
+            need_resume = true;
+        }
+        if need_resume {
+            let resumed = w3_resume(
+                &mut group,
+                &h,
+                process,
+                part,
+                &mut allowed,
+                last_txn,
+                deadline,
+            );
+            let Some(committed) = resumed.await else {
+                break;
+            };
+            position = committed.max(0);
+            need_resume = false;
+        }
+        let Ok(fetched) = fetcher.fetch(part, position).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let take = usize::try_from(1 + rng.below(4))?;
+        let inputs: Vec<(i64, String)> = fetched
+            .records
+            .into_iter()
+            .take(take)
+            .map(|d| (d.offset, d.value))
+            .collect();
+        let Some(to) = inputs.last().map(|(o, _)| o + 1) else {
+            // Nothing to deliver (aborted records, markers): move past them.
+            position = position.max(fetched.next_offset);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let (pid, epoch) = p.pid_epoch();
+        let id = h.w3_invoke_transform(
+            process,
+            &tid,
+            (pid, epoch),
+            part,
+            (position, to),
+            inputs.clone(),
+        );
+        last_txn = Some(id);
+        let mut outputs: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        for (_, value) in &inputs {
+            let op = i32::try_from(rng.below(out_parts))?;
+            outputs
+                .entry(op)
+                .or_default()
+                .push(format!("t:{value}@{id}"));
+        }
+        let mut failed: Option<ClientError> = None;
+        for (op, values) in outputs {
+            if let Err(e) = p.add_partitions(&[op]).await {
+                failed = Some(e);
+                break;
+            }
+            h.w3_outputs(id, op, &values);
+            let t0 = h.now_ms();
+            match p.produce(op, &values, true).await {
+                Ok(_) => h.accepted(Accepted {
+                    tid: tid.clone(),
+                    pid,
+                    epoch,
+                    partition: op,
+                    values,
+                    invoke_ms: t0,
+                }),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            failed = p
+                .send_offsets(v.group_coordinator, W3_GROUP, W3_INPUT, &[(part, to)])
+                .await
+                .err();
+        }
+        if let Some(e) = failed {
+            // Commit never sent: the next OffsetFetch must return the pre-transaction offset.
+            let _ = p.end(false).await;
+            h.w3_complete_transform(id, Outcome::Aborted, e.to_string());
+            need_init = true;
+            continue;
+        }
+        if rng.chance(w3.crash_p) {
+            // The instance crashes before its commit; a successor fences it (aborting the
+            // open transaction) and resumes; then the crashed instance commits as a zombie.
+            let mut zombie = std::mem::replace(&mut p, new_instance());
+            zombie.drop_connections();
+            if !init_until(&mut p, &h, deadline).await {
+                h.w3_complete_transform(id, Outcome::Aborted, "crashed");
+                break;
+            }
+            need_init = false;
+            let resumed = w3_resume(
+                &mut group,
+                &h,
+                process,
+                part,
+                &mut allowed,
+                last_txn,
+                deadline,
+            );
+            let Some(committed) = resumed.await else {
+                h.w3_complete_transform(id, Outcome::Aborted, "crashed");
+                break;
+            };
+            position = committed.max(0);
+            match zombie.end(true).await {
+                Ok(()) => {
+                    h.w3_complete_transform(id, Outcome::Committed, "zombie commit accepted");
+                    allowed = None;
+                }
+                Err(e) if e.is_definite() => {
+                    h.w3_complete_transform(id, Outcome::Aborted, format!("zombie: {e}"));
+                }
+                Err(e) => {
+                    h.w3_complete_transform(id, Outcome::Indeterminate, format!("zombie: {e}"));
+                    allowed = None;
+                }
+            }
+            continue;
+        }
+        let commit = !rng.chance(w3.abort_p);
+        let t0 = h.now_ms();
+        match p.end(commit).await {
+            Ok(()) => {
+                if o.tv == TxnVersion::Tv2 {
+                    let (np, ne) = p.pid_epoch();
+                    h.issued(&tid, np, ne, "EndTxn", t0);
+                }
+                if commit {
+                    h.w3_complete_transform(id, Outcome::Committed, "");
+                    allowed = Some(vec![to]);
+                    position = to;
+                } else {
+                    // An abort on purpose: resume from (and check) the committed offset.
+                    h.w3_complete_transform(id, Outcome::Aborted, "");
+                    need_resume = true;
+                }
+            }
+            Err(e) if !commit || e.is_definite() => {
+                h.w3_complete_transform(id, Outcome::Aborted, e.to_string());
+                need_init = true;
+            }
+            Err(e) => {
+                // Never abort after an unanswered commit: re-initialize; either offset may
+                // be the committed one.
+                h.w3_complete_transform(id, Outcome::Indeterminate, e.to_string());
+                if let Some(a) = allowed.as_mut() {
+                    a.push(to);
+                }
+                need_init = true;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Initializes (or re-initializes) the producer until it succeeds or the deadline passes.
