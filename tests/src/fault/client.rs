@@ -1,5 +1,6 @@
-//! Workload clients over [`markers::wire::KafkaConnection`]: a transactional producer and a
-//! read_committed fetcher that filters aborted transactions exactly as a Kafka client does.
+//! Workload clients over [`markers::wire::KafkaConnection`]: a transactional producer, a
+//! read_committed fetcher that filters aborted transactions exactly as a Kafka client does,
+//! and a consumer group's committed offsets as a read_committed consumer fetches them.
 //!
 //! Every call has a deadline; a connection that failed or timed out is dropped and reopened.
 //! Results distinguish a definite failure from an indeterminate one, because the checker

@@ -4,11 +4,12 @@
 //!   class (reordering), controlled at runtime;
 //! - [`process`]: start / SIGKILL / SIGSTOP / SIGCONT / restart processes;
 //! - [`cluster`]: the daemon and refbrokers, each behind a proxy;
-//! - [`client`]: a transactional producer and a read_committed fetcher over
-//!   `markers::wire`;
-//! - [`history`] and [`checker`]: what happened, and the invariants I1-I5, I8, I9, I11-I14;
+//! - [`client`]: a transactional producer, a read_committed fetcher and a consumer group's
+//!   committed offsets over `markers::wire`;
+//! - [`history`] and [`checker`]: what happened, and the invariants I1-I5, I8, I9, I11-I14
+//!   and W3 exactly-once;
 //! - [`audit`]: offline replay of the coordinator's sled log (I12, I13);
-//! - [`workload`]: seeded, bounded runs of W1, W5 and W6 under a nemesis.
+//! - [`workload`]: seeded, bounded runs of W1, W2, W3, W5 and W6 under a nemesis.
 
 pub mod audit;
 pub mod checker;
