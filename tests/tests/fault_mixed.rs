@@ -66,10 +66,35 @@ async fn no_fault_baseline_is_valid() {
     .await
     .expect("run");
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
+    assert_i10_checked(&r);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
     assert!(r.report.w3.committed > 5, "seed {}: {}", r.seed, r.report);
     assert!(
         r.report.w3.inputs_checked > 5,
+        "seed {}: {}",
+        r.seed,
+        r.report
+    );
+}
+
+/// I10 really looked: every partition was read with its markers, and the daemon's transition
+/// trail parsed and matched them.
+fn assert_i10_checked(r: &txn_tests::fault::workload::RunResult) {
+    let (d, i10) = (&r.history.decisions, &r.report.i10);
+    assert!(
+        d.unread.is_empty(),
+        "seed {}: unread {:?}",
+        r.seed,
+        d.unread
+    );
+    assert_eq!(
+        d.unparsed, 0,
+        "seed {}: trail lines that did not parse",
+        r.seed
+    );
+    assert!(i10.markers > 10, "seed {}: {}", r.seed, r.report);
+    assert!(
+        i10.complete_partitions > 10,
         "seed {}: {}",
         r.seed,
         r.report
@@ -111,6 +136,7 @@ async fn mixed_faults_leave_no_anomaly() {
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
     assert!(h.faults.len() > 5, "seed {}: too few faults", r.seed);
+    assert_i10_checked(&r);
     assert!(r.report.w3.committed > 10, "seed {}: {}", r.seed, r.report);
     assert!(
         r.report.w3.inputs_checked > 10,

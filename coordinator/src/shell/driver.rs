@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use txn_log::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition};
 
-use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared};
+use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared, trail};
 use crate::{
     Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
     Response, UnloadReason,
@@ -406,7 +406,10 @@ impl Driver {
     }
 }
 
-type AppendFuture = Pin<Box<dyn Future<Output = (IoId, Result<(), LogError>, Instant)> + Send>>;
+type AppendFuture = Pin<Box<dyn Future<Output = AppendOutcome> + Send>>;
+
+/// A finished append: its id, result, start, and its entries if the trail is on.
+type AppendOutcome = (IoId, Result<(), LogError>, Instant, Option<trail::Pending>);
 
 /// Appends of one partition, pipelined: each append is started (polled once) as soon as it
 /// arrives, in arrival order, so the log sees the calls in the order the engine made them
@@ -419,7 +422,7 @@ fn spawn_appender(
     let (tx, mut rx) = mpsc::unbounded_channel::<(IoId, CoordinatorEpoch, Vec<LogEntry>)>();
     tokio::spawn(async move {
         let mut inflight: VecDeque<AppendFuture> = VecDeque::new();
-        let mut finished: Vec<(IoId, Result<(), LogError>, Instant)> = Vec::new();
+        let mut finished: Vec<AppendOutcome> = Vec::new();
         let mut closed = false;
         loop {
             let batch = std::future::poll_fn(|cx| {
@@ -428,8 +431,10 @@ fn spawn_appender(
                         Poll::Ready(Some((io, epoch, entries))) => {
                             let log = shared.log.clone();
                             let started = Instant::now();
+                            let trail = trail::capture(&*shared.clock, epoch, &entries);
                             let mut f: AppendFuture = Box::pin(async move {
-                                (io, log.append(partition, epoch, entries).await, started)
+                                let result = log.append(partition, epoch, entries).await;
+                                (io, result, started, trail)
                             });
                             match f.as_mut().poll(cx) {
                                 Poll::Ready(out) => finished.push(out),
@@ -460,11 +465,14 @@ fn spawn_appender(
             })
             .await;
             let Some(batch) = batch else { break };
-            for (io, result, started) in batch {
+            for (io, result, started, trail) in batch {
                 shared
                     .metrics
                     .log_append_seconds
                     .observe(started.elapsed().as_secs_f64());
+                if let (Ok(()), Some(t)) = (&result, trail) {
+                    t.emit(shared.clock.now_ms().0);
+                }
                 if driver.send(Msg::AppendDone { io, result }).is_err() {
                     return;
                 }

@@ -40,6 +40,7 @@ mod clock;
 mod driver;
 mod markers;
 mod metrics;
+mod trail;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -56,6 +57,7 @@ pub use markers::{
     MarkerJob, MarkerJobDone, MarkerJobOutcome, MarkerSink, MarkerSinkStats, RecordingMarkerSink,
 };
 pub use metrics::{ApiErrorLabels, ApiLabels, Metrics};
+pub use trail::TRANSITION_TARGET;
 pub use writer::WriterSink;
 
 use driver::{Driver, EpochChoice, Msg};

@@ -64,6 +64,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from);
     let mut seeds = Rng::new(seed);
     let (mut txns, mut faults) = (0usize, 0usize);
+    let (mut markers, mut completes) = (0usize, 0usize);
     for round in 0..rounds {
         let s = if round == 0 { seed } else { seeds.next_u64() };
         let r = run(RunOptions {
@@ -104,6 +105,8 @@ async fn main() -> anyhow::Result<ExitCode> {
         let w3_txns = w3.committed + w3.aborted + w3.indeterminate + w3.input_txns;
         txns += r.history.txns.len() + w3_txns;
         faults += r.history.faults.len();
+        markers += r.report.i10.markers;
+        completes += r.report.i10.completes;
         println!(
             "round {round}: seed {s}, {} transactions ({} of them W3: {} transforms committed, \
              {} inputs checked for exactly one transform), {} faults: {}",
@@ -122,10 +125,16 @@ async fn main() -> anyhow::Result<ExitCode> {
             for (t, f) in &r.history.faults {
                 println!("  fault at {t} ms: {f}");
             }
-            println!("total: {txns} transactions checked, {faults} faults injected");
+            println!(
+                "total: {txns} transactions checked, {markers} markers and {completes} \
+                 Complete* records checked (I10), {faults} faults injected"
+            );
             return Ok(ExitCode::from(1));
         }
     }
-    println!("total: {txns} transactions checked, {faults} faults injected, no anomaly");
+    println!(
+        "total: {txns} transactions checked, {markers} markers and {completes} Complete* \
+         records checked (I10), {faults} faults injected, no anomaly"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! The checker: a pure function of a [`Record`] that counts anomalies per invariant class
-//! (I1-I5, I8, I9, I11-I14 of `docs/reliability.md`) and keeps the offending operations.
+//! (I1-I5, I8-I14 of `docs/reliability.md`; I10 from [`decisions`]) and keeps the
+//! offending operations.
 //!
 //! It decides like Jepsen's Kafka checker (`jepsen.tests.kafka`): a value whose transaction is
 //! definitely not committed must never be read (G1a); one (partition, offset) holds one value;
@@ -10,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
+use super::decisions;
 use super::history::{Outcome, Record, TxnOp, W3Record};
 
 /// An invariant class.
@@ -32,6 +34,13 @@ pub enum Anomaly {
     EpochReuse,
     /// I9: a produce with an epoch older than one already issued was accepted.
     ZombieWrite,
+    /// I10: one transaction got both decisions (markers, or the coordinator's records).
+    DecidedTwice,
+    /// I10: a marker contradicts what the client was told (commit acknowledged, ABORT
+    /// written; definitely aborted, COMMIT written).
+    WrongDecision,
+    /// I10: Complete* was persisted before a participant had the marker.
+    CompleteBeforeAck,
     /// I11: a partition's LSO did not reach its high watermark after healing.
     HangingTransaction,
     /// I12: the reaper (or anything) aborted a transaction after its commit was acknowledged.
@@ -63,6 +72,9 @@ impl Anomaly {
             Self::InconsistentOffset => "I5 inconsistent-offset",
             Self::EpochReuse => "I8 epoch-reuse",
             Self::ZombieWrite => "I9 zombie-write",
+            Self::DecidedTwice => "I10 decided-twice",
+            Self::WrongDecision => "I10 wrong-decision",
+            Self::CompleteBeforeAck => "I10 complete-before-ack",
             Self::HangingTransaction => "I11 hanging-transaction",
             Self::PrepareAborted => "I12 prepare-aborted",
             Self::InvalidPersistedState => "I13 invalid-persisted-state",
@@ -89,6 +101,8 @@ pub struct Report {
     pub indeterminate_visible: usize,
     /// Values read (all reads).
     pub reads: usize,
+    /// What the I10 check looked at.
+    pub i10: decisions::Counts,
     /// Faults injected.
     pub faults: usize,
     /// Persisted coordinator records audited.
@@ -163,6 +177,18 @@ impl fmt::Display for Report {
                 w.offset_checks
             )?;
         }
+        let d = &self.i10;
+        writeln!(
+            f,
+            "I10: {} markers, {} transactions closed by them; {} coordinator transitions, {} \
+             Complete* checked on {} partitions ({} without their Prepare*)",
+            d.markers,
+            d.txns,
+            d.transitions,
+            d.completes,
+            d.complete_partitions,
+            d.unmatched_completes
+        )?;
         if self.is_valid() {
             return writeln!(f, "valid: no anomaly");
         }
@@ -389,6 +415,13 @@ pub fn check(h: &Record) -> Report {
             Anomaly::HangingTransaction,
             format!("partition {p}: LSO {lso} < HW {hw} after healing ({detail})"),
         );
+    }
+
+    // I10 from the partitions' markers and the coordinator's transition trail.
+    let (found, counts) = decisions::check(h);
+    rep.i10 = counts;
+    for (class, case) in found {
+        rep.add(class, case);
     }
 
     // I12 / I13 from the offline log audit.

@@ -56,6 +56,8 @@ pub struct FaultCluster {
     pub brokers: Vec<Proc>,
     /// Their proxies.
     pub broker_proxies: Vec<FaultProxy>,
+    /// The daemon's stderr, with the `txn_transition` trail.
+    daemon_log: PathBuf,
 }
 
 const STARTUP: Duration = Duration::from_secs(30);
@@ -126,6 +128,7 @@ impl FaultCluster {
                     args,
                     ready_prefix: "refbroker listening on ".into(),
                     log_file: log(&format!("broker-{}", i + 1)),
+                    env: Vec::new(),
                 },
                 STARTUP,
             )?);
@@ -135,6 +138,14 @@ impl FaultCluster {
             .map(|p| p.addr().to_string())
             .collect::<Vec<_>>()
             .join(",");
+        // The daemon's stderr carries the transition trail (I10): always kept, in this run's
+        // own file (runs may share `log_dir`); `stop` appends it to `log_dir/daemon.log`.
+        let daemon_log = root.path().join("daemon.log");
+        let rust_log = format!(
+            "{},{}=debug",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            coordinator::shell::TRANSITION_TARGET
+        );
         let args = vec![
             "serve".into(),
             "--listen".into(),
@@ -166,7 +177,8 @@ impl FaultCluster {
                 bin: options.daemon_bin.clone(),
                 args,
                 ready_prefix: "txn-coordinator listening on ".into(),
-                log_file: log("daemon"),
+                log_file: Some(daemon_log.clone()),
+                env: vec![("RUST_LOG".into(), rust_log)],
             },
             STARTUP,
         )
@@ -178,6 +190,7 @@ impl FaultCluster {
             daemon_proxy,
             brokers,
             broker_proxies,
+            daemon_log,
         })
     }
 
@@ -189,6 +202,11 @@ impl FaultCluster {
     /// The daemon's data directory.
     pub fn daemon_data_dir(&self) -> PathBuf {
         self.root.path().join("daemon")
+    }
+
+    /// The daemon's stderr (every start of this run), with the `txn_transition` trail.
+    pub fn daemon_log(&self) -> &Path {
+        &self.daemon_log
     }
 
     /// The temporary root.
@@ -211,11 +229,24 @@ impl FaultCluster {
         Ok(())
     }
 
-    /// Kills every process (the data directories stay until drop).
+    /// Kills every process (the data directories stay until drop) and appends the daemon's
+    /// stderr to `log_dir/daemon.log`, if a log directory was given.
     pub fn stop(&mut self) {
         self.daemon.kill();
         for b in &mut self.brokers {
             b.kill();
+        }
+        if let Some(d) = &self.options.log_dir {
+            let copied = std::fs::File::open(&self.daemon_log).and_then(|mut from| {
+                let mut to = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(d.join("daemon.log"))?;
+                std::io::copy(&mut from, &mut to)
+            });
+            if let Err(e) = copied {
+                tracing::warn!("copying the daemon log to {}: {e}", d.display());
+            }
         }
     }
 }

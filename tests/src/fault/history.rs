@@ -193,6 +193,8 @@ pub struct Record {
     pub log_findings: Vec<(&'static str, String)>,
     /// Persisted records audited.
     pub log_records_checked: usize,
+    /// I10: the partitions' logs and the coordinator's transition trail.
+    pub decisions: super::decisions::Observed,
     /// Faults injected, as text, in order.
     pub faults: Vec<(u64, String)>,
     /// Partitions that were read in full after healing.

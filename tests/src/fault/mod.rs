@@ -9,12 +9,14 @@
 //! - [`history`] and [`checker`]: what happened, and the invariants I1-I5, I8, I9, I11-I14
 //!   and W3 exactly-once;
 //! - [`audit`]: offline replay of the coordinator's sled log (I12, I13);
+//! - [`decisions`]: I10 from the partitions' markers and the coordinator's transition trail;
 //! - [`workload`]: seeded, bounded runs of W1, W2, W3, W5 and W6 under a nemesis.
 
 pub mod audit;
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod decisions;
 pub mod history;
 pub mod process;
 pub mod proxy;

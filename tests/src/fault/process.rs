@@ -30,6 +30,8 @@ pub struct Spec {
     pub ready_prefix: String,
     /// Where stderr goes (appended), if anywhere.
     pub log_file: Option<PathBuf>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 /// A supervised process.
@@ -124,6 +126,7 @@ impl Proc {
         };
         let mut child = Command::new(&self.spec.bin)
             .args(&self.spec.args)
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

@@ -3,8 +3,10 @@
 //! (producers vanishing mid-transaction), W6 (dropped produce responses, idempotent retries)
 //! against a
 //! [`FaultCluster`], with a nemesis that kills, pauses and partitions processes through the
-//! proxies; then healing, a final full read_committed read, an offline audit of the
-//! coordinator log, and the [`checker`](super::checker).
+//! proxies; then healing, a final full read_committed read, a read_uncommitted read of every
+//! partition with its markers and the daemon's transition trail (I10,
+//! [`decisions`](super::decisions)), an offline audit of the coordinator log, and the
+//! [`checker`](super::checker).
 //!
 //! Replay: the seed drives every random choice (fault schedule, transaction shapes, abort
 //! decisions); thread interleavings and timings are not reproducible, so a replay re-runs the
@@ -272,6 +274,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     }
     h.fault("heal");
     final_read(&view, &h, &opts).await;
+    let logs = super::decisions::read_logs(&view, Duration::from_secs(60)).await;
     if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
         w3_final_read(v, w3, &h, &opts).await?;
     }
@@ -302,6 +305,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         &mut record,
     )
     .await?;
+    record.decisions = logs;
+    super::decisions::load_trail(c.daemon_log(), &mut record.decisions)?;
     let report = check(&record);
     println!("fault run seed {}: {report}", opts.seed);
     Ok(RunResult {
