@@ -163,8 +163,7 @@ mod tests {
                 coordinator.shutdown().await;
             });
         });
-        let text = String::from_utf8_lossy(&buf.0.lock()).into_owned();
-        text
+        String::from_utf8_lossy(&buf.0.lock()).into_owned()
     }
 
     #[test]
