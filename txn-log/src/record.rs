@@ -57,7 +57,7 @@ pub struct LogEntry {
 
 impl TxnRecord {
     /// Why this record cannot be a persisted transaction state, or `Ok` if it can: it has a
-    /// producer id and epoch, a previous or next producer id (rotation) is another id, its state is not a pending-only one (Dead, PrepareEpochFence), an
+    /// producer id and epoch, a next producer id (rotation) is another id, its state is not a pending-only one (Dead, PrepareEpochFence), an
     /// idle state (Empty, Complete*) holds no partitions, and Ongoing has partitions and a start
     /// time. The engine asserts this for every record it writes; the codec refuses to load a
     /// record that breaks it ([`LogError::Corrupt`](crate::LogError::Corrupt)).
@@ -68,8 +68,10 @@ impl TxnRecord {
         if !self.producer_epoch.is_some() {
             return Err("record without producer epoch".into());
         }
-        if self.prev_producer_id == self.producer_id || self.next_producer_id == self.producer_id {
-            return Err("previous or next producer id equal to the current one".into());
+        // A next id is freshly allocated for a rotation. (A previous id may equal the current
+        // one: Kafka's TV2 overflow retry, reference S57.)
+        if self.next_producer_id == self.producer_id {
+            return Err("next producer id equal to the current one".into());
         }
         match self.state {
             TxnState::Dead | TxnState::PrepareEpochFence => Err(format!(
@@ -163,11 +165,10 @@ mod tests {
     fn persistable_states_and_what_breaks_them() {
         assert_eq!(ongoing().check_persistable(), Ok(()));
         type Breaker = fn(&mut TxnRecord);
-        let broken: [(&str, Breaker); 7] = [
+        let broken: [(&str, Breaker); 6] = [
             ("no producer id", |r| r.producer_id = ProducerId::NONE),
             ("no epoch", |r| r.producer_epoch = ProducerEpoch(-3)),
             ("next pid = pid", |r| r.next_producer_id = r.producer_id),
-            ("prev pid = pid", |r| r.prev_producer_id = r.producer_id),
             ("pending-only", |r| r.state = TxnState::PrepareEpochFence),
             ("idle with partitions", |r| {
                 r.state = TxnState::CompleteAbort
@@ -179,6 +180,13 @@ mod tests {
             break_it(&mut r);
             assert!(r.check_persistable().is_err(), "{what}");
         }
+        let mut retry = ongoing();
+        retry.prev_producer_id = retry.producer_id;
+        assert_eq!(
+            retry.check_persistable(),
+            Ok(()),
+            "S57: prev = current is allowed"
+        );
         let mut idle = ongoing();
         idle.state = TxnState::CompleteCommit;
         idle.partitions.clear();
