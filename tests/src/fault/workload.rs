@@ -451,23 +451,10 @@ async fn w3_source(
                 format!("s{counter}")
             })
             .collect();
-        let mut failed = p.add_partitions(&[part]).await.err();
-        if failed.is_none() {
-            h.w3_input_writes(id, part, &values);
-            let t0 = h.now_ms();
-            match p.produce(part, &values, true).await {
-                Ok(_) => h.accepted(Accepted {
-                    tid: tid.to_owned(),
-                    pid,
-                    epoch,
-                    partition: part,
-                    values,
-                    invoke_ms: t0,
-                }),
-                Err(e) => failed = Some(e),
-            }
-        }
-        if let Some(e) = failed {
+        let sent = send_in_txn(&mut p, &h, tid, part, values, |v| {
+            h.w3_input_writes(id, part, v)
+        });
+        if let Err(e) = sent.await {
             let _ = p.end(false).await;
             h.w3_complete_input(id, Outcome::Aborted, e.to_string());
             need_init = true;
@@ -635,25 +622,10 @@ async fn w3_transformer(
         }
         let mut failed: Option<ClientError> = None;
         for (op, values) in outputs {
-            if let Err(e) = p.add_partitions(&[op]).await {
+            let sent = send_in_txn(&mut p, &h, &tid, op, values, |v| h.w3_outputs(id, op, v));
+            if let Err(e) = sent.await {
                 failed = Some(e);
                 break;
-            }
-            h.w3_outputs(id, op, &values);
-            let t0 = h.now_ms();
-            match p.produce(op, &values, true).await {
-                Ok(_) => h.accepted(Accepted {
-                    tid: tid.clone(),
-                    pid,
-                    epoch,
-                    partition: op,
-                    values,
-                    invoke_ms: t0,
-                }),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
             }
         }
         if failed.is_none() {
@@ -744,6 +716,33 @@ async fn w3_transformer(
     Ok(())
 }
 
+/// One send of a transaction: AddPartitionsToTxn for `partition` (if new to the transaction),
+/// `record_writes` (the history learns what the transaction writes before it is sent), then
+/// the Produce, recorded as accepted when the broker acknowledged it.
+async fn send_in_txn(
+    p: &mut TxnProducer,
+    h: &History,
+    tid: &str,
+    partition: i32,
+    values: Vec<String>,
+    record_writes: impl FnOnce(&[String]),
+) -> Result<(), ClientError> {
+    p.add_partitions(&[partition]).await?;
+    record_writes(&values);
+    let (pid, epoch) = p.pid_epoch();
+    let t0 = h.now_ms();
+    p.produce(partition, &values, true).await?;
+    h.accepted(Accepted {
+        tid: tid.to_owned(),
+        pid,
+        epoch,
+        partition,
+        values,
+        invoke_ms: t0,
+    });
+    Ok(())
+}
+
 /// Initializes (or re-initializes) the producer until it succeeds or the deadline passes.
 async fn init_until(p: &mut TxnProducer, h: &History, deadline: Instant) -> bool {
     while Instant::now() < deadline {
@@ -796,26 +795,12 @@ async fn w1_producer(
             let part = i32::try_from(rng.below(partitions)).unwrap_or(0);
             counter += 1;
             let value = format!("{w}-{counter}");
-            if let Err(e) = p.add_partitions(&[part]).await {
+            let sent = send_in_txn(&mut p, &h, &tid, part, vec![value], |v| {
+                h.add_writes(id, part, v)
+            });
+            if let Err(e) = sent.await {
                 failed = Some(e);
                 break;
-            }
-            let values = vec![value];
-            h.add_writes(id, part, &values);
-            let t0 = h.now_ms();
-            match p.produce(part, &values, true).await {
-                Ok(_) => h.accepted(Accepted {
-                    tid: tid.clone(),
-                    pid,
-                    epoch,
-                    partition: part,
-                    values,
-                    invoke_ms: t0,
-                }),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
             }
         }
         if let Some(e) = failed {
