@@ -32,7 +32,7 @@ fn expected_record(pid: i64) -> TxnRecord {
         next_producer_epoch: ProducerEpoch::NONE,
         timeout_ms: 60_000,
         state: TxnState::Ongoing,
-        partitions: (0..i32::try_from(pid % 7).unwrap_or(0))
+        partitions: (0..=i32::try_from(pid % 7).unwrap_or(0))
             .map(|p| TopicPartition::new(format!("topic-{pid}"), p))
             .collect(),
         txn_start_ms: pid,
