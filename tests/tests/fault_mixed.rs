@@ -92,6 +92,28 @@ fn assert_i10_checked(r: &txn_tests::fault::workload::RunResult) {
         "seed {}: trail lines that did not parse",
         r.seed
     );
+    println!(
+        "seed {}: I10 markers per topic {:?}, Complete* checked {} on {} partitions, {} \
+         unjudged (not read), {} unmatched",
+        r.seed,
+        i10.markers_by_topic,
+        i10.completes,
+        i10.complete_partitions,
+        i10.unjudged_partitions,
+        i10.unmatched_completes
+    );
+    let mut topics = vec![d.topic.as_str()];
+    topics.extend(
+        d.w3_topics
+            .iter()
+            .flat_map(|(i, o)| [i.as_str(), o.as_str()]),
+    );
+    for t in topics {
+        let read = d.logs.keys().filter(|(lt, _)| lt == t).count();
+        assert!(read > 0, "seed {}: no partition of {t} read", r.seed);
+        let m = i10.markers_by_topic.get(t).copied().unwrap_or(0);
+        assert!(m > 0, "seed {}: no marker on {t}: {}", r.seed, r.report);
+    }
     assert!(i10.markers > 10, "seed {}: {}", r.seed, r.report);
     assert!(
         i10.complete_partitions > 10,

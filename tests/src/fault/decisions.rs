@@ -3,10 +3,12 @@
 //!
 //! Two sources, both read after the run:
 //!
-//! - **the participants' logs**: every partition of the workload topic read in full with
-//!   read_uncommitted ([`read_logs`]), control batches included. Per partition and producer id,
-//!   a marker closes the data batches written since the previous marker of that producer (as
-//!   `markers::participant` does), so every value gets the decision that closed it.
+//! - **the participants' logs**: every partition of the workload topic and W3's topics read in
+//!   full with read_uncommitted ([`read_logs`]), control batches included. Per partition and
+//!   producer id, a marker closes the data batches written since the previous marker of that
+//!   producer (as `markers::participant` does), so every value gets the decision that closed
+//!   it; values are matched per topic to the W1/W2/W5 or W3 transactions that wrote them.
+//!   `__consumer_offsets` is not read: its Complete* partitions are counted, not judged.
 //! - **the coordinator's transition trail**: the daemon logs one `txn_transition` event per
 //!   persisted record (`coordinator::shell::TRANSITION_TARGET`; the sled log keeps only the
 //!   latest record per id). [`parse_trail`] reads them back from its stderr.
@@ -99,15 +101,18 @@ pub struct Transition {
     pub durable_ms: i64,
 }
 
-/// What the I10 check reads: the workload topic's logs and the coordinator's trail.
+/// What the I10 check reads: the logs of the workload topic and W3's topics, and the
+/// coordinator's trail.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    /// The topic the logs are of.
+    /// The W1/W2/W5 topic (its values are those of `Record::txns`).
     pub topic: String,
-    /// Partitions read in full, in log order.
-    pub logs: BTreeMap<i32, Vec<LogItem>>,
+    /// W3's (input, output) topics, when W3 ran (their values are those of `Record::w3`).
+    pub w3_topics: Option<(String, String)>,
+    /// Partitions read in full, as (topic, partition), in log order.
+    pub logs: BTreeMap<(String, i32), Vec<LogItem>>,
     /// Partitions that could not be read in full, with the reason.
-    pub unread: Vec<(i32, String)>,
+    pub unread: Vec<((String, i32), String)>,
     /// Persisted records, in the order the daemon logged them.
     pub transitions: Vec<Transition>,
     /// Trail lines that did not parse.
@@ -119,6 +124,8 @@ pub struct Observed {
 pub struct Counts {
     /// Markers read from the partitions.
     pub markers: usize,
+    /// Markers per topic read.
+    pub markers_by_topic: BTreeMap<String, usize>,
     /// Client transactions with at least one value closed by a marker.
     pub txns: usize,
     /// Coordinator transitions parsed from the trail.
@@ -129,6 +136,9 @@ pub struct Counts {
     pub complete_partitions: usize,
     /// Complete* records without a matching Prepare* in the trail (not checkable).
     pub unmatched_completes: usize,
+    /// (Complete*, partition) pairs on partitions not read in full (`__consumer_offsets`'s,
+    /// or unread ones): not judged.
+    pub unjudged_partitions: usize,
 }
 
 fn sb(s: &str) -> StrBytes {
@@ -186,72 +196,71 @@ pub fn decode_items(records: &Bytes, from: i64) -> Result<(Vec<LogItem>, i64), S
     Ok((out, next))
 }
 
-/// Reads every partition of `view.topic` from offset 0 to its high watermark with
+/// Reads every partition of each view's topic from offset 0 to its high watermark with
 /// read_uncommitted (Fetch v11, isolation level 0), control batches included.
-pub async fn read_logs(view: &ClusterView, within: Duration) -> Observed {
+pub async fn read_logs(views: &[&ClusterView], within: Duration) -> Observed {
     let mut pool = Pool::new("i10-reader", Duration::from_millis(1500));
-    let mut obs = Observed {
-        topic: view.topic.clone(),
-        ..Observed::default()
-    };
+    let mut obs = Observed::default();
     let end = Instant::now() + within;
-    for (&p, &addr) in &view.leaders {
-        let mut items = Vec::new();
-        let mut pos = 0i64;
-        let mut hw = None;
-        let mut last_err = String::new();
-        while hw.is_none_or(|hw| pos < hw) && Instant::now() < end {
-            let req = FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_min_bytes(0)
-                .with_max_bytes(8 << 20)
-                .with_isolation_level(0)
-                .with_topics(vec![
-                    FetchTopic::default()
-                        .with_topic(TopicName(sb(&view.topic)))
-                        .with_partitions(vec![
-                            FetchPartition::default()
-                                .with_partition(p)
-                                .with_fetch_offset(pos)
-                                .with_partition_max_bytes(8 << 20),
-                        ]),
-                ]);
-            let part = match pool.call(addr, &req, 11).await {
-                Ok(r) => r
-                    .responses
-                    .into_iter()
-                    .next()
-                    .and_then(|t| t.partitions.into_iter().next()),
-                Err(e) => {
-                    last_err = e;
-                    None
-                }
-            };
-            let Some(part) = part.filter(|part| part.error_code == 0) else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            };
-            let h = *hw.get_or_insert(part.high_watermark);
-            match decode_items(&part.records.unwrap_or_default(), pos) {
-                Ok((batch, next)) if next > pos || pos >= h => {
-                    items.extend(batch);
-                    pos = next;
-                }
-                Ok(_) => {
-                    last_err = format!("no progress at offset {pos} below {h}");
+    for view in views {
+        for (&p, &addr) in &view.leaders {
+            let mut items = Vec::new();
+            let mut pos = 0i64;
+            let mut hw = None;
+            let mut last_err = String::new();
+            while hw.is_none_or(|hw| pos < hw) && Instant::now() < end {
+                let req = FetchRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_max_wait_ms(0)
+                    .with_min_bytes(0)
+                    .with_max_bytes(8 << 20)
+                    .with_isolation_level(0)
+                    .with_topics(vec![
+                        FetchTopic::default()
+                            .with_topic(TopicName(sb(&view.topic)))
+                            .with_partitions(vec![
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(pos)
+                                    .with_partition_max_bytes(8 << 20),
+                            ]),
+                    ]);
+                let part = match pool.call(addr, &req, 11).await {
+                    Ok(r) => r
+                        .responses
+                        .into_iter()
+                        .next()
+                        .and_then(|t| t.partitions.into_iter().next()),
+                    Err(e) => {
+                        last_err = e;
+                        None
+                    }
+                };
+                let Some(part) = part.filter(|part| part.error_code == 0) else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => {
-                    last_err = e;
-                    break;
+                    continue;
+                };
+                let h = *hw.get_or_insert(part.high_watermark);
+                match decode_items(&part.records.unwrap_or_default(), pos) {
+                    Ok((batch, next)) if next > pos || pos >= h => {
+                        items.extend(batch);
+                        pos = next;
+                    }
+                    Ok(_) => {
+                        last_err = format!("no progress at offset {pos} below {h}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => {
+                        last_err = e;
+                        break;
+                    }
                 }
             }
-        }
-        if hw.is_some_and(|hw| pos >= hw) {
-            obs.logs.insert(p, items);
-        } else {
-            obs.unread.push((p, last_err));
+            if hw.is_some_and(|hw| pos >= hw) {
+                obs.logs.insert((view.topic.clone(), p), items);
+            } else {
+                obs.unread.push(((view.topic.clone(), p), last_err));
+            }
         }
     }
     obs
@@ -368,10 +377,13 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         ..Counts::default()
     };
 
-    // Participants: which marker closed each value.
-    let mut closed: HashMap<&str, (i32, Marker)> = HashMap::new();
-    let mut by_pe: BTreeMap<(i64, i16), Vec<(i32, Marker)>> = BTreeMap::new();
-    for (&p, items) in &obs.logs {
+    // Participants: which marker closed each value, keyed by (topic, value).
+    let mut closed: HashMap<(&str, &str), (i32, Marker)> = HashMap::new();
+    // A marker with its (topic, partition).
+    type Placed<'a> = (&'a str, i32, Marker);
+    let mut by_pe: BTreeMap<(i64, i16), Vec<Placed<'_>>> = BTreeMap::new();
+    for ((topic, p), items) in &obs.logs {
+        let p = *p;
         let mut open: HashMap<i64, Vec<&str>> = HashMap::new();
         for item in items {
             match item {
@@ -382,19 +394,35 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
                 }
                 LogItem::Marker(m) => {
                     n.markers += 1;
-                    by_pe.entry((m.pid, m.epoch)).or_default().push((p, *m));
+                    *n.markers_by_topic.entry(topic.clone()).or_default() += 1;
+                    by_pe
+                        .entry((m.pid, m.epoch))
+                        .or_default()
+                        .push((topic, p, *m));
                     for v in open.remove(&m.pid).unwrap_or_default() {
-                        closed.insert(v, (p, *m));
+                        closed.insert((topic, v), (p, *m));
                     }
                 }
             }
         }
     }
-    for t in &h.txns {
+    // W1/W2/W5 values are on the workload topic, W3's on its input and output topics.
+    let (w3_in, w3_out) = obs
+        .w3_topics
+        .as_ref()
+        .map_or(("", ""), |(i, o)| (i.as_str(), o.as_str()));
+    let txns = (h.txns.iter().map(|t| (obs.topic.as_str(), t)))
+        .chain(h.w3.inputs.iter().map(|t| (w3_in, t)))
+        .chain(h.w3.transforms.iter().map(|t| (w3_out, &t.txn)));
+    for (topic, t) in txns {
         let got: Vec<(i32, &str, Marker)> = t
             .writes
             .iter()
-            .filter_map(|(_, v)| closed.get(v.as_str()).map(|(p, m)| (*p, v.as_str(), *m)))
+            .filter_map(|(_, v)| {
+                closed
+                    .get(&(topic, v.as_str()))
+                    .map(|(p, m)| (*p, v.as_str(), *m))
+            })
             .collect();
         if got.is_empty() {
             continue;
@@ -403,7 +431,7 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         let show = |commit: bool| -> Vec<String> {
             got.iter()
                 .filter(|(_, _, m)| m.commit == commit)
-                .map(|(p, v, m)| format!("{v:?} on {p} by the marker at {}", m.offset))
+                .map(|(p, v, m)| format!("{v:?} on {topic}-{p} by the marker at {}", m.offset))
                 .collect()
         };
         let (commits, aborts) = (show(true), show(false));
@@ -439,11 +467,13 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         .map(|t| (t.pid, t.epoch))
         .collect();
     for (pe, ms) in &by_pe {
-        if tv2.contains(pe) && ms.iter().any(|(_, m)| m.commit) && ms.iter().any(|(_, m)| !m.commit)
+        if tv2.contains(pe)
+            && ms.iter().any(|(_, _, m)| m.commit)
+            && ms.iter().any(|(_, _, m)| !m.commit)
         {
             let list: Vec<String> = ms
                 .iter()
-                .map(|(p, m)| format!("{} on {p} at {}", decision(m.commit), m.offset))
+                .map(|(t, p, m)| format!("{} on {t}-{p} at {}", decision(m.commit), m.offset))
                 .collect();
             found.push((
                 Anomaly::DecidedTwice,
@@ -504,7 +534,8 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         }
         n.completes += 1;
         for (topic, p) in &prepare.partitions {
-            let Some(items) = obs.logs.get(p).filter(|_| *topic == obs.topic) else {
+            let Some(items) = obs.logs.get(&(topic.clone(), *p)) else {
+                n.unjudged_partitions += 1;
                 continue;
             };
             n.complete_partitions += 1;
@@ -557,6 +588,10 @@ mod tests {
     use crate::fault::history::TxnOp;
 
     const T0: i64 = 1_000_000;
+
+    fn fq(p: i32) -> (String, i32) {
+        ("fq".to_owned(), p)
+    }
 
     fn data(offset: i64, pid: i64, v: &str) -> LogItem {
         LogItem::Data {
@@ -619,7 +654,7 @@ mod tests {
         };
         h.decisions.topic = "fq".into();
         h.decisions.logs.insert(
-            0,
+            fq(0),
             vec![
                 data(0, 7, "a"),
                 marker(1, 7, 1, true, T0 + 10),
@@ -629,7 +664,7 @@ mod tests {
         );
         h.decisions
             .logs
-            .insert(1, vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 11)]);
+            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 11)]);
         h.decisions.transitions = vec![
             tr("t7", TxnState::PrepareCommit, 1, &[0, 1], T0 + 5),
             tr("t7", TxnState::CompleteCommit, 1, &[], T0 + 12),
@@ -662,9 +697,10 @@ mod tests {
     #[test]
     fn a_transaction_committed_on_one_partition_and_aborted_on_another_is_found() {
         let mut h = base();
-        h.decisions
-            .logs
-            .insert(1, vec![data(0, 7, "b"), marker(1, 7, 1, false, T0 + 11)]);
+        h.decisions.logs.insert(
+            fq(1),
+            vec![data(0, 7, "b"), marker(1, 7, 1, false, T0 + 11)],
+        );
         let (found, _) = check(&h);
         // the values disagree, the TV2 (pid, epoch) markers disagree, the commit was told to
         // the client, and partition 1 lacks the COMMIT marker the CompleteCommit needs
@@ -682,7 +718,7 @@ mod tests {
             t.txn_version = 1;
         }
         h.decisions.logs.insert(
-            0,
+            fq(0),
             vec![
                 data(0, 7, "a"),
                 marker(1, 7, 0, true, T0 + 10),
@@ -692,12 +728,12 @@ mod tests {
         );
         h.decisions
             .logs
-            .insert(1, vec![data(0, 7, "b"), marker(1, 7, 0, true, T0 + 11)]);
+            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 0, true, T0 + 11)]);
         let (found, n) = check(&h);
         assert!(found.is_empty(), "{found:?}");
         assert_eq!(n.completes, 2);
         // the aborted transaction's value closed by a COMMIT: wrong decision
-        h.decisions.logs.get_mut(&0).expect("p0")[3] = marker(3, 7, 0, true, T0 + 30);
+        h.decisions.logs.get_mut(&fq(0)).expect("p0")[3] = marker(3, 7, 0, true, T0 + 30);
         let (found, _) = check(&h);
         assert_eq!(count(&found, Anomaly::WrongDecision), 1, "{found:?}");
         // ... and the CompleteAbort has no ABORT marker after its start
@@ -711,7 +747,7 @@ mod tests {
         // partition 1 appended its COMMIT marker after the CompleteCommit was issued
         h.decisions
             .logs
-            .insert(1, vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 13)]);
+            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 13)]);
         let (found, _) = check(&h);
         assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
         assert_eq!(found.len(), 1, "{found:?}");
@@ -719,13 +755,13 @@ mod tests {
         let mut h = base();
         h.decisions
             .logs
-            .get_mut(&1)
+            .get_mut(&fq(1))
             .expect("p1")
             .push(marker(2, 7, 1, true, T0 + 50));
         assert!(check(&h).0.is_empty());
         // a partition not read in full is not judged
         let mut h = base();
-        h.decisions.logs.remove(&1);
+        h.decisions.logs.remove(&fq(1));
         let (found, n) = check(&h);
         assert!(found.is_empty(), "{found:?}");
         assert_eq!(n.complete_partitions, 2);
@@ -754,6 +790,66 @@ mod tests {
     }
 
     #[test]
+    fn w3_topics_are_judged_and_consumer_offsets_counted_unjudged() {
+        // pid 8 (W3 input producer) commits "s0" on w3-in 0; the same value on w3-out is
+        // of another transaction (pid 9, a transformer) that aborted
+        let mut h = base();
+        h.decisions.w3_topics = Some(("w3-in".into(), "w3-out".into()));
+        h.w3.inputs = vec![txn(0, 8, Outcome::Committed, &[(0, "s0")])];
+        h.w3.transforms = vec![crate::fault::history::TransformOp {
+            txn: txn(0, 9, Outcome::Aborted, &[(0, "s0")]),
+            partition: 0,
+            from: 0,
+            to: 1,
+            inputs: vec![(0, "s0".into())],
+        }];
+        h.decisions.logs.insert(
+            ("w3-in".into(), 0),
+            vec![data(0, 8, "s0"), marker(1, 8, 0, true, T0 + 40)],
+        );
+        h.decisions.logs.insert(
+            ("w3-out".into(), 0),
+            vec![data(0, 9, "s0"), marker(1, 9, 0, false, T0 + 41)],
+        );
+        h.decisions.transitions.extend([
+            Transition {
+                pid: 8,
+                partitions: vec![("w3-in".into(), 0)],
+                ..tr("t8", TxnState::PrepareCommit, 0, &[], T0 + 35)
+            },
+            Transition {
+                pid: 8,
+                ..tr("t8", TxnState::CompleteCommit, 0, &[], T0 + 42)
+            },
+            Transition {
+                pid: 9,
+                partitions: vec![("w3-out".into(), 0), ("__consumer_offsets".into(), 3)],
+                ..tr("t9", TxnState::PrepareAbort, 0, &[], T0 + 36)
+            },
+            Transition {
+                pid: 9,
+                ..tr("t9", TxnState::CompleteAbort, 0, &[], T0 + 43)
+            },
+        ]);
+        let (found, n) = check(&h);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(n.txns, 4);
+        assert_eq!(n.markers_by_topic.get("w3-out"), Some(&1));
+        assert_eq!((n.completes, n.complete_partitions), (4, 5));
+        assert_eq!(n.unjudged_partitions, 1);
+        // the committed input closed by ABORT on w3-in: wrong decision, and the
+        // CompleteCommit has no COMMIT marker there
+        h.decisions.logs.insert(
+            ("w3-in".into(), 0),
+            vec![data(0, 8, "s0"), marker(1, 8, 0, false, T0 + 40)],
+        );
+        let (found, _) = check(&h);
+        assert_eq!(count(&found, Anomaly::WrongDecision), 1, "{found:?}");
+        assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
+        assert_eq!(found.len(), 2, "{found:?}");
+    }
+
+    #[test]
     fn the_checker_reports_the_i10_classes() {
         let r = crate::fault::checker::check(&base());
         assert!(r.is_valid(), "{r}");
@@ -761,7 +857,7 @@ mod tests {
         let mut h = base();
         h.decisions
             .logs
-            .insert(1, vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 13)]);
+            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 13)]);
         let r = crate::fault::checker::check(&h);
         assert_eq!(r.count(Anomaly::CompleteBeforeAck), 1, "{r}");
         assert!(r.to_string().contains("I10 complete-before-ack: 1"), "{r}");

@@ -274,7 +274,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     }
     h.fault("heal");
     final_read(&view, &h, &opts).await;
-    let logs = super::decisions::read_logs(&view, Duration::from_secs(60)).await;
+    let mut views = vec![&view];
+    views.extend(w3_views.iter().flat_map(|v| [&v.input, &v.output]));
+    let mut logs = super::decisions::read_logs(&views, Duration::from_secs(60)).await;
+    logs.topic.clone_from(&view.topic);
+    logs.w3_topics = w3_views
+        .as_ref()
+        .map(|v| (v.input.topic.clone(), v.output.topic.clone()));
     if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
         w3_final_read(v, w3, &h, &opts).await?;
     }
