@@ -114,6 +114,11 @@ fn assert_i10_checked(r: &txn_tests::fault::workload::RunResult) {
         let m = i10.markers_by_topic.get(t).copied().unwrap_or(0);
         assert!(m > 0, "seed {}: no marker on {t}: {}", r.seed, r.report);
     }
+    assert_eq!(
+        i10.decided_after_read, 0,
+        "seed {}: the daemon stops before the read",
+        r.seed
+    );
     assert!(i10.markers > 10, "seed {}: {}", r.seed, r.report);
     assert!(
         i10.complete_partitions > 10,

@@ -9,6 +9,10 @@
 //! `TXN_COORDINATOR_BIN` / `TXN_FAULT_BIN_REFBROKER`) behind fault proxies on loopback, runs
 //! W1 + W2 + W3 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
 //! history, and stops at the first invalid round. Exit status 1 if an anomaly was found.
+//!
+//! An invalid round keeps its temporary directory (every data directory, and the process
+//! logs unless `--log-dir` is given) and prints its path with the faults, each at its offset
+//! into the run and its wall-clock time, the clock the anomalies are reported in.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,8 +126,16 @@ async fn main() -> anyhow::Result<ExitCode> {
             }
         );
         if !r.report.is_valid() {
+            let start = r.history.start_unix_ms;
             for (t, f) in &r.history.faults {
-                println!("  fault at {t} ms: {f}");
+                let wall = start + i64::try_from(*t).unwrap_or(i64::MAX);
+                println!("  fault at +{t} ms ({wall} ms): {f}");
+            }
+            if let Some(dir) = &r.kept {
+                println!(
+                    "  data directories and process logs of this round: {}",
+                    dir.display()
+                );
             }
             println!(
                 "total: {txns} transactions checked, {markers} markers and {completes} \

@@ -181,13 +181,15 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "I10: {} markers, {} transactions closed by them; {} coordinator transitions, {} \
-             Complete* checked on {} partitions ({} without their Prepare*)",
+             Complete* checked on {} partitions ({} without their Prepare*, {} partitions \
+             decided after their read)",
             d.markers,
             d.txns,
             d.transitions,
             d.completes,
             d.complete_partitions,
-            d.unmatched_completes
+            d.unmatched_completes,
+            d.decided_after_read
         )?;
         if self.is_valid() {
             return writeln!(f, "valid: no anomaly");

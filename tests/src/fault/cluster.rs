@@ -38,7 +38,9 @@ pub struct ClusterOptions {
     pub daemon_bin: PathBuf,
     /// Path of the refbroker binary.
     pub refbroker_bin: PathBuf,
-    /// Keep process logs here (stderr of every process is appended to NAME.log).
+    /// Keep process logs here (stderr of every process is appended to NAME.log); without
+    /// it they go to `logs/` in the run's temporary root, kept only if the run is invalid
+    /// ([`FaultCluster::keep_files`]).
     pub log_dir: Option<PathBuf>,
 }
 
@@ -87,15 +89,12 @@ impl FaultCluster {
             .map(|(i, p)| format!("{}={}", i + 1, p.addr()))
             .collect::<Vec<_>>()
             .join(",");
-        let log = |name: &str| {
-            options
-                .log_dir
-                .as_ref()
-                .map(|d| d.join(format!("{name}.log")))
-        };
-        if let Some(d) = &options.log_dir {
-            std::fs::create_dir_all(d)?;
-        }
+        let log_dir = options
+            .log_dir
+            .clone()
+            .unwrap_or_else(|| root.path().join("logs"));
+        std::fs::create_dir_all(&log_dir)?;
+        let log = |name: &str| Some(log_dir.join(format!("{name}.log")));
         let mut brokers = Vec::new();
         for (i, port) in broker_ports.iter().enumerate() {
             let dir = root.path().join(format!("broker-{}", i + 1));
@@ -227,6 +226,13 @@ impl FaultCluster {
             }
         }
         Ok(())
+    }
+
+    /// Keeps the temporary root (data directories, the daemon's log and, without a
+    /// `log_dir`, every process log) after drop; returns its path.
+    pub fn keep_files(&mut self) -> PathBuf {
+        self.root.disable_cleanup(true);
+        self.root.path().to_owned()
     }
 
     /// Kills every process (the data directories stay until drop) and appends the daemon's

@@ -26,7 +26,9 @@
 //!   read in full, holds no marker of that (pid, epoch, result) appended between the
 //!   transaction's start and the moment the Complete* append was issued. The marker's
 //!   timestamp is the broker's wall clock when it appended it, before it answered; the
-//!   daemon's times are its wall clock; both run on one machine.
+//!   daemon's times are its wall clock; both run on one machine. A Complete* issued after
+//!   the partition's read began is not judged (its marker may lie past the high watermark
+//!   the read stopped at); the harness stops the daemon before it reads, so a run has none.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -113,6 +115,9 @@ pub struct Observed {
     pub logs: BTreeMap<(String, i32), Vec<LogItem>>,
     /// Partitions that could not be read in full, with the reason.
     pub unread: Vec<((String, i32), String)>,
+    /// Wall clock (ms) when the read of each partition began: a Complete* issued later may
+    /// have its markers past the high watermark that read stopped at.
+    pub read_from_ms: BTreeMap<(String, i32), i64>,
     /// Persisted records, in the order the daemon logged them.
     pub transitions: Vec<Transition>,
     /// Trail lines that did not parse.
@@ -139,6 +144,9 @@ pub struct Counts {
     /// (Complete*, partition) pairs on partitions not read in full (`__consumer_offsets`'s,
     /// or unread ones): not judged.
     pub unjudged_partitions: usize,
+    /// (Complete*, partition) pairs issued after the partition's read began: not judged (the
+    /// harness stops the daemon before reading, so a run has none).
+    pub decided_after_read: usize,
 }
 
 fn sb(s: &str) -> StrBytes {
@@ -207,6 +215,7 @@ pub async fn read_logs(views: &[&ClusterView], within: Duration) -> Observed {
             let mut items = Vec::new();
             let mut pos = 0i64;
             let mut hw = None;
+            let read_from = unix_ms();
             let mut last_err = String::new();
             while hw.is_none_or(|hw| pos < hw) && Instant::now() < end {
                 let req = FetchRequest::default()
@@ -258,12 +267,19 @@ pub async fn read_logs(views: &[&ClusterView], within: Duration) -> Observed {
             }
             if hw.is_some_and(|hw| pos >= hw) {
                 obs.logs.insert((view.topic.clone(), p), items);
+                obs.read_from_ms.insert((view.topic.clone(), p), read_from);
             } else {
                 obs.unread.push(((view.topic.clone(), p), last_err));
             }
         }
     }
     obs
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn parse_state(s: &str) -> Option<TxnState> {
@@ -362,6 +378,29 @@ pub fn load_trail(path: &Path, obs: &mut Observed) -> std::io::Result<()> {
 
 fn is_commit(s: TxnState) -> bool {
     matches!(s, TxnState::PrepareCommit | TxnState::CompleteCommit)
+}
+
+/// The last markers of `pid` in a partition's log, for an anomaly's description.
+fn markers_of(items: &[LogItem], pid: i64) -> String {
+    let all: Vec<String> = items
+        .iter()
+        .filter_map(|i| match i {
+            LogItem::Marker(m) if m.pid == pid => Some(format!(
+                "{} epoch {} at offset {} ({} ms)",
+                decision(m.commit),
+                m.epoch,
+                m.offset,
+                m.timestamp_ms
+            )),
+            _ => None,
+        })
+        .collect();
+    let skip = all.len().saturating_sub(4);
+    if all.is_empty() {
+        "none".to_owned()
+    } else {
+        all[skip..].join(", ")
+    }
 }
 
 fn decision(commit: bool) -> &'static str {
@@ -482,6 +521,14 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         }
     }
 
+    // Wall-clock times as offsets into the run, to place them among the faults.
+    let at = |ms: i64| -> String {
+        if h.start_unix_ms > 0 {
+            format!(" (+{:.3} s)", (ms - h.start_unix_ms) as f64 / 1000.0)
+        } else {
+            String::new()
+        }
+    };
     // Coordinator: one decision per transaction; Complete* only after every marker.
     type Key<'a> = (&'a str, i64, i16, i64);
     let mut decided: BTreeMap<Key<'_>, Vec<&Transition>> = BTreeMap::new();
@@ -534,10 +581,16 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
         }
         n.completes += 1;
         for (topic, p) in &prepare.partitions {
-            let Some(items) = obs.logs.get(&(topic.clone(), *p)) else {
+            let tp = (topic.clone(), *p);
+            let Some(items) = obs.logs.get(&tp) else {
                 n.unjudged_partitions += 1;
                 continue;
             };
+            let read_from = obs.read_from_ms.get(&tp).copied();
+            if read_from.is_some_and(|r| t.issued_ms >= r) {
+                n.decided_after_read += 1;
+                continue;
+            }
             n.complete_partitions += 1;
             let first = items
                 .iter()
@@ -554,15 +607,29 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
                 })
                 .min_by_key(|m| m.timestamp_ms);
             let what = format!(
-                "{} pid {pid} epoch {epoch}: {} issued at {} ms (durable at {} ms)",
-                t.tid, t.state, t.issued_ms, t.durable_ms
+                "{} pid {pid} epoch {epoch}: {} issued at {} ms{} (durable at {} ms; {} issued \
+                 at {} ms{}, transaction started at {} ms{})",
+                t.tid,
+                t.state,
+                t.issued_ms,
+                at(t.issued_ms),
+                t.durable_ms,
+                prepare.state,
+                prepare.issued_ms,
+                at(prepare.issued_ms),
+                prepare.txn_start_ms,
+                at(prepare.txn_start_ms),
             );
             match first {
                 None => found.push((
                     Anomaly::CompleteBeforeAck,
                     format!(
-                        "{what}, but {topic}-{p} holds no {} marker",
-                        decision(commit)
+                        "{what}, but {topic}-{p} holds no {} marker (read from {} ms{}); \
+                         markers of pid {pid} there: {}",
+                        decision(commit),
+                        read_from.unwrap_or(-1),
+                        read_from.map(at).unwrap_or_default(),
+                        markers_of(items, pid)
                     ),
                 )),
                 Some(m) if m.timestamp_ms > t.issued_ms => found.push((
@@ -847,6 +914,50 @@ mod tests {
         assert_eq!(count(&found, Anomaly::WrongDecision), 1, "{found:?}");
         assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
         assert_eq!(found.len(), 2, "{found:?}");
+    }
+
+    /// Issue 18: a decision made after a partition's read began is not judged from that read
+    /// (its markers may lie past the high watermark the read stopped at); one made before
+    /// still is.
+    #[test]
+    fn a_complete_issued_after_the_read_began_is_not_judged() {
+        let mut h = base();
+        h.decisions.transitions.extend([
+            Transition {
+                txn_start_ms: T0 + 40,
+                ..tr("t7", TxnState::PrepareAbort, 3, &[1], T0 + 45)
+            },
+            Transition {
+                txn_start_ms: T0 + 40,
+                ..tr("t7", TxnState::CompleteAbort, 3, &[], T0 + 60)
+            },
+        ]);
+        // fq-1 has no ABORT marker of epoch 3: without read times, that is the anomaly
+        let (found, _) = check(&h);
+        assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
+        assert!(
+            found[0]
+                .1
+                .contains("markers of pid 7 there: COMMIT epoch 1")
+        );
+        // fq-1 was read from T0 + 50, before the CompleteAbort was issued: not judged
+        h.decisions.read_from_ms.insert(fq(0), T0 + 50);
+        h.decisions.read_from_ms.insert(fq(1), T0 + 50);
+        let (found, n) = check(&h);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!((n.completes, n.complete_partitions), (3, 3));
+        assert_eq!(n.decided_after_read, 1);
+        // read from before the first CompleteCommit: that one is not judged either, and a
+        // missing marker it needed goes unseen, as it must
+        h.decisions.read_from_ms.insert(fq(1), T0 + 12);
+        h.decisions.logs.insert(fq(1), vec![data(0, 7, "b")]);
+        let (found, n) = check(&h);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(n.decided_after_read, 2);
+        // ... but read from just after the CompleteCommit was issued, it is judged
+        h.decisions.read_from_ms.insert(fq(1), T0 + 13);
+        let (found, _) = check(&h);
+        assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
     }
 
     #[test]

@@ -197,6 +197,9 @@ pub struct Record {
     pub decisions: super::decisions::Observed,
     /// Faults injected, as text, in order.
     pub faults: Vec<(u64, String)>,
+    /// Wall clock (ms since the Unix epoch) when the run started: the origin of the run's
+    /// relative times, to place the daemon's and brokers' wall-clock times among the faults.
+    pub start_unix_ms: i64,
     /// Partitions that were read in full after healing.
     pub final_partitions: Vec<i32>,
     /// W3.
@@ -219,9 +222,15 @@ impl Default for History {
 impl History {
     /// An empty history starting now.
     pub fn new() -> Self {
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         Self {
             start: Instant::now(),
-            inner: Arc::new(Mutex::new(Record::default())),
+            inner: Arc::new(Mutex::new(Record {
+                start_unix_ms,
+                ..Record::default()
+            })),
         }
     }
 

@@ -195,6 +195,8 @@ pub struct RunResult {
     pub history: Record,
     /// What each proxy did.
     pub proxy_stats: Vec<(String, ProxyStats)>,
+    /// Where an invalid run's data directories and process logs were kept.
+    pub kept: Option<std::path::PathBuf>,
 }
 
 const TOPIC_PROBE: &str = "fault-probe";
@@ -203,32 +205,141 @@ const TOPIC_PROBE: &str = "fault-probe";
 /// faults, so that runs contain indeterminate commits (Jepsen's `:info`).
 const OP_BUDGET: Duration = Duration::from_secs(3);
 
+/// A started fault cluster and the views of the topics the workloads use.
+#[derive(Debug)]
+pub struct Setup {
+    cluster: Arc<Mutex<FaultCluster>>,
+    view: ClusterView,
+    w3: Option<W3Views>,
+}
+
+impl Setup {
+    /// Starts the cluster of `opts` (with W3's topics when W3 runs) and discovers the topics.
+    pub async fn start(opts: &RunOptions) -> anyhow::Result<Self> {
+        let mut cluster_opts = opts.cluster.clone();
+        if let Some(w3) = &opts.w3 {
+            cluster_opts.extra_topics.extend([
+                (W3_INPUT.to_owned(), i32::try_from(w3.transformers)?),
+                (W3_OUTPUT.to_owned(), w3.output_partitions),
+            ]);
+        }
+        let cluster = FaultCluster::start(cluster_opts).await?;
+        let view = ClusterView::discover(
+            cluster.bootstrap(),
+            &opts.cluster.topic,
+            TOPIC_PROBE,
+            Duration::from_secs(30),
+        )
+        .await?;
+        let w3 = match &opts.w3 {
+            Some(_) => Some(W3Views::discover(cluster.bootstrap()).await?),
+            None => None,
+        };
+        Ok(Self {
+            cluster: Arc::new(Mutex::new(cluster)),
+            view,
+            w3,
+        })
+    }
+
+    /// The workload topic.
+    pub fn view(&self) -> &ClusterView {
+        &self.view
+    }
+
+    /// W3's output topic, when W3 runs.
+    pub fn w3_output(&self) -> Option<&ClusterView> {
+        self.w3.as_ref().map(|v| &v.output)
+    }
+
+    /// Ends a run: heals every fault, reads every topic until it is stable (W1's final read,
+    /// W3's), stops the daemon, then reads every partition with its markers (I10), stops the
+    /// brokers, audits the coordinator log and checks the history.
+    ///
+    /// The daemon stops before the partitions are read, so that every Complete* in its trail
+    /// was issued before the read began: a transaction decided later (a reaper abort, a held
+    /// EndTxn delivered after healing) would otherwise be judged against a log read before its
+    /// markers were written (issue 18). An invalid run keeps its data directories and logs.
+    pub async fn finish(self, h: History, opts: &RunOptions) -> anyhow::Result<RunResult> {
+        {
+            let mut c = self.cluster.lock().await;
+            tokio::task::block_in_place(|| c.heal())?;
+        }
+        h.fault("heal");
+        final_read(&self.view, &h, opts).await;
+        if let (Some(w3), Some(v)) = (&opts.w3, &self.w3) {
+            w3_final_read(v, w3, &h, opts).await?;
+        }
+        self.cluster.lock().await.daemon.kill();
+        h.fault("daemon stopped for the I10 read");
+        let mut views = vec![&self.view];
+        views.extend(self.w3.iter().flat_map(|v| [&v.input, &v.output]));
+        let mut logs = super::decisions::read_logs(&views, Duration::from_secs(60)).await;
+        logs.topic.clone_from(&self.view.topic);
+        logs.w3_topics = self
+            .w3
+            .as_ref()
+            .map(|v| (v.input.topic.clone(), v.output.topic.clone()));
+        let mut c = self.cluster.lock().await;
+        let mut proxy_stats = vec![("coordinator".to_owned(), c.daemon_proxy.stats())];
+        for (i, p) in c.broker_proxies.iter().enumerate() {
+            proxy_stats.push((format!("broker-{}", i + 1), p.stats()));
+        }
+        for (name, st) in &proxy_stats {
+            println!("proxy {name}: {st:?}");
+        }
+        c.stop();
+        let copy = c.root().join("daemon-copy");
+        super::audit::copy_dir(&c.daemon_data_dir(), &copy)?;
+        let now_unix = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX);
+        let mut record = h.snapshot();
+        super::audit::audit_log(
+            &copy,
+            opts.cluster.txn_log_partitions,
+            now_unix,
+            15_000,
+            &mut record,
+        )
+        .await?;
+        record.decisions = logs;
+        super::decisions::load_trail(c.daemon_log(), &mut record.decisions)?;
+        let report = check(&record);
+        println!("fault run seed {}: {report}", opts.seed);
+        let kept = if report.is_valid() {
+            None
+        } else {
+            let dir = c.keep_files();
+            println!(
+                "fault run seed {}: INVALID; data directories and logs kept in {}",
+                opts.seed,
+                dir.display()
+            );
+            Some(dir)
+        };
+        Ok(RunResult {
+            seed: opts.seed,
+            report,
+            history: record,
+            proxy_stats,
+            kept,
+        })
+    }
+}
+
 /// Runs the workload against a fresh cluster and checks the history.
 pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     println!(
         "fault run seed: {} (replay with TXN_FAULT_SEED={})",
         opts.seed, opts.seed
     );
-    let mut cluster_opts = opts.cluster.clone();
-    if let Some(w3) = &opts.w3 {
-        cluster_opts.extra_topics.extend([
-            (W3_INPUT.to_owned(), i32::try_from(w3.transformers)?),
-            (W3_OUTPUT.to_owned(), w3.output_partitions),
-        ]);
-    }
-    let cluster = FaultCluster::start(cluster_opts).await?;
-    let view = ClusterView::discover(
-        cluster.bootstrap(),
-        &opts.cluster.topic,
-        TOPIC_PROBE,
-        Duration::from_secs(30),
-    )
-    .await?;
-    let w3_views = match &opts.w3 {
-        Some(_) => Some(W3Views::discover(cluster.bootstrap()).await?),
-        None => None,
-    };
-    let cluster = Arc::new(Mutex::new(cluster));
+    let setup = Setup::start(&opts).await?;
+    let (view, cluster) = (setup.view.clone(), setup.cluster.clone());
     let h = History::new();
     let deadline = Instant::now() + opts.duration;
     let mut tasks = tokio::task::JoinSet::new();
@@ -252,7 +363,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
         let (view, h, o) = (view.clone(), h.clone(), opts.clone());
         tasks.spawn(async move { w5_vanishing(view, h, o, deadline, every).await });
     }
-    if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
+    if let (Some(w3), Some(v)) = (&opts.w3, &setup.w3) {
         let (input, hs, o, w) = (v.input.clone(), h.clone(), opts.clone(), w3.clone());
         tasks.spawn(async move { w3_source(input, hs, o, w, deadline).await });
         for k in 0..w3.transformers {
@@ -267,60 +378,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
     while let Some(r) = tasks.join_next().await {
         r??;
     }
-    // Heal and let the reaper and marker retries finish.
-    {
-        let mut c = cluster.lock().await;
-        tokio::task::block_in_place(|| c.heal())?;
-    }
-    h.fault("heal");
-    final_read(&view, &h, &opts).await;
-    let mut views = vec![&view];
-    views.extend(w3_views.iter().flat_map(|v| [&v.input, &v.output]));
-    let mut logs = super::decisions::read_logs(&views, Duration::from_secs(60)).await;
-    logs.topic.clone_from(&view.topic);
-    logs.w3_topics = w3_views
-        .as_ref()
-        .map(|v| (v.input.topic.clone(), v.output.topic.clone()));
-    if let (Some(w3), Some(v)) = (&opts.w3, &w3_views) {
-        w3_final_read(v, w3, &h, &opts).await?;
-    }
-    let mut c = cluster.lock().await;
-    let mut proxy_stats = vec![("coordinator".to_owned(), c.daemon_proxy.stats())];
-    for (i, p) in c.broker_proxies.iter().enumerate() {
-        proxy_stats.push((format!("broker-{}", i + 1), p.stats()));
-    }
-    for (name, st) in &proxy_stats {
-        println!("proxy {name}: {st:?}");
-    }
-    c.stop();
-    let copy = c.root().join("daemon-copy");
-    super::audit::copy_dir(&c.daemon_data_dir(), &copy)?;
-    let now_unix = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX);
-    let mut record = h.snapshot();
-    super::audit::audit_log(
-        &copy,
-        opts.cluster.txn_log_partitions,
-        now_unix,
-        15_000,
-        &mut record,
-    )
-    .await?;
-    record.decisions = logs;
-    super::decisions::load_trail(c.daemon_log(), &mut record.decisions)?;
-    let report = check(&record);
-    println!("fault run seed {}: {report}", opts.seed);
-    Ok(RunResult {
-        seed: opts.seed,
-        report,
-        history: record,
-        proxy_stats,
-    })
+    drop(cluster);
+    setup.finish(h, &opts).await
 }
 
 async fn final_read(view: &ClusterView, h: &History, opts: &RunOptions) {
