@@ -60,6 +60,7 @@ fn init_logged(filter: &str) -> String {
                 clock: Arc::new(ManualClock::new(1_000_000)),
                 markers: Arc::new(RecordingMarkerSink::new(done_tx, true)),
                 marker_completions: done_rx,
+                catalog: Arc::new(coordinator::shell::EveryPartitionExists),
                 metrics: Metrics::new(),
             });
             coordinator.load_all_partitions().await.expect("loads");

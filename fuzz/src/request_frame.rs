@@ -48,6 +48,7 @@ pub fn request_frame(data: &[u8]) {
             clock: clock.clone(),
             markers: Arc::new(RecordingMarkerSink::new(done_tx, true)),
             marker_completions: done_rx,
+            catalog: Arc::new(coordinator::shell::EveryPartitionExists),
             metrics: metrics.clone(),
         });
         coordinator

@@ -31,6 +31,7 @@ fn start(log: Arc<dyn TxnLog>) -> Coordinator {
         clock: Arc::new(ManualClock::new(1_000_000)),
         markers: Arc::new(RecordingMarkerSink::new(done_tx, true)),
         marker_completions: done_rx,
+        catalog: Arc::new(coordinator::shell::EveryPartitionExists),
         metrics: Metrics::new(),
     })
 }

@@ -271,6 +271,18 @@ impl Brokers {
     }
 }
 
+#[async_trait::async_trait]
+impl crate::shell::PartitionCatalog for Brokers {
+    async fn unknown_partitions(
+        &self,
+        wanted: &[TopicPartition],
+    ) -> Result<Vec<TopicPartition>, crate::shell::CatalogUnavailable> {
+        Self::unknown_partitions(self, wanted)
+            .await
+            .map_err(|e| crate::shell::CatalogUnavailable(e.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::BytesMut;

@@ -15,9 +15,7 @@ use tracing::Instrument;
 
 use super::protocol as p;
 use super::{Context, Dispatched};
-use crate::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, ErrorCode,
-};
+use crate::ErrorCode;
 
 /// Read buffer of a connection: larger than every request of the transaction APIs.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
@@ -184,8 +182,9 @@ pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Op
             p::init_producer_id_response(c.init_producer_id(p::init_producer_id(version, &r)).await)
         }
         RequestKind::AddPartitionsToTxn(r) => {
-            let req = p::add_partitions(version, &r);
-            let resp = add_partitions_checked(ctx, req).await;
+            let resp = c
+                .add_partitions_to_txn(p::add_partitions(version, &r))
+                .await;
             p::add_partitions_response(version, &resp)
         }
         RequestKind::AddOffsetsToTxn(r) => {
@@ -219,87 +218,6 @@ pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Op
             return None;
         }
     })
-}
-
-/// AddPartitionsToTxn with Kafka's broker-side check first: partitions the brokers do not know
-/// get UNKNOWN_TOPIC_OR_PARTITION and the rest of that transaction OPERATION_NOT_ATTEMPTED;
-/// nothing of that transaction reaches the coordinator.
-async fn add_partitions_checked(
-    ctx: &Context,
-    req: AddPartitionsToTxnRequest,
-) -> AddPartitionsToTxnResponse {
-    let mut rejected: Vec<Option<AddPartitionsTxnResult>> = vec![None; req.transactions.len()];
-    if !ctx.brokers.is_empty() {
-        for (i, t) in req.transactions.iter().enumerate() {
-            if t.verify_only {
-                continue;
-            }
-            match ctx.brokers.unknown_partitions(&t.partitions).await {
-                Ok(unknown) if unknown.is_empty() => {}
-                Ok(unknown) => {
-                    let partitions = t
-                        .partitions
-                        .iter()
-                        .map(|tp| {
-                            let e = if unknown.contains(tp) {
-                                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                            } else {
-                                ErrorCode::OPERATION_NOT_ATTEMPTED
-                            };
-                            (tp.clone(), e)
-                        })
-                        .collect();
-                    rejected[i] = Some(AddPartitionsTxnResult {
-                        transactional_id: t.transactional_id.clone(),
-                        partitions,
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "topic check failed: brokers unreachable");
-                    rejected[i] = Some(AddPartitionsTxnResult::all(
-                        t,
-                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                    ));
-                }
-            }
-        }
-    }
-    if rejected.iter().all(Option::is_none) {
-        return ctx.coordinator.add_partitions_to_txn(req).await;
-    }
-    ctx.metrics
-        .record("AddPartitionsToTxn", ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
-    let rest: Vec<_> = req
-        .transactions
-        .iter()
-        .zip(&rejected)
-        .filter(|(_, r)| r.is_none())
-        .map(|(t, _)| t.clone())
-        .collect();
-    let mut served = if rest.is_empty() {
-        Vec::new().into_iter()
-    } else {
-        ctx.coordinator
-            .add_partitions_to_txn(AddPartitionsToTxnRequest {
-                version: req.version,
-                transactions: rest,
-            })
-            .await
-            .results
-            .into_iter()
-    };
-    AddPartitionsToTxnResponse {
-        error: ErrorCode::NONE,
-        results: rejected
-            .into_iter()
-            .zip(&req.transactions)
-            .map(|(r, t)| {
-                r.or_else(|| served.next()).unwrap_or_else(|| {
-                    AddPartitionsTxnResult::all(t, ErrorCode::UNKNOWN_SERVER_ERROR)
-                })
-            })
-            .collect(),
-    }
 }
 
 fn s(v: &str) -> StrBytes {

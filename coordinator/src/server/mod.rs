@@ -218,12 +218,18 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         },
         done_tx,
     ));
+    let brokers = Arc::new(Brokers::new(
+        opts.bootstrap_servers.clone(),
+        timeout,
+        Duration::from_millis(settings.metadata_max_age_ms),
+    ));
     let coordinator = Coordinator::start(CoordinatorOptions {
         config: settings.engine.clone(),
         log: log.clone() as Arc<dyn TxnLog>,
         clock: Arc::new(SystemClock::new()),
         markers: sink,
         marker_completions: done_rx,
+        catalog: brokers.clone(),
         metrics: metrics.clone(),
     });
 
@@ -255,11 +261,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     let ctx = Arc::new(Context {
         coordinator: coordinator.clone(),
-        brokers: Arc::new(Brokers::new(
-            opts.bootstrap_servers.clone(),
-            timeout,
-            Duration::from_millis(settings.metadata_max_age_ms),
-        )),
+        brokers,
         node_id: opts.node_id,
         advertised_host,
         advertised_port,

@@ -7,7 +7,9 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), txn_log::LogError> {
 //! use std::sync::Arc;
-//! use coordinator::shell::{Coordinator, CoordinatorOptions, RecordingMarkerSink, SystemClock};
+//! use coordinator::shell::{
+//!     Coordinator, CoordinatorOptions, EveryPartitionExists, RecordingMarkerSink, SystemClock,
+//! };
 //! use coordinator::{Config, InitProducerIdRequest};
 //! use txn_log::{LogPartition, MemTxnLog, ProducerEpoch, ProducerId};
 //!
@@ -19,6 +21,7 @@
 //!     clock: Arc::new(SystemClock::new()),
 //!     markers,
 //!     marker_completions: done_rx,
+//!     catalog: Arc::new(EveryPartitionExists),
 //!     metrics: Default::default(),
 //! });
 //! coordinator.load_all_partitions().await?;
@@ -36,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod catalog;
 mod clock;
 mod driver;
 mod markers;
@@ -52,6 +56,7 @@ use tracing::Instrument;
 use txn_log::sync::Mutex;
 use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog};
 
+pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
 pub use markers::{
     MarkerJob, MarkerJobDone, MarkerJobOutcome, MarkerSink, MarkerSinkStats, RecordingMarkerSink,
@@ -82,6 +87,8 @@ pub struct CoordinatorOptions {
     pub markers: Arc<dyn MarkerSink>,
     /// Where the sink reports the end of each job.
     pub marker_completions: mpsc::UnboundedReceiver<MarkerJobDone>,
+    /// Which participant partitions exist (consulted before AddPartitionsToTxn).
+    pub catalog: Arc<dyn PartitionCatalog>,
     /// Metrics to update (register them in your registry).
     pub metrics: Metrics,
 }
@@ -100,6 +107,7 @@ pub(crate) struct Shared {
     log: Arc<dyn TxnLog>,
     clock: Arc<dyn Clock>,
     markers: Arc<dyn MarkerSink>,
+    catalog: Arc<dyn PartitionCatalog>,
     metrics: Metrics,
     drivers: Mutex<BTreeMap<LogPartition, mpsc::UnboundedSender<Msg>>>,
     poisoned: tokio::sync::watch::Sender<Option<String>>,
@@ -208,6 +216,7 @@ impl Coordinator {
             clock,
             markers,
             mut marker_completions,
+            catalog,
             metrics,
         } = options;
         let shared = Arc::new(Shared {
@@ -216,6 +225,7 @@ impl Coordinator {
             log,
             clock,
             markers,
+            catalog,
             metrics,
             drivers: Mutex::new(BTreeMap::new()),
             poisoned: tokio::sync::watch::Sender::new(None),
@@ -529,6 +539,51 @@ impl Coordinator {
         .await
     }
 
+    /// Kafka's broker-side check: a transaction naming a partition that does not exist gets
+    /// UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for the rest, and never
+    /// reaches the engine; with the catalog unreachable, COORDINATOR_NOT_AVAILABLE. Returns
+    /// the answer of each transaction so decided (`None`: goes to the engine).
+    async fn unknown_partitions(
+        &self,
+        r: &AddPartitionsToTxnRequest,
+    ) -> Vec<Option<AddPartitionsTxnResult>> {
+        let mut slots = Vec::with_capacity(r.transactions.len());
+        for t in &r.transactions {
+            if t.verify_only {
+                slots.push(None);
+                continue;
+            }
+            slots.push(
+                match self.shared.catalog.unknown_partitions(&t.partitions).await {
+                    Ok(unknown) if unknown.is_empty() => None,
+                    Ok(unknown) => Some(AddPartitionsTxnResult {
+                        transactional_id: t.transactional_id.clone(),
+                        partitions: t
+                            .partitions
+                            .iter()
+                            .map(|tp| {
+                                let e = if unknown.contains(tp) {
+                                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                                } else {
+                                    ErrorCode::OPERATION_NOT_ATTEMPTED
+                                };
+                                (tp.clone(), e)
+                            })
+                            .collect(),
+                    }),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "AddPartitionsToTxn: partition check failed");
+                        Some(AddPartitionsTxnResult::all(
+                            t,
+                            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                        ))
+                    }
+                },
+            );
+        }
+        slots
+    }
+
     async fn add_partitions_inner(
         &self,
         r: AddPartitionsToTxnRequest,
@@ -539,10 +594,13 @@ impl Coordinator {
         {
             return x;
         }
-        // Group the transactions by log partition, keeping their request positions.
-        let mut slots: Vec<Option<AddPartitionsTxnResult>> = vec![None; r.transactions.len()];
+        let mut slots = self.unknown_partitions(&r).await;
+        // Group the other transactions by log partition, keeping their request positions.
         let mut groups: BTreeMap<LogPartition, Vec<usize>> = BTreeMap::new();
         for (i, t) in r.transactions.iter().enumerate() {
+            if slots[i].is_some() {
+                continue;
+            }
             match self.partition_of(&t.transactional_id) {
                 Some(p) => groups.entry(p).or_default().push(i),
                 None => slots[i] = Some(AddPartitionsTxnResult::all(t, ErrorCode::INVALID_REQUEST)),

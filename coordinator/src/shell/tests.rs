@@ -31,6 +31,7 @@ fn harness_with(log: Arc<MemTxnLog>, auto_markers: bool) -> Harness {
         clock: Arc::new(clock.clone()),
         markers: Arc::new(markers.clone()),
         marker_completions: done_rx,
+        catalog: Arc::new(EveryPartitionExists),
         metrics: Metrics::new(),
     });
     Harness {
@@ -382,6 +383,7 @@ async fn a_log_written_with_another_partition_count_fails_to_load_as_corrupt() {
         clock: Arc::new(ManualClock::new(1_000_000)),
         markers: Arc::new(RecordingMarkerSink::new(done_tx, true)),
         marker_completions: done_rx,
+        catalog: Arc::new(EveryPartitionExists),
         metrics: Metrics::new(),
     });
     let mut failed = Vec::new();

@@ -8,6 +8,8 @@
 //!        conversions) ──▶ coordinator::shell::Coordinator
 //!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log (Settings::sled_config:
 //!           │  txn.log.sync, txn.log.cache.bytes), producer ids scoped to the node
+//!           ├─ PartitionCatalog: BrokerCatalog (this broker's topics: AddPartitionsToTxn
+//!           │  for a partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION)
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
 //!                 └─ MarkerTransport: RoutingTransport
@@ -22,7 +24,9 @@ use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use coordinator::server::protocol as p;
-use coordinator::shell::{Coordinator, CoordinatorOptions, SystemClock, WriterSink};
+use coordinator::shell::{
+    CatalogUnavailable, Coordinator, CoordinatorOptions, PartitionCatalog, SystemClock, WriterSink,
+};
 use kafka_protocol::messages::{
     ApiKey, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
@@ -161,6 +165,29 @@ impl LeaderResolver for ClusterResolver {
     }
 }
 
+/// Which partitions exist, from this broker's own metadata (the same topics every node
+/// knows), so AddPartitionsToTxn answers UNKNOWN_TOPIC_OR_PARTITION as Kafka's broker does.
+struct BrokerCatalog {
+    broker: Weak<Broker>,
+}
+
+#[async_trait]
+impl PartitionCatalog for BrokerCatalog {
+    async fn unknown_partitions(
+        &self,
+        wanted: &[TopicPartition],
+    ) -> Result<Vec<TopicPartition>, CatalogUnavailable> {
+        let Some(broker) = self.broker.upgrade() else {
+            return Err(CatalogUnavailable("the broker is shutting down".into()));
+        };
+        Ok(wanted
+            .iter()
+            .filter(|tp| !broker.exists(&tp.topic, tp.partition))
+            .cloned()
+            .collect())
+    }
+}
+
 /// Applies markers for this node's partitions directly (no TCP round trip to itself).
 struct LocalMarkers {
     broker: Weak<Broker>,
@@ -206,7 +233,9 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
         ..WireTransportConfig::default()
     }));
     let transport = Arc::new(RoutingTransport::new(broker.config.node_id, local, remote));
-    let resolver = Arc::new(ClusterResolver { broker: weak });
+    let resolver = Arc::new(ClusterResolver {
+        broker: weak.clone(),
+    });
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let sink = WriterSink::spawn(resolver, transport, WriterConfig::default(), done_tx);
     let n = config.transaction_state_log_num_partitions;
@@ -216,6 +245,7 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
         clock: Arc::new(SystemClock::new()),
         markers: Arc::new(sink),
         marker_completions: done_rx,
+        catalog: Arc::new(BrokerCatalog { broker: weak }),
         metrics: Default::default(),
     });
     let mine: Vec<u32> = (0..n)

@@ -1,0 +1,257 @@
+//! The coordinator's wire answers, checked the same way against both places it runs: the
+//! standalone daemon (with refbrokers as its brokers) and a refbroker that embeds it. The two
+//! modes share the engine and the protocol conversions; these checks keep what each adds
+//! around them (the broker-side partition check, version handling) from drifting apart.
+//! Error codes are Apache Kafka's for the same requests.
+
+mod e2e;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
+use kafka_protocol::messages::{
+    self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+};
+use kafka_protocol::protocol::StrBytes;
+use txn_tests::fault::client::Pool;
+
+const NONE: i16 = 0;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_REQUEST: i16 = 42;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+const PRODUCER_FENCED: i16 = 90;
+const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn init(id: Option<&str>, timeout_ms: i32) -> km::InitProducerIdRequest {
+    km::InitProducerIdRequest::default()
+        .with_transactional_id(id.map(|i| km::TransactionalId(s(i))))
+        .with_transaction_timeout_ms(timeout_ms)
+}
+
+fn add(id: &str, pid: i64, epoch: i16, parts: &[(&str, i32)]) -> km::AddPartitionsToTxnRequest {
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for (t, p) in parts {
+        match topics.iter_mut().find(|x| x.name.0.as_str() == *t) {
+            Some(x) => x.partitions.push(*p),
+            None => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(km::TopicName(s(t)))
+                    .with_partitions(vec![*p]),
+            ),
+        }
+    }
+    km::AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(km::ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(topics)
+}
+
+fn errors(r: &km::AddPartitionsToTxnResponse) -> Vec<(String, i32, i16)> {
+    let mut v: Vec<_> = r
+        .results_by_topic_v3_and_below
+        .iter()
+        .flat_map(|t| {
+            t.results_by_partition.iter().map(move |p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    p.partition_error_code,
+                )
+            })
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn end(id: &str, pid: i64, epoch: i16, commit: bool) -> km::EndTxnRequest {
+    km::EndTxnRequest::default()
+        .with_transactional_id(km::TransactionalId(s(id)))
+        .with_producer_id(km::ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit)
+}
+
+/// The coordinator of `id` (FindCoordinator through the first broker), once it answers.
+async fn coordinator_of(cluster: &Cluster, id: &str) -> SocketAddr {
+    let bootstrap = cluster.brokers[0].addr;
+    for _ in 0..300 {
+        if let Ok(addr) = find_coordinator(bootstrap, id) {
+            return addr;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no coordinator for {id}:\n{}", cluster.logs());
+}
+
+/// InitProducerId until the coordinator has loaded its log partition (COORDINATOR_LOAD_IN_
+/// PROGRESS and NOT_COORDINATOR are retried, bounded).
+async fn init_ok(pool: &mut Pool, at: SocketAddr, id: &str, timeout_ms: i32) -> (i64, i16) {
+    for _ in 0..300 {
+        let r = pool.call(at, &init(Some(id), timeout_ms), 4).await;
+        match r.map(|r| (r.error_code, r.producer_id.0, r.producer_epoch)) {
+            Ok((0, pid, epoch)) => return (pid, epoch),
+            Ok((14 | 15 | 16 | 51, ..)) | Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok((e, ..)) => panic!("InitProducerId({id}) failed with {e}"),
+        }
+    }
+    panic!("InitProducerId({id}) kept being retriable");
+}
+
+/// The answer, or a panic with the servers' logs.
+fn must<T>(mode: Mode, cluster: &Cluster, r: Result<T, String>) -> T {
+    r.unwrap_or_else(|e| panic!("{mode:?}: {e}\n{}", cluster.logs()))
+}
+
+/// Kafka's answers to the error paths of the transaction APIs and to the broker-side
+/// partition check, asked of whichever process hosts the coordinator.
+async fn error_paths_match_kafka(mode: Mode) {
+    let cluster =
+        Cluster::start(ClusterSpec::new(mode, &["t:2"]).set("transaction.max.timeout.ms=100000"));
+    let mut pool = Pool::new("wire-conformance", Duration::from_secs(10));
+    let at = coordinator_of(&cluster, "x").await;
+    let (pid, epoch) = init_ok(&mut pool, at, "x", 10_000).await;
+
+    // Empty id -> INVALID_REQUEST; timeout above the max -> INVALID_TRANSACTION_TIMEOUT.
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &init(Some(""), 1000), 1).await,
+    );
+    assert_eq!(r.error_code, INVALID_REQUEST, "{mode:?}");
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &init(Some("x"), 100_001), 4).await,
+    );
+    assert_eq!(r.error_code, INVALID_TRANSACTION_TIMEOUT, "{mode:?}");
+    // EndTxn with nothing open: INVALID_TXN_STATE.
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &end("x", pid, epoch, true), 1).await,
+    );
+    assert_eq!(r.error_code, INVALID_TXN_STATE, "{mode:?}");
+    // Wrong epoch on AddPartitionsToTxn v0 (PRODUCER_FENCED mapped for old versions).
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &add("x", pid, epoch + 1, &[("t", 0)]), 0)
+            .await,
+    );
+    assert_eq!(
+        errors(&r),
+        [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
+        "{mode:?}"
+    );
+    // Wrong producer id: INVALID_PRODUCER_ID_MAPPING.
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &add("x", pid + 12345, epoch, &[("t", 0)]), 3)
+            .await,
+    );
+    assert_eq!(
+        errors(&r),
+        [("t".into(), 0, INVALID_PRODUCER_ID_MAPPING)],
+        "{mode:?}"
+    );
+    // A topic no broker has, and a partition beyond a topic's count: UNKNOWN_TOPIC_OR_PARTITION
+    // for them, OPERATION_NOT_ATTEMPTED for the rest of the transaction; nothing is added.
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(
+            at,
+            &add("x", pid, epoch, &[("t", 0), ("nope", 0), ("t", 7)]),
+            3,
+        )
+        .await,
+    );
+    assert_eq!(
+        errors(&r),
+        [
+            ("nope".into(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+            ("t".into(), 0, OPERATION_NOT_ATTEMPTED),
+            ("t".into(), 7, UNKNOWN_TOPIC_OR_PARTITION),
+        ],
+        "{mode:?}"
+    );
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &end("x", pid, epoch, false), 1).await,
+    );
+    assert_eq!(
+        r.error_code, INVALID_TXN_STATE,
+        "{mode:?}: the refused add opened nothing"
+    );
+    // Unknown id: DescribeTransactions says TRANSACTIONAL_ID_NOT_FOUND.
+    let describe = km::DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![km::TransactionalId(s("never"))]);
+    let r = must(mode, &cluster, pool.call(at, &describe, 0).await);
+    assert_eq!(
+        r.transaction_states[0].error_code, TRANSACTIONAL_ID_NOT_FOUND,
+        "{mode:?}"
+    );
+    // A second InitProducerId bumps the epoch; the old epoch is fenced: PRODUCER_FENCED from
+    // v2 on, INVALID_PRODUCER_EPOCH below.
+    let (pid2, epoch2) = init_ok(&mut pool, at, "x", 10_000).await;
+    assert_eq!((pid2, epoch2), (pid, epoch + 1), "{mode:?}");
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &add("x", pid, epoch, &[("t", 0)]), 3).await,
+    );
+    assert_eq!(errors(&r), [("t".into(), 0, PRODUCER_FENCED)], "{mode:?}");
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &add("x", pid, epoch, &[("t", 0)]), 1).await,
+    );
+    assert_eq!(
+        errors(&r),
+        [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
+        "{mode:?}"
+    );
+    // EndTxn v5 (TV2) on an open transaction returns the next producer id and epoch.
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &add("x", pid2, epoch2, &[("t", 0)]), 3).await,
+    );
+    assert_eq!(errors(&r), [("t".into(), 0, NONE)], "{mode:?}");
+    let r = must(
+        mode,
+        &cluster,
+        pool.call(at, &end("x", pid2, epoch2, false), 5).await,
+    );
+    assert_eq!(r.error_code, NONE, "{mode:?}");
+    assert_eq!(
+        (r.producer_id.0, r.producer_epoch),
+        (pid2, epoch2 + 1),
+        "{mode:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_daemon_answers_as_kafka() {
+    error_paths_match_kafka(Mode::Standalone).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_coordinator_answers_as_kafka() {
+    error_paths_match_kafka(Mode::Embedded).await;
+}
