@@ -121,7 +121,9 @@ impl ErrorCode {
     /// The code a client gets when an append failed with `err`.
     ///
     /// `Fenced`/`NotClaimed` (another coordinator owns the partition) and `Poisoned`/`Closed`
-    /// (the log accepts nothing more: Kafka's KAFKA_STORAGE_ERROR) give NOT_COORDINATOR; an
+    /// (the log accepts nothing more: Kafka's KAFKA_STORAGE_ERROR) give NOT_COORDINATOR, and so
+    /// does `Unavailable` (a replicated store without quorum: the outcome is unknown, so the
+    /// partition is given up and loaded again); an
     /// I/O error is Kafka's "could not replicate" class (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS)
     /// and gives COORDINATOR_NOT_AVAILABLE; `Corrupt`/`InvalidArgument` are Kafka's
     /// MESSAGE_TOO_LARGE class and give UNKNOWN_SERVER_ERROR.
@@ -132,6 +134,7 @@ impl ErrorCode {
                 Self::KAFKA_STORAGE_ERROR.translate_append_error()
             }
             LogError::Io(_) => Self::REQUEST_TIMED_OUT.translate_append_error(),
+            LogError::Unavailable { .. } => Self::NOT_COORDINATOR,
             _ => Self::MESSAGE_TOO_LARGE.translate_append_error(),
         }
     }
@@ -144,6 +147,7 @@ impl ErrorCode {
                 | LogError::NotClaimed { .. }
                 | LogError::Poisoned { .. }
                 | LogError::Closed
+                | LogError::Unavailable { .. }
         )
     }
 

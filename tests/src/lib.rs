@@ -2,5 +2,6 @@
 //! broker.
 #![forbid(unsafe_code)]
 
+pub mod etcd;
 pub mod fault;
 pub mod refbroker;

@@ -52,6 +52,14 @@ pub enum LogError {
     /// The log was closed.
     #[error("transaction log is closed")]
     Closed,
+    /// The store did not answer (unreachable, no quorum, timed out): a write may or may not
+    /// have been applied. Retriable; the owner of the partition must load it again before it
+    /// trusts its own state.
+    #[error("transaction log unavailable: {reason}")]
+    Unavailable {
+        /// What failed, naming the store's endpoints.
+        reason: String,
+    },
     /// The caller passed an argument the log cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

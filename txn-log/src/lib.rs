@@ -17,6 +17,9 @@
 //! - `sled_log` (feature `sled`, default): `SledTxnLog::open(SledConfig::new(dir))` or
 //!   `SledTxnLog::open_path(dir)`; group commit, fsync before acknowledging, poisoning.
 //!   Not usable under loom.
+//! - `etcd_log` (feature `etcd`): `EtcdTxnLog::connect(EtcdConfig::new(endpoints))`; the log in
+//!   etcd for several coordinators: fenced appends (one etcd transaction each, group commit),
+//!   snapshot loads, producer-id blocks unique across coordinators.
 //! - [`codec`]: the on-disk keys and envelope (docs/txn-log-format.md); the only bincode user.
 //! - `suite` (feature `testing`): the conformance suite for any `TxnLog`; no stability promise.
 //!   `SledTxnLog::fail_next_sync` (fsync fault injection) is also behind `testing`.
@@ -27,6 +30,8 @@
 
 pub mod codec;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd_log;
 mod ids;
 mod log;
 pub mod mem;
@@ -39,6 +44,8 @@ pub mod suite;
 pub mod sync;
 
 pub use error::LogError;
+#[cfg(feature = "etcd")]
+pub use etcd_log::{EtcdConfig, EtcdTxnLog};
 pub use ids::{
     CoordinatorEpoch, InvalidTransactionalId, LogPartition, ProducerEpoch, ProducerId,
     TopicPartition, TransactionalId, java_string_hash, kafka_partition_for,

@@ -44,7 +44,8 @@ pub struct Proc {
     starts: u32,
 }
 
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+/// Sends `sig` (a name such as `STOP`) to process `pid` with the `kill` command.
+pub(crate) fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
