@@ -62,9 +62,10 @@ enum Command {
     },
     /// Decode the sled transaction log offline (stop the daemon first).
     DumpLog {
-        /// The daemon's data directory.
+        /// The daemon's data directory (the sled log; not needed with
+        /// `--set txn.log.backend=etcd`).
         #[arg(long = "data-dir")]
-        data_dir: PathBuf,
+        data_dir: Option<PathBuf>,
         /// Read transaction.state.log.num.partitions from this TOML file.
         #[arg(long = "config")]
         config: Option<PathBuf>,
@@ -233,19 +234,26 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
             json,
         } => {
             let s = settings(config.as_ref(), &set).map_err(|e| (2, e))?;
-            // The count the log was written with, unless given explicitly.
-            let explicit = config.is_some()
-                || set
-                    .iter()
-                    .any(|kv| kv.contains("transaction.state.log.num.partitions"));
-            let recorded = server::recorded_partition_count(&data_dir).map_err(fail)?;
-            let partitions = match recorded {
-                Some(n) if !explicit => n,
-                _ => s.engine.transaction_state_log_num_partitions,
+            let out = if s.txn_log_backend == server::LogBackend::Etcd {
+                admin::dump_etcd(&s, fmt_of(json)).await.map_err(fail)?
+            } else {
+                let Some(data_dir) = data_dir else {
+                    return Err((2, "dump-log needs --data-dir (the sled log)".to_owned()));
+                };
+                // The count the log was written with, unless given explicitly.
+                let explicit = config.is_some()
+                    || set
+                        .iter()
+                        .any(|kv| kv.contains("transaction.state.log.num.partitions"));
+                let recorded = server::recorded_partition_count(&data_dir).map_err(fail)?;
+                let partitions = match recorded {
+                    Some(n) if !explicit => n,
+                    _ => s.engine.transaction_state_log_num_partitions,
+                };
+                admin::dump_log(&data_dir, partitions, fmt_of(json))
+                    .await
+                    .map_err(fail)?
             };
-            let out = admin::dump_log(&data_dir, partitions, fmt_of(json))
-                .await
-                .map_err(fail)?;
             print!("{out}");
             Ok(())
         }

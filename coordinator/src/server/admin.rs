@@ -366,6 +366,43 @@ pub async fn dump_log(dir: &Path, partitions: u32, format: Format) -> anyhow::Re
     let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(d)))
         .await?
         .with_context(|| format!("opening {} (is the daemon still running?)", dir.display()))?;
+    let log = std::sync::Arc::new(log);
+    let out = dump_partitions(log.as_ref(), partitions, format).await;
+    let l2 = log.clone();
+    tokio::task::spawn_blocking(move || l2.shutdown()).await?;
+    out
+}
+
+/// Reads the log in etcd (`etcd.endpoints`, `etcd.key.prefix`; the daemons may run) and
+/// renders every live record of partitions `0..transaction.state.log.num.partitions`.
+#[cfg(feature = "etcd")]
+pub async fn dump_etcd(settings: &super::Settings, format: Format) -> anyhow::Result<String> {
+    let config = txn_log::EtcdConfig {
+        prefix: settings.etcd_key_prefix.clone(),
+        ..txn_log::EtcdConfig::new(settings.etcd_endpoints.clone())
+    };
+    let log = txn_log::EtcdTxnLog::connect(config).await?;
+    dump_partitions(
+        &log,
+        settings.engine.transaction_state_log_num_partitions,
+        format,
+    )
+    .await
+}
+
+/// Without the `etcd` feature there is no log in etcd to read.
+#[cfg(not(feature = "etcd"))]
+pub async fn dump_etcd(_settings: &super::Settings, _format: Format) -> anyhow::Result<String> {
+    anyhow::bail!("this txn-coordinator was built without the `etcd` feature")
+}
+
+/// Renders every live record of partitions `0..partitions` of `log` (any backend: the sled
+/// log offline, or the log in etcd while the daemons run).
+pub async fn dump_partitions(
+    log: &dyn TxnLog,
+    partitions: u32,
+    format: Format,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     let mut json = Vec::new();
     for p in 0..partitions {
@@ -414,8 +451,6 @@ pub async fn dump_log(dir: &Path, partitions: u32, format: Format) -> anyhow::Re
             }
         }
     }
-    let l2 = std::sync::Arc::new(log);
-    tokio::task::spawn_blocking(move || l2.shutdown()).await?;
     Ok(match format {
         Format::Table => out,
         Format::Json => format!("[{}]\n", json.join(",")),

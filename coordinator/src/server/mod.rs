@@ -2,6 +2,7 @@
 //! its configuration, the metrics endpoint and the admin commands.
 
 pub mod admin;
+mod backend;
 mod brokers;
 mod conn;
 mod http;
@@ -19,10 +20,9 @@ use markers::writer::{
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
-use txn_log::{SledTxnLog, SyncMode, TxnLog};
 
 pub use brokers::{BrokerError, Brokers};
-pub use settings::{KEYS, Settings, SettingsError};
+pub use settings::{KEYS, LogBackend, Settings, SettingsError};
 
 use crate::shell::{Coordinator, CoordinatorOptions, Metrics, SystemClock, WriterSink};
 
@@ -176,26 +176,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
     };
 
-    check_partition_count(
-        &opts.data_dir,
-        settings.engine.transaction_state_log_num_partitions,
-    )?;
-    let sled_config = settings.sled_config(&opts.data_dir);
-    if sled_config.sync_mode == SyncMode::OsBuffered {
-        tracing::warn!(
-            "txn.log.sync=os-buffered: acknowledged transactions are NOT durable against a power loss or kernel crash"
-        );
-    }
-    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(sled_config))
-        .await
-        .context("opening the transaction log")?
-        .with_context(|| {
-            format!(
-                "cannot open the transaction log in {}",
-                opts.data_dir.display()
-            )
-        })?;
-    let log = Arc::new(log);
+    let log = backend::DaemonLog::open(&settings, &opts.data_dir).await?;
 
     let metrics = Metrics::new();
     let timeout = Duration::from_millis(settings.request_timeout_ms);
@@ -225,7 +206,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     ));
     let coordinator = Coordinator::start(CoordinatorOptions {
         config: settings.engine.clone(),
-        log: log.clone() as Arc<dyn TxnLog>,
+        log: log.as_txn_log(),
         clock: Arc::new(SystemClock::new()),
         markers: sink,
         marker_completions: done_rx,
@@ -247,7 +228,9 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         let (c, log2, reg) = (coordinator.clone(), log.clone(), registry.clone());
         let refresh = move || {
             c.refresh_marker_gauges();
-            let s = log2.stats();
+            let Some(s) = log2.group_commit_stats() else {
+                return;
+            };
             let m = c.metrics();
             m.group_commit_batches
                 .set(i64::try_from(s.batches).unwrap_or(i64::MAX));
@@ -271,6 +254,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     // Connections are accepted while the partitions load (requests then get
     // COORDINATOR_LOAD_IN_PROGRESS); the ready line is printed once every partition is loaded.
+    backend::spawn_keeper(coordinator.clone());
     let c2 = coordinator.clone();
     let loading = async move { c2.load_all_partitions().await };
     tokio::pin!(loading);
@@ -340,11 +324,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         conns.abort_all();
     }
     coordinator.shutdown().await;
-    let log2 = log.clone();
-    tokio::task::spawn_blocking(move || log2.shutdown())
-        .await
-        .context("closing the transaction log")?;
-    tracing::info!("transaction log flushed and closed");
+    log.close().await?;
     outcome
 }
 
@@ -374,7 +354,7 @@ pub fn recorded_partition_count(data_dir: &Path) -> anyhow::Result<Option<u32>> 
 
 /// Refuses a `transaction.state.log.num.partitions` other than the one the log was written
 /// with (Kafka refuses to load in that case too); records it on first start.
-fn check_partition_count(data_dir: &Path, n: u32) -> anyhow::Result<()> {
+pub(crate) fn check_partition_count(data_dir: &Path, n: u32) -> anyhow::Result<()> {
     match recorded_partition_count(data_dir)? {
         Some(stored) if stored != n => Err(anyhow::Error::new(SettingsError::Invalid(format!(
             "transaction.state.log.num.partitions is {n}, but the log in {} was written with {stored}; \

@@ -33,6 +33,33 @@ pub struct Settings {
     /// `txn.log.cache.bytes` (default 67108864): bytes of sled's page cache
     /// ([`SledConfig::cache_capacity`]).
     pub txn_log_cache_bytes: u64,
+    /// `txn.log.backend` (default `sled`): where the transaction log lives.
+    pub txn_log_backend: LogBackend,
+    /// `etcd.endpoints`: client URLs of the etcd members (`http://host:port`), for
+    /// `txn.log.backend=etcd`.
+    pub etcd_endpoints: Vec<String>,
+    /// `etcd.key.prefix` (default `/txn-coordinator`): prefix of every key in etcd.
+    pub etcd_key_prefix: String,
+}
+
+/// Where the transaction log lives (`txn.log.backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogBackend {
+    /// sled in the data directory: the embedded single-node default.
+    #[default]
+    Sled,
+    /// etcd (`etcd.endpoints`): the log replicated by etcd, shareable by several daemons.
+    Etcd,
+}
+
+impl LogBackend {
+    /// The key's value for this backend.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sled => "sled",
+            Self::Etcd => "etcd",
+        }
+    }
 }
 
 impl Default for Settings {
@@ -46,6 +73,9 @@ impl Default for Settings {
             connections_max_idle_ms: 600_000,
             txn_log_sync: SyncMode::Fsync,
             txn_log_cache_bytes: SledConfig::DEFAULT_CACHE_BYTES,
+            txn_log_backend: LogBackend::Sled,
+            etcd_endpoints: Vec::new(),
+            etcd_key_prefix: "/txn-coordinator".into(),
         }
     }
 }
@@ -155,6 +185,21 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "67108864",
         "bytes of the transaction log's page cache (sled cache_capacity)",
     ),
+    (
+        "txn.log.backend",
+        "sled",
+        "where the transaction log lives: sled (the data directory, one node) or etcd (etcd.endpoints)",
+    ),
+    (
+        "etcd.endpoints",
+        "",
+        "client URLs of the etcd members for txn.log.backend=etcd (http://host:port,...)",
+    ),
+    (
+        "etcd.key.prefix",
+        "/txn-coordinator",
+        "prefix of every key the coordinators write in etcd",
+    ),
 ];
 
 fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
@@ -236,6 +281,34 @@ impl Settings {
                 }
                 self.txn_log_cache_bytes = n;
             }
+            "txn.log.backend" => {
+                self.txn_log_backend = match value.trim() {
+                    "sled" => LogBackend::Sled,
+                    "etcd" => LogBackend::Etcd,
+                    _ => return Err(bad(key, value, "must be sled or etcd")),
+                };
+            }
+            "etcd.endpoints" => {
+                let mut endpoints = Vec::new();
+                for e in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                    let hostport = e
+                        .strip_prefix("http://")
+                        .ok_or_else(|| bad(key, value, format!("`{e}` is not http://host:port")))?;
+                    match hostport.rsplit_once(':') {
+                        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {}
+                        _ => return Err(bad(key, value, format!("`{e}` is not http://host:port"))),
+                    }
+                    endpoints.push(e.to_owned());
+                }
+                self.etcd_endpoints = endpoints;
+            }
+            "etcd.key.prefix" => {
+                let p = value.trim();
+                if !p.starts_with('/') || p.len() < 2 || p.ends_with('/') {
+                    return Err(bad(key, value, "must start with / and not end with /"));
+                }
+                self.etcd_key_prefix = p.to_owned();
+            }
             other => return Err(SettingsError::UnknownKey(other.to_owned())),
         }
         Ok(())
@@ -280,6 +353,11 @@ impl Settings {
                 "must be at least 64",
             ));
         }
+        if self.txn_log_backend == LogBackend::Etcd && self.etcd_endpoints.is_empty() {
+            return Err(SettingsError::Invalid(
+                "txn.log.backend=etcd needs etcd.endpoints (http://host:port,...)".into(),
+            ));
+        }
         Ok(Self { engine, ..self })
     }
 
@@ -312,6 +390,9 @@ impl Settings {
                     "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
                     "txn.log.sync" => sync_mode_name(self.txn_log_sync).to_owned(),
                     "txn.log.cache.bytes" => self.txn_log_cache_bytes.to_string(),
+                    "txn.log.backend" => self.txn_log_backend.name().to_owned(),
+                    "etcd.endpoints" => self.etcd_endpoints.join(","),
+                    "etcd.key.prefix" => self.etcd_key_prefix.clone(),
                     _ => String::new(),
                 };
                 (*k, v)

@@ -391,6 +391,11 @@ impl Driver {
                         ),
                     }
                     self.shared.markers.cancel_log_partition(partition);
+                    let _ = self.shared.unloads.send(super::PartitionUnloaded {
+                        partition,
+                        coordinator_epoch,
+                        reason,
+                    });
                     if self.loaded_gauge {
                         self.loaded_gauge = false;
                         self.shared.metrics.partitions_loaded.dec();

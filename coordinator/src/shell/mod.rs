@@ -111,6 +111,18 @@ pub(crate) struct Shared {
     metrics: Metrics,
     drivers: Mutex<BTreeMap<LogPartition, mpsc::UnboundedSender<Msg>>>,
     poisoned: tokio::sync::watch::Sender<Option<String>>,
+    unloads: tokio::sync::broadcast::Sender<PartitionUnloaded>,
+}
+
+/// A log partition this coordinator stopped serving (see [`Coordinator::subscribe_unloads`]).
+#[derive(Debug, Clone)]
+pub struct PartitionUnloaded {
+    /// The partition.
+    pub partition: LogPartition,
+    /// The coordinator epoch it was loaded with, if it was loaded.
+    pub coordinator_epoch: Option<CoordinatorEpoch>,
+    /// Why.
+    pub reason: crate::UnloadReason,
 }
 
 impl Shared {
@@ -229,6 +241,7 @@ impl Coordinator {
             metrics,
             drivers: Mutex::new(BTreeMap::new()),
             poisoned: tokio::sync::watch::Sender::new(None),
+            unloads: tokio::sync::broadcast::Sender::new(1024),
         });
         // Route marker completions to the driver of their partition.
         let router = Arc::downgrade(&shared);
@@ -250,6 +263,13 @@ impl Coordinator {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// Every later unload of a log partition: asked for ([`Coordinator::unload_partition`]), or
+    /// forced (fenced by a newer coordinator, the log unavailable, markers fenced). An owner
+    /// that should keep the partition loads it again with a new epoch.
+    pub fn subscribe_unloads(&self) -> tokio::sync::broadcast::Receiver<PartitionUnloaded> {
+        self.shared.unloads.subscribe()
     }
 
     /// The metrics this coordinator updates.

@@ -1,0 +1,166 @@
+//! The daemon's transaction log (`txn.log.backend`): sled in the data directory, or etcd; and
+//! the keeper that loads again a partition given up because the log was unavailable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use txn_log::{GroupCommitStats, LogError, SledTxnLog, SyncMode, TxnLog};
+
+use super::settings::{LogBackend, Settings};
+use crate::UnloadReason;
+use crate::shell::Coordinator;
+
+/// The opened log of one backend.
+#[derive(Debug, Clone)]
+pub(crate) enum DaemonLog {
+    /// `txn.log.backend=sled`.
+    Sled(Arc<SledTxnLog>),
+    /// `txn.log.backend=etcd`.
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<txn_log::EtcdTxnLog>),
+}
+
+impl DaemonLog {
+    /// Opens the backend `settings` name. etcd is retried with backoff until it answers,
+    /// each failure logged with the endpoints.
+    pub(crate) async fn open(
+        settings: &Settings,
+        data_dir: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        match settings.txn_log_backend {
+            LogBackend::Sled => {
+                super::check_partition_count(
+                    data_dir,
+                    settings.engine.transaction_state_log_num_partitions,
+                )?;
+                let sled_config = settings.sled_config(data_dir);
+                if sled_config.sync_mode == SyncMode::OsBuffered {
+                    tracing::warn!(
+                        "txn.log.sync=os-buffered: acknowledged transactions are NOT durable against a power loss or kernel crash"
+                    );
+                }
+                let log = tokio::task::spawn_blocking(move || SledTxnLog::open(sled_config))
+                    .await
+                    .context("opening the transaction log")?
+                    .with_context(|| {
+                        format!("cannot open the transaction log in {}", data_dir.display())
+                    })?;
+                Ok(Self::Sled(Arc::new(log)))
+            }
+            #[cfg(feature = "etcd")]
+            LogBackend::Etcd => {
+                let config = txn_log::EtcdConfig {
+                    prefix: settings.etcd_key_prefix.clone(),
+                    request_timeout: Duration::from_millis(settings.request_timeout_ms)
+                        .min(Duration::from_secs(5)),
+                    ..txn_log::EtcdConfig::new(settings.etcd_endpoints.clone())
+                };
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    match txn_log::EtcdTxnLog::connect(config.clone()).await {
+                        Ok(log) => {
+                            tracing::info!(endpoints = %config.endpoints.join(","), prefix = %config.prefix, "transaction log in etcd");
+                            return Ok(Self::Etcd(Arc::new(log)));
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "etcd unreachable; retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
+            }
+            #[cfg(not(feature = "etcd"))]
+            LogBackend::Etcd => anyhow::bail!(
+                "txn.log.backend=etcd: this txn-coordinator was built without the `etcd` feature"
+            ),
+        }
+    }
+
+    /// The log as the coordinator takes it.
+    pub(crate) fn as_txn_log(&self) -> Arc<dyn TxnLog> {
+        match self {
+            Self::Sled(l) => l.clone(),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(l) => l.clone(),
+        }
+    }
+
+    /// sled's group-commit counters (none for etcd).
+    pub(crate) fn group_commit_stats(&self) -> Option<GroupCommitStats> {
+        match self {
+            Self::Sled(l) => Some(l.stats()),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(_) => None,
+        }
+    }
+
+    /// Flushes and closes sled (etcd needs nothing).
+    pub(crate) async fn close(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Sled(l) => {
+                let l = l.clone();
+                tokio::task::spawn_blocking(move || l.shutdown())
+                    .await
+                    .context("closing the transaction log")?;
+                tracing::info!("transaction log flushed and closed");
+            }
+            #[cfg(feature = "etcd")]
+            Self::Etcd(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// Loads again, with a new coordinator epoch, every partition given up because the log was
+/// unavailable (etcd without quorum or unreachable: the outcome of a write was unknown, so the
+/// state is read back from the log), with backoff while the log stays unavailable. A
+/// partition given up because another coordinator fenced it is left to that coordinator.
+pub(crate) fn spawn_keeper(coordinator: Coordinator) {
+    let mut unloads = coordinator.subscribe_unloads();
+    tokio::spawn(async move {
+        loop {
+            let unloaded = match unloads.recv().await {
+                Ok(u) => u,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "partition keeper lagged behind unloads");
+                    continue;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            if !matches!(
+                unloaded.reason,
+                UnloadReason::LogFailed(LogError::Unavailable { .. })
+            ) {
+                continue;
+            }
+            let c = coordinator.clone();
+            tokio::spawn(async move {
+                let p = unloaded.partition;
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    tokio::time::sleep(backoff).await;
+                    match c.load_partition_next_epoch(p).await {
+                        Ok(epoch) => {
+                            tracing::info!(
+                                partition = p.0,
+                                coordinator_epoch = epoch.0,
+                                "log partition loaded again after the log was unavailable"
+                            );
+                            return;
+                        }
+                        Err(e) if e.is_fenced() => {
+                            tracing::warn!(partition = p.0, error = %e, "log partition owned by another coordinator; not loading it");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(partition = p.0, error = %e, retry_in_ms = backoff.as_millis() as u64, "loading the log partition again failed; retrying");
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
+            });
+        }
+    });
+}

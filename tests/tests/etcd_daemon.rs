@@ -1,0 +1,200 @@
+//! The daemon on the etcd backend (`--set txn.log.backend=etcd`): the transaction state lives
+//! in a 3-member etcd cluster, so a second daemon (another node id, another data directory)
+//! started after the first one was SIGKILLed continues its transactions: an open transaction
+//! commits through it with the producer's epoch, a decided one keeps its decision, and the
+//! producer ids it hands out do not collide with the first daemon's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+};
+use kafka_protocol::protocol::StrBytes;
+use txn_tests::etcd::EtcdCluster;
+use txn_tests::fault::client::Pool;
+use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+
+const STARTUP: Duration = Duration::from_secs(60);
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn daemon(node: i32, broker: u16, endpoints: &str, dir: &std::path::Path) -> Proc {
+    let port = free_port().expect("port");
+    Proc::start(
+        Spec {
+            name: format!("daemon-{node}"),
+            bin: std::env::var_os("TXN_COORDINATOR_BIN")
+                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+            args: [
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--node-id",
+                &node.to_string(),
+                "--data-dir",
+                &dir.join(format!("daemon-{node}")).to_string_lossy(),
+                "--bootstrap-servers",
+                &format!("127.0.0.1:{broker}"),
+                "--set",
+                "txn.log.backend=etcd",
+                "--set",
+                &format!("etcd.endpoints={endpoints}"),
+                "--set",
+                "transaction.state.log.num.partitions=8",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ready_prefix: "txn-coordinator listening on ".into(),
+            log_file: Some(dir.join(format!("daemon-{node}.log"))),
+            env: vec![("RUST_LOG".into(), "info".into())],
+        },
+        STARTUP,
+    )
+    .expect("daemon starts")
+}
+
+async fn init(pool: &mut Pool, at: std::net::SocketAddr, id: &str) -> (i64, i16) {
+    for _ in 0..300 {
+        let req = km::InitProducerIdRequest::default()
+            .with_transactional_id(Some(km::TransactionalId(s(id))))
+            .with_transaction_timeout_ms(60_000);
+        match pool.call(at, &req, 4).await {
+            Ok(r) if r.error_code == 0 => return (r.producer_id.0, r.producer_epoch),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("InitProducerId({id}) did not succeed");
+}
+
+async fn add(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16), p: i32) {
+    let req = km::AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(km::ProducerId(pe.0))
+        .with_v3_and_below_producer_epoch(pe.1)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(km::TopicName(s("t")))
+                .with_partitions(vec![p]),
+        ]);
+    let r = pool.call(at, &req, 3).await.expect("AddPartitionsToTxn");
+    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    assert_eq!(code, 0, "AddPartitionsToTxn({id}, t-{p})");
+}
+
+async fn end(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16)) -> i16 {
+    let req = km::EndTxnRequest::default()
+        .with_transactional_id(km::TransactionalId(s(id)))
+        .with_producer_id(km::ProducerId(pe.0))
+        .with_producer_epoch(pe.1)
+        .with_committed(true);
+    pool.call(at, &req, 3).await.expect("EndTxn").error_code
+}
+
+/// The state and partitions DescribeTransactions reports, once it is `want` (bounded).
+async fn wait_state(pool: &mut Pool, at: std::net::SocketAddr, id: &str, want: &str) -> Vec<i32> {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let req = km::DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![km::TransactionalId(s(id))]);
+        if let Ok(r) = pool.call(at, &req, 0).await
+            && let Some(t) = r.transaction_states.first()
+        {
+            last = format!("{} (error {})", t.transaction_state, t.error_code);
+            if t.error_code == 0 && t.transaction_state.as_str() == want {
+                return t.topics.iter().flat_map(|t| t.partitions.clone()).collect();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{id} never reached {want}; last {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let broker_port = free_port().expect("port");
+    let _broker = Proc::start(
+        Spec {
+            name: "broker".into(),
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+            args: [
+                "--listen",
+                &format!("127.0.0.1:{broker_port}"),
+                "--data-dir",
+                &dir.path().join("broker").to_string_lossy(),
+                "--topics",
+                "t:2",
+                "--coordinator",
+                "127.0.0.1:1",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ready_prefix: "refbroker listening on ".into(),
+            log_file: Some(dir.path().join("broker.log")),
+            env: Vec::new(),
+        },
+        STARTUP,
+    )
+    .expect("refbroker starts");
+    let endpoints = etcd.endpoints_arg();
+    let mut pool = Pool::new("etcd-daemon-test", Duration::from_secs(10));
+
+    let mut first = daemon(1, broker_port, &endpoints, dir.path());
+    let a = first.addr().expect("first daemon's address");
+    let app = init(&mut pool, a, "app").await;
+    add(&mut pool, a, "app", app, 0).await;
+    assert_eq!(end(&mut pool, a, "app", app).await, 0);
+    wait_state(&mut pool, a, "app", "CompleteCommit").await;
+    add(&mut pool, a, "app", app, 1).await;
+    wait_state(&mut pool, a, "app", "Ongoing").await;
+    first.kill();
+
+    let second = daemon(2, broker_port, &endpoints, dir.path());
+    let b = second.addr().expect("second daemon's address");
+    let parts = wait_state(&mut pool, b, "app", "Ongoing").await;
+    assert_eq!(
+        parts,
+        vec![1],
+        "the open transaction and its partition, read from etcd"
+    );
+    assert_eq!(
+        end(&mut pool, b, "app", app).await,
+        0,
+        "the producer's epoch is still valid"
+    );
+    wait_state(&mut pool, b, "app", "CompleteCommit").await;
+    let other = init(&mut pool, b, "other").await;
+    assert_ne!(
+        other.0, app.0,
+        "producer id blocks are unique across daemons"
+    );
+    let again = init(&mut pool, b, "app").await;
+    assert_eq!(
+        again,
+        (app.0, app.1 + 1),
+        "the epoch continues from the first daemon's"
+    );
+
+    // dump-log reads the same log from etcd while the daemon runs.
+    let out = std::process::Command::new(
+        std::env::var_os("TXN_COORDINATOR_BIN")
+            .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+    )
+    .args(["dump-log", "--json", "--set", "txn.log.backend=etcd"])
+    .args(["--set", &format!("etcd.endpoints={endpoints}")])
+    .args(["--set", "transaction.state.log.num.partitions=8"])
+    .output()
+    .expect("dump-log runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("\"transactionalId\":\"app\""), "{text}");
+    assert!(text.contains("\"transactionalId\":\"other\""), "{text}");
+}
