@@ -270,6 +270,21 @@ async fn metadata(ctx: &Context, version: i16, r: &km::MetadataRequest) -> km::M
             m
         }
     };
+    #[cfg(feature = "etcd")]
+    if let Some(m) = &ctx.membership {
+        for member in m.members() {
+            if member.node_id != ctx.node_id
+                && !resp.brokers.iter().any(|b| b.node_id.0 == member.node_id)
+            {
+                resp.brokers.push(
+                    km::metadata_response::MetadataResponseBroker::default()
+                        .with_node_id(km::BrokerId(member.node_id))
+                        .with_host(s(&member.host))
+                        .with_port(i32::from(member.port)),
+                );
+            }
+        }
+    }
     if !resp.brokers.iter().any(|b| b.node_id.0 == ctx.node_id) {
         resp.brokers.push(this_broker(ctx));
     } else if !resp.brokers.iter().any(|b| {
@@ -289,6 +304,30 @@ async fn metadata(ctx: &Context, version: i16, r: &km::MetadataRequest) -> km::M
 }
 
 /// FindCoordinator: TRANSACTION keys -> this node; GROUP keys -> the brokers' answer.
+/// FindCoordinator(TRANSACTION): this node, or with several daemons on etcd the owner of the
+/// id's log partition (COORDINATOR_NOT_AVAILABLE while no live member owns it).
+fn transaction_coordinator(ctx: &Context, key: &str) -> (ErrorCode, i32, String, i32) {
+    let me = (
+        ErrorCode::NONE,
+        ctx.node_id,
+        ctx.advertised_host.clone(),
+        i32::from(ctx.advertised_port),
+    );
+    #[cfg(feature = "etcd")]
+    if let Some(m) = &ctx.membership {
+        let Ok(id) = txn_log::TransactionalId::new(key) else {
+            return me;
+        };
+        let partition = ctx.coordinator.config().partition_for(&id);
+        return match m.owner(partition) {
+            Some(o) => (ErrorCode::NONE, o.node_id, o.host, i32::from(o.port)),
+            None => (ErrorCode::COORDINATOR_NOT_AVAILABLE, -1, String::new(), -1),
+        };
+    }
+    let _ = key;
+    me
+}
+
 async fn find_coordinator(
     ctx: &Context,
     version: i16,
@@ -302,12 +341,7 @@ async fn find_coordinator(
     let mut answers = Vec::with_capacity(keys.len());
     for key in &keys {
         let a = match r.key_type {
-            1 => (
-                ErrorCode::NONE,
-                ctx.node_id,
-                ctx.advertised_host.clone(),
-                i32::from(ctx.advertised_port),
-            ),
+            1 => transaction_coordinator(ctx, key),
             0 => match ctx.brokers.find_group_coordinator(key).await {
                 Ok(x) => x,
                 Err(e) => {

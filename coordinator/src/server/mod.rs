@@ -6,6 +6,8 @@ mod backend;
 mod brokers;
 mod conn;
 mod http;
+#[cfg(feature = "etcd")]
+mod membership;
 pub mod protocol;
 pub mod settings;
 
@@ -62,6 +64,24 @@ pub(crate) struct Context {
     pub(crate) advertised_port: u16,
     pub(crate) settings: Settings,
     pub(crate) metrics: Metrics,
+    /// The other daemons on the log in etcd and who owns which log partition (`None`: this
+    /// daemon owns every partition).
+    #[cfg(feature = "etcd")]
+    pub(crate) membership: Option<Arc<membership::Membership>>,
+}
+
+impl Context {
+    /// Whether this daemon shares the log partitions with other daemons (etcd membership).
+    pub(crate) fn is_member(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        {
+            self.membership.is_some()
+        }
+        #[cfg(not(feature = "etcd"))]
+        {
+            false
+        }
+    }
 }
 
 /// What the daemon does with one request frame (the message after its length prefix).
@@ -115,6 +135,8 @@ impl Dispatcher {
                 advertised_port,
                 settings,
                 metrics,
+                #[cfg(feature = "etcd")]
+                membership: None,
             },
         }
     }
@@ -242,6 +264,24 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         tokio::spawn(http::serve_metrics(l, reg, refresh, shutdown_rx.clone()));
     }
 
+    #[cfg(feature = "etcd")]
+    let membership = match settings.txn_log_backend {
+        LogBackend::Etcd => Some(
+            membership::start(
+                settings.etcd_endpoints.clone(),
+                settings.etcd_key_prefix.clone(),
+                Duration::from_millis(settings.etcd_lease_ttl_ms),
+                membership::Member {
+                    node_id: opts.node_id,
+                    host: advertised_host.clone(),
+                    port: advertised_port,
+                },
+                coordinator.clone(),
+            )
+            .await?,
+        ),
+        LogBackend::Sled => None,
+    };
     let ctx = Arc::new(Context {
         coordinator: coordinator.clone(),
         brokers,
@@ -250,13 +290,26 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         advertised_port,
         settings: settings.clone(),
         metrics: metrics.clone(),
+        #[cfg(feature = "etcd")]
+        membership: membership.clone(),
     });
 
     // Connections are accepted while the partitions load (requests then get
     // COORDINATOR_LOAD_IN_PROGRESS); the ready line is printed once every partition is loaded.
-    backend::spawn_keeper(coordinator.clone());
+    // With several daemons on etcd, the membership loads what this daemon owns; alone, it
+    // loads every partition (and the keeper loads again one lost to an unavailable log).
     let c2 = coordinator.clone();
-    let loading = async move { c2.load_all_partitions().await };
+    let owns_all = !ctx.is_member();
+    if owns_all {
+        backend::spawn_keeper(coordinator.clone());
+    }
+    let loading = async move {
+        if owns_all {
+            c2.load_all_partitions().await
+        } else {
+            Ok(())
+        }
+    };
     tokio::pin!(loading);
     let mut loaded = false;
     tracing::info!(%bound, advertised = %format!("{}:{}", ctx.advertised_host, ctx.advertised_port), "accepting connections; loading the transaction log");

@@ -40,6 +40,9 @@ pub struct Settings {
     pub etcd_endpoints: Vec<String>,
     /// `etcd.key.prefix` (default `/txn-coordinator`): prefix of every key in etcd.
     pub etcd_key_prefix: String,
+    /// `etcd.lease.ttl.ms` (default 3000): the membership lease; a daemon whose keep-alives
+    /// stop is replaced by the others after about this long.
+    pub etcd_lease_ttl_ms: u64,
 }
 
 /// Where the transaction log lives (`txn.log.backend`).
@@ -76,6 +79,7 @@ impl Default for Settings {
             txn_log_backend: LogBackend::Sled,
             etcd_endpoints: Vec::new(),
             etcd_key_prefix: "/txn-coordinator".into(),
+            etcd_lease_ttl_ms: 3000,
         }
     }
 }
@@ -200,6 +204,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "/txn-coordinator",
         "prefix of every key the coordinators write in etcd",
     ),
+    (
+        "etcd.lease.ttl.ms",
+        "3000",
+        "membership lease: a daemon that stops refreshing it is replaced after about this long",
+    ),
 ];
 
 fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
@@ -309,6 +318,17 @@ impl Settings {
                 }
                 self.etcd_key_prefix = p.to_owned();
             }
+            "etcd.lease.ttl.ms" => {
+                let n: u64 = int(key, value, true)?;
+                if n < 1000 {
+                    return Err(bad(
+                        key,
+                        value,
+                        "at least 1000 (etcd leases count whole seconds)",
+                    ));
+                }
+                self.etcd_lease_ttl_ms = n;
+            }
             other => return Err(SettingsError::UnknownKey(other.to_owned())),
         }
         Ok(())
@@ -393,6 +413,7 @@ impl Settings {
                     "txn.log.backend" => self.txn_log_backend.name().to_owned(),
                     "etcd.endpoints" => self.etcd_endpoints.join(","),
                     "etcd.key.prefix" => self.etcd_key_prefix.clone(),
+                    "etcd.lease.ttl.ms" => self.etcd_lease_ttl_ms.to_string(),
                     _ => String::new(),
                 };
                 (*k, v)

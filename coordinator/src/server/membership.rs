@@ -1,0 +1,331 @@
+//! Several daemons on one log in etcd: membership under a lease, the partitions spread over
+//! the live members by rendezvous hashing, and each daemon loading what it owns.
+//!
+//! - Each daemon keeps `{prefix}/members/{node id}` = `host:port` alive under a lease of
+//!   `etcd.lease.ttl.ms` (refreshed every third of it).
+//! - Every third of the TTL it reads the members and computes the owner of each log partition:
+//!   the member with the highest `score(node, partition)` (rendezvous hashing: a join or a
+//!   leave moves only the partitions the member gains or loses).
+//! - It loads (claiming the next coordinator epoch, which fences the previous owner in etcd)
+//!   the partitions it owns and unloads the others; FindCoordinator answers the owner.
+//! - When no keep-alive has been acknowledged for two thirds of the TTL (monotonic clock),
+//!   it stops serving every partition before the lease can have expired and others take
+//!   over. A daemon that was paused past its lease finds its appends fenced in etcd.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use txn_log::LogPartition;
+use txn_log::sync::Mutex;
+
+use crate::UnloadReason;
+use crate::shell::Coordinator;
+
+/// A live member: node id and advertised address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// `--node-id`.
+    pub(crate) node_id: i32,
+    /// Advertised host.
+    pub(crate) host: String,
+    /// Advertised port.
+    pub(crate) port: u16,
+}
+
+/// The membership view of this daemon.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    partitions: u32,
+    /// Live members by node id (this one included while its lease holds).
+    live: Mutex<BTreeMap<i32, Member>>,
+    /// Partitions this daemon has loaded or is loading.
+    owned: Mutex<BTreeSet<u32>>,
+}
+
+/// Rendezvous score of `node` for `partition` (splitmix64 of both).
+fn score(node: i32, partition: u32) -> u64 {
+    let mut z = (u64::from(node.cast_unsigned()) << 32 | u64::from(partition))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The owner of `partition` among `nodes`: the highest score, ties to the lower id.
+fn owner_among(nodes: impl IntoIterator<Item = i32>, partition: u32) -> Option<i32> {
+    nodes
+        .into_iter()
+        .max_by_key(|&n| (score(n, partition), std::cmp::Reverse(n)))
+}
+
+impl Membership {
+    /// The member owning `partition` in this daemon's view.
+    pub(crate) fn owner(&self, partition: LogPartition) -> Option<Member> {
+        let live = self.live.lock();
+        owner_among(live.keys().copied(), partition.0).and_then(|n| live.get(&n).cloned())
+    }
+
+    /// The live members.
+    pub(crate) fn members(&self) -> Vec<Member> {
+        self.live.lock().values().cloned().collect()
+    }
+}
+
+fn member_key(prefix: &str, node: i32) -> String {
+    format!("{prefix}/members/{node}")
+}
+
+/// Registers this daemon and runs membership and ownership until the process ends.
+pub(crate) async fn start(
+    endpoints: Vec<String>,
+    prefix: String,
+    ttl: Duration,
+    me: Member,
+    coordinator: Coordinator,
+) -> anyhow::Result<Arc<Membership>> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(ttl)
+        .with_timeout(ttl);
+    let client = Client::connect(endpoints.clone(), Some(options))
+        .await
+        .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
+    let membership = Arc::new(Membership {
+        partitions: coordinator.config().transaction_state_log_num_partitions,
+        live: Mutex::new(BTreeMap::new()),
+        owned: Mutex::new(BTreeSet::new()),
+    });
+    // A partition lost to a fence, an unavailable log or fenced markers is no longer loaded:
+    // the next round loads it again if this daemon still owns it.
+    let mut unloads = coordinator.subscribe_unloads();
+    let m = membership.clone();
+    tokio::spawn(async move {
+        while let Ok(u) = unloads.recv().await {
+            if !matches!(u.reason, UnloadReason::Requested) {
+                m.owned.lock().remove(&u.partition.0);
+            }
+        }
+    });
+    let runner = Runner {
+        client,
+        prefix,
+        ttl,
+        me,
+        coordinator,
+        membership: membership.clone(),
+    };
+    let lease = runner.register().await?;
+    tokio::spawn(runner.run(lease));
+    Ok(membership)
+}
+
+struct Runner {
+    client: Client,
+    prefix: String,
+    ttl: Duration,
+    me: Member,
+    coordinator: Coordinator,
+    membership: Arc<Membership>,
+}
+
+impl Runner {
+    /// Grants a lease and puts this member's key under it; returns the lease id.
+    async fn register(&self) -> anyhow::Result<i64> {
+        let secs = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        let lease = self
+            .client
+            .clone()
+            .lease_grant(secs, None)
+            .await
+            .context("granting the membership lease")?
+            .id();
+        self.client
+            .clone()
+            .put(
+                member_key(&self.prefix, self.me.node_id),
+                format!("{}:{}", self.me.host, self.me.port),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .context("registering this member")?;
+        tracing::info!(
+            node_id = self.me.node_id,
+            lease,
+            ttl_ms = self.ttl.as_millis() as u64,
+            "registered in etcd"
+        );
+        Ok(lease)
+    }
+
+    async fn run(self, mut lease: i64) {
+        let tick = self.ttl / 3;
+        let mut acked = Instant::now();
+        let mut registered = true;
+        loop {
+            // Keep-alive (or a new lease once the old one is gone).
+            let alive = if registered {
+                self.keep_alive(lease).await
+            } else {
+                match self.register().await {
+                    Ok(l) => {
+                        lease = l;
+                        registered = true;
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "registering in etcd failed; retrying");
+                        false
+                    }
+                }
+            };
+            if alive {
+                acked = Instant::now();
+            } else if registered && acked.elapsed() >= self.ttl {
+                registered = false;
+            }
+            // Stop serving before the lease can have expired elsewhere.
+            let valid = alive || acked.elapsed() < self.ttl - tick;
+            if valid {
+                self.refresh_members().await;
+            } else {
+                self.membership.live.lock().clear();
+            }
+            self.reconcile(valid).await;
+            tokio::time::sleep(tick).await;
+        }
+    }
+
+    /// One keep-alive round trip; false if it failed or the lease is gone.
+    async fn keep_alive(&self, lease: i64) -> bool {
+        let round = async {
+            let (mut keeper, mut stream) = self.client.clone().lease_keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            Ok::<_, etcd_client::Error>(stream.message().await?.is_some_and(|r| r.ttl() > 0))
+        };
+        match tokio::time::timeout(self.ttl / 3, round).await {
+            Ok(Ok(alive)) => alive,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "membership keep-alive failed");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("membership keep-alive timed out");
+                false
+            }
+        }
+    }
+
+    async fn refresh_members(&self) {
+        let prefix = format!("{}/members/", self.prefix);
+        let resp = self
+            .client
+            .clone()
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the members failed");
+                return;
+            }
+        };
+        let mut live = BTreeMap::new();
+        for kv in resp.kvs() {
+            let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
+                continue;
+            };
+            let Ok(node_id) = key[prefix.len()..].parse::<i32>() else {
+                continue;
+            };
+            let Some((host, port)) = value.rsplit_once(':') else {
+                continue;
+            };
+            let Ok(port) = port.parse() else {
+                continue;
+            };
+            live.insert(
+                node_id,
+                Member {
+                    node_id,
+                    host: host.to_owned(),
+                    port,
+                },
+            );
+        }
+        let mut current = self.membership.live.lock();
+        if *current != live {
+            tracing::info!(members = ?live.keys().collect::<Vec<_>>(), "members changed");
+            *current = live;
+        }
+    }
+
+    /// Loads the partitions this daemon owns and unloads the others (all of them when its
+    /// lease is not known to hold).
+    async fn reconcile(&self, valid: bool) {
+        let n = self.membership.partitions;
+        let mut load = Vec::new();
+        let mut unload = Vec::new();
+        {
+            let live = self.membership.live.lock();
+            let owned = self.membership.owned.lock();
+            for p in 0..n {
+                let mine = valid
+                    && live.contains_key(&self.me.node_id)
+                    && owner_among(live.keys().copied(), p) == Some(self.me.node_id);
+                match (mine, owned.contains(&p)) {
+                    (true, false) => load.push(p),
+                    (false, true) => unload.push(p),
+                    _ => {}
+                }
+            }
+        }
+        for p in unload {
+            self.membership.owned.lock().remove(&p);
+            self.coordinator.unload_partition(LogPartition(p)).await;
+            tracing::info!(partition = p, "log partition handed over");
+        }
+        for p in load {
+            self.membership.owned.lock().insert(p);
+            let (c, m) = (self.coordinator.clone(), self.membership.clone());
+            tokio::spawn(async move {
+                match c.load_partition_next_epoch(LogPartition(p)).await {
+                    Ok(epoch) => {
+                        tracing::info!(
+                            partition = p,
+                            coordinator_epoch = epoch.0,
+                            "log partition taken over"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = p, error = %e, "taking over the log partition failed; will retry");
+                        m.owned.lock().remove(&p);
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_moves_only_the_partitions_of_a_leaving_member() {
+        let all = [1, 2, 3];
+        let before: Vec<Option<i32>> = (0..50).map(|p| owner_among(all, p)).collect();
+        for n in all {
+            let owned = before.iter().filter(|o| **o == Some(n)).count();
+            assert!(owned >= 5, "node {n} owns {owned} of 50");
+        }
+        let after: Vec<Option<i32>> = (0..50).map(|p| owner_among([1, 3], p)).collect();
+        for (p, (b, a)) in before.iter().zip(&after).enumerate() {
+            if *b != Some(2) {
+                assert_eq!(b, a, "partition {p} moved although its owner stayed");
+            }
+        }
+        assert_eq!(owner_among([], 0), None);
+    }
+}

@@ -1,0 +1,199 @@
+//! Three daemons on one log in a 3-member etcd cluster (`txn.log.backend=etcd`): the log
+//! partitions spread over the live daemons, FindCoordinator and Metadata agree on every
+//! daemon, and when the owner of a transactional id is SIGKILLed a survivor takes its
+//! partitions over within the lease TTL and the id's transactions go on there.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{self as km};
+use kafka_protocol::protocol::StrBytes;
+use txn_tests::etcd::EtcdCluster;
+use txn_tests::fault::client::Pool;
+use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+
+const STARTUP: Duration = Duration::from_secs(60);
+const LEASE_MS: u64 = 2000;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn daemon(node: i32, endpoints: &str, dir: &std::path::Path) -> Proc {
+    let port = free_port().expect("port");
+    Proc::start(
+        Spec {
+            name: format!("daemon-{node}"),
+            bin: std::env::var_os("TXN_COORDINATOR_BIN")
+                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+            args: [
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--node-id",
+                &node.to_string(),
+                "--data-dir",
+                &dir.join(format!("daemon-{node}")).to_string_lossy(),
+                "--set",
+                "txn.log.backend=etcd",
+                "--set",
+                &format!("etcd.endpoints={endpoints}"),
+                "--set",
+                &format!("etcd.lease.ttl.ms={LEASE_MS}"),
+                "--set",
+                "transaction.state.log.num.partitions=12",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ready_prefix: "txn-coordinator listening on ".into(),
+            log_file: Some(dir.join(format!("daemon-{node}.log"))),
+            env: vec![("RUST_LOG".into(), "info".into())],
+        },
+        STARTUP,
+    )
+    .expect("daemon starts")
+}
+
+/// FindCoordinator(TRANSACTION, id) asked of `at`: the owner's (node id, address).
+async fn find(pool: &mut Pool, at: SocketAddr, id: &str) -> Option<(i32, SocketAddr)> {
+    let req = km::FindCoordinatorRequest::default()
+        .with_key(s(id))
+        .with_key_type(1);
+    let r = pool.call(at, &req, 3).await.ok()?;
+    if r.error_code != 0 {
+        return None;
+    }
+    let addr = format!("{}:{}", r.host, r.port).parse().ok()?;
+    Some((r.node_id.0, addr))
+}
+
+async fn init(pool: &mut Pool, at: SocketAddr, id: &str) -> Result<(i64, i16), i16> {
+    let req = km::InitProducerIdRequest::default()
+        .with_transactional_id(Some(km::TransactionalId(s(id))))
+        .with_transaction_timeout_ms(60_000);
+    match pool.call(at, &req, 4).await {
+        Ok(r) if r.error_code == 0 => Ok((r.producer_id.0, r.producer_epoch)),
+        Ok(r) => Err(r.error_code),
+        Err(_) => Err(-1),
+    }
+}
+
+/// Follows FindCoordinator (asked of any of `ask`) until InitProducerId(id) succeeds at the
+/// owner; returns the owner's node id and the answer.
+async fn init_at_owner(
+    pool: &mut Pool,
+    ask: &[SocketAddr],
+    id: &str,
+    within: Duration,
+) -> (i32, (i64, i16)) {
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        for &a in ask {
+            if let Some((node, owner)) = find(pool, a, id).await {
+                match init(pool, owner, id).await {
+                    Ok(pe) => return (node, pe),
+                    Err(code) => last = format!("node {node} answered {code}"),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("InitProducerId({id}) did not succeed within {within:?}: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let endpoints = etcd.endpoints_arg();
+    let mut daemons: Vec<Proc> = (1..=3).map(|n| daemon(n, &endpoints, dir.path())).collect();
+    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let mut pool = Pool::new("etcd-cluster-test", Duration::from_secs(5));
+
+    // Every daemon sees the three members and names the same owner for each id.
+    let ids: Vec<String> = (0..24).map(|i| format!("tx-{i}")).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let owners = loop {
+        let mut answers = Vec::new();
+        for id in &ids {
+            let per_daemon: Vec<Option<(i32, SocketAddr)>> = {
+                let mut v = Vec::new();
+                for &a in &addrs {
+                    v.push(find(&mut pool, a, id).await);
+                }
+                v
+            };
+            answers.push(per_daemon);
+        }
+        let agreed = answers
+            .iter()
+            .all(|v| v[0].is_some() && v.iter().all(|x| *x == v[0]));
+        let nodes: std::collections::BTreeSet<i32> =
+            answers.iter().filter_map(|v| v[0].map(|x| x.0)).collect();
+        if agreed && nodes.len() == 3 {
+            break answers
+                .into_iter()
+                .map(|v| v[0].expect("agreed"))
+                .collect::<Vec<_>>();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemons never agreed on 3 owners: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let meta = pool
+        .call(
+            addrs[0],
+            &km::MetadataRequest::default().with_topics(Some(vec![])),
+            4,
+        )
+        .await
+        .expect("metadata");
+    let mut listed: Vec<i32> = meta.brokers.iter().map(|b| b.node_id.0).collect();
+    listed.sort_unstable();
+    assert_eq!(listed, vec![1, 2, 3], "Metadata lists every live daemon");
+
+    // Each id initializes at its owner.
+    for (id, (node, _)) in ids.iter().zip(&owners) {
+        let (served_by, _) = init_at_owner(&mut pool, &addrs, id, Duration::from_secs(30)).await;
+        assert_eq!(served_by, *node, "{id}");
+    }
+
+    // SIGKILL daemon 2: its ids move to daemons 1 and 3 within the lease TTL (plus a load).
+    let victim = 2;
+    let moved: Vec<&String> = ids
+        .iter()
+        .zip(&owners)
+        .filter(|(_, (n, _))| *n == victim)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(!moved.is_empty());
+    let killed_at = Instant::now();
+    daemons[1].kill();
+    let survivors = [addrs[0], addrs[2]];
+    let mut failover = Vec::new();
+    for id in &moved {
+        let (node, (_, epoch)) =
+            init_at_owner(&mut pool, &survivors, id, Duration::from_secs(30)).await;
+        assert_ne!(node, victim, "{id}");
+        assert!(
+            epoch >= 1,
+            "{id}: the epoch continues from the dead owner's"
+        );
+        failover.push(killed_at.elapsed());
+    }
+    let first = failover.first().copied().unwrap_or_default();
+    println!(
+        "owner SIGKILLed: first InitProducerId of a moved id served by a survivor after {first:?} \
+         (lease {LEASE_MS} ms), all {} moved ids after {:?}",
+        moved.len(),
+        failover.last().copied().unwrap_or_default()
+    );
+    assert!(
+        first < Duration::from_millis(LEASE_MS) + Duration::from_secs(5),
+        "failover took {first:?}"
+    );
+}
