@@ -2,7 +2,7 @@
 # Scenario runner for txn-bench (see docs/performance.md).
 #
 #   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
-#                                     crabka plots
+#                                     crabka etcd plots
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -87,7 +87,7 @@ build() {
     [ -n "${NO_BUILD:-}" ] && return 0
     log "building release binaries"
     (cd "$ROOT" && cargo build --release -p txn-bench -p txn-tests -p coordinator \
-        --bin txn-bench --bin refbroker --bin txn-coordinator)
+        --bin txn-bench --bin refbroker --bin txn-coordinator --bin etcd-cluster)
 }
 
 # start_embedded DIR: refbroker with its embedded coordinator. Sets SRV_ADDR, SRV_PIDS.
@@ -187,6 +187,26 @@ scenario_coordinator() {
     start_daemon_null "$OUT/data/coordinator-tv2"
     bench "daemon+null-tv2" "$OUT/coordinator-tv2.json" --producers 64 --txn-version 2 || true
     stop_servers
+}
+
+# The etcd log backend against sled, coordinator alone (null broker), same run: 64 producers,
+# TV1, one partition per transaction. A 3-member etcd cluster on loopback (etcd-cluster).
+scenario_etcd() {
+    local d="$OUT/data/etcd" endpoints
+    mkdir -p "$d"
+    "$BIN/etcd-cluster" --members 3 >"$d/etcd.out" 2>"$d/etcd.err" &
+    local epid=$!
+    wait_for "$d/etcd.out" "etcd endpoints:" 60
+    endpoints=$(sed -n 's/^etcd endpoints: //p' "$d/etcd.out")
+    start_daemon_null "$d/sled"
+    bench "daemon+null-sled" "$OUT/etcd-sled.json" --producers 64 || true
+    stop_servers
+    start_daemon_null "$d/etcd" --set txn.log.backend=etcd --set "etcd.endpoints=$endpoints" \
+        --set transaction.state.log.num.partitions=50
+    bench "daemon+null-etcd" "$OUT/etcd-etcd.json" --producers 64 || true
+    stop_servers
+    kill -TERM "$epid" 2>/dev/null || true
+    wait "$epid" 2>/dev/null || true
 }
 
 scenario_ceiling() {
@@ -352,7 +372,7 @@ scenario_plots() {
 machine_info
 build
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka plots)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka etcd plots)
 for s in "${SCENARIOS[@]}"; do
     log "=== scenario $s"
     "scenario_$s" || { log "scenario $s failed"; cleanup; PIDS=(); }

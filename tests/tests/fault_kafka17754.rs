@@ -17,11 +17,11 @@ use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
 use txn_tests::fault::process::bin_path;
 use txn_tests::fault::proxy::RequestClass;
 
-fn options() -> ClusterOptions {
+fn options(partitions: i32) -> ClusterOptions {
     ClusterOptions {
         brokers: 1,
         topic: "k".into(),
-        partitions: 1,
+        partitions,
         extra_topics: Vec::new(),
         txn_log_partitions: 1,
         reaper_interval_ms: 500,
@@ -46,8 +46,12 @@ struct Observed {
     epochs: (i16, i16),
 }
 
-async fn scenario(tv: TxnVersion, tag: &str) -> Observed {
-    let cluster = FaultCluster::start(options()).await.expect("cluster");
+/// T1 aborts with its first EndTxn held for 4 s; T2 writes partition 0; with `split`, T2 waits
+/// for the stale abort to land and then adds partition 1 and writes it too; T2 commits.
+async fn scenario(tv: TxnVersion, tag: &str, split: bool) -> Observed {
+    let cluster = FaultCluster::start(options(if split { 2 } else { 1 }))
+        .await
+        .expect("cluster");
     let view = ClusterView::discover(cluster.bootstrap(), "k", tag, Duration::from_secs(30))
         .await
         .expect("discover");
@@ -80,16 +84,29 @@ async fn scenario(tv: TxnVersion, tag: &str) -> Observed {
         (held_at + hold + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
     )
     .await;
+    if split {
+        // Under TV1 this starts a new transaction (the stale abort ended T2), which the
+        // client cannot tell.
+        p.add_partitions(&[1])
+            .await
+            .expect("add T2's second partition");
+        p.produce(1, &[format!("{tag}-t2b")], true)
+            .await
+            .expect("produce T2's second value");
+    }
     let second_commit = p.end(true).await.map_err(|e| e.to_string());
 
     let mut f = Fetcher::new(view, "reader");
-    let visible = f
-        .read_all_stable(0, Duration::from_secs(30))
-        .await
-        .expect("partition stabilises")
-        .into_iter()
-        .map(|d| d.value)
-        .collect();
+    let mut visible = Vec::new();
+    for partition in 0..if split { 2 } else { 1 } {
+        visible.extend(
+            f.read_all_stable(partition, Duration::from_secs(30))
+                .await
+                .expect("partition stabilises")
+                .into_iter()
+                .map(|d| d.value),
+        );
+    }
     Observed {
         first_abort,
         second_commit,
@@ -100,7 +117,7 @@ async fn scenario(tv: TxnVersion, tag: &str) -> Observed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1() {
-    let tv2 = scenario(TxnVersion::Tv2, "k17754-tv2").await;
+    let tv2 = scenario(TxnVersion::Tv2, "k17754-tv2", false).await;
     println!("TV2 (EndTxn v5): {tv2:?}");
     assert_eq!(tv2.first_abort, Ok(()), "{tv2:?}");
     assert!(
@@ -114,7 +131,7 @@ async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1(
     );
     assert_eq!(tv2.visible, vec!["k17754-tv2-t2".to_owned()], "{tv2:?}");
 
-    let tv1 = scenario(TxnVersion::Tv1, "k17754-tv1").await;
+    let tv1 = scenario(TxnVersion::Tv1, "k17754-tv1", false).await;
     println!("TV1 (EndTxn v3): {tv1:?}");
     assert_eq!(tv1.first_abort, Ok(()), "{tv1:?}");
     assert_eq!(tv1.epochs.0, tv1.epochs.1, "TV1 keeps the epoch: {tv1:?}");
@@ -129,4 +146,37 @@ async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1(
         Err(e) if e.contains("indeterminate") => {}
         Err(_) => assert!(!t2_visible, "refused commit visible: {tv1:?}"),
     }
+}
+
+/// The form a 240 s TV1 round of `txn-faults` met (issue 18, seed 3933688674795772055): the
+/// stale abort lands while T2 is open, and T2 then adds a second partition. Under TV1 the
+/// stale abort ends T2 on partition 0; the add of partition 1 starts a new transaction, and
+/// the client's commit of "T2" succeeds although its first value was aborted: an
+/// acknowledged write lost. Apache Kafka's coordinator answers the same requests the same
+/// way (TV1 has no transaction identity in EndTxn: KAFKA-17754); TV2 refuses the stale abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_17754_with_a_second_partition_loses_an_acknowledged_write_only_under_tv1() {
+    let tv2 = scenario(TxnVersion::Tv2, "k17754s-tv2", true).await;
+    println!("TV2 (EndTxn v5), two partitions: {tv2:?}");
+    assert_eq!(tv2.second_commit, Ok(()), "{tv2:?}");
+    let mut seen = tv2.visible.clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec!["k17754s-tv2-t2".to_owned(), "k17754s-tv2-t2b".to_owned()],
+        "TV2: the whole of T2 is committed: {tv2:?}"
+    );
+
+    let tv1 = scenario(TxnVersion::Tv1, "k17754s-tv1", true).await;
+    println!("TV1 (EndTxn v3), two partitions: {tv1:?}");
+    assert_eq!(
+        tv1.second_commit,
+        Ok(()),
+        "TV1: the commit is acknowledged: {tv1:?}"
+    );
+    assert_eq!(
+        tv1.visible,
+        vec!["k17754s-tv1-t2b".to_owned()],
+        "TV1: the stale abort took T2's first value (KAFKA-17754): {tv1:?}"
+    );
 }
