@@ -197,3 +197,64 @@ async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
         "failover took {first:?}"
     );
 }
+
+/// The owner of an id is SIGSTOPped past its lease: a survivor takes the id over (a higher
+/// coordinator epoch). Resumed, the old owner still holds the id's old state in memory, but
+/// nothing it does with it lands: its append is fenced in etcd and the client gets an error,
+/// and the survivor's state is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_state() {
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let endpoints = etcd.endpoints_arg();
+    let mut daemons: Vec<Proc> = (1..=2).map(|n| daemon(n, &endpoints, dir.path())).collect();
+    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let mut pool = Pool::new("etcd-pause-test", Duration::from_secs(3));
+    let (owner, (pid, epoch)) =
+        init_at_owner(&mut pool, &addrs, "z", Duration::from_secs(30)).await;
+    let old = usize::try_from(owner - 1).expect("node ids 1 and 2");
+    let survivor = addrs[1 - old];
+
+    daemons[old].pause().expect("SIGSTOP");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 1500)).await;
+    let (node, (pid2, epoch2)) =
+        init_at_owner(&mut pool, &[survivor], "z", Duration::from_secs(30)).await;
+    assert_ne!(node, owner);
+    assert_eq!(
+        (pid2, epoch2),
+        (pid, epoch + 1),
+        "the survivor fenced the old epoch"
+    );
+
+    daemons[old].resume().expect("SIGCONT");
+    // Straight to the resumed daemon, with the epoch it handed out itself.
+    let add = km::AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(km::TransactionalId(s("z")))
+        .with_v3_and_below_producer_id(km::ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            km::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(km::TopicName(s("t")))
+                .with_partitions(vec![0]),
+        ]);
+    match pool.call(addrs[old], &add, 3).await {
+        Ok(r) => {
+            let code =
+                r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+            assert_ne!(
+                code, 0,
+                "the resumed old owner accepted a stale AddPartitionsToTxn"
+            );
+            println!("resumed old owner answered AddPartitionsToTxn with error {code}");
+        }
+        Err(e) => println!("resumed old owner did not answer: {e}"),
+    }
+    // The survivor's state is untouched: the epoch it gave out is current, nothing was added.
+    let describe = km::DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![km::TransactionalId(s("z"))]);
+    let r = pool.call(survivor, &describe, 0).await.expect("describe");
+    let t = &r.transaction_states[0];
+    assert_eq!(t.error_code, 0);
+    assert_eq!((t.producer_id.0, t.producer_epoch), (pid, epoch + 1));
+    assert!(t.topics.is_empty(), "a stale add landed: {t:?}");
+}
