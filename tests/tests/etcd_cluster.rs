@@ -162,6 +162,46 @@ async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
         assert_eq!(served_by, *node, "{id}");
     }
 
+    // The admin commands answer for the whole cluster, whichever daemon they ask.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(
+            std::env::var_os("TXN_COORDINATOR_BIN")
+                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+        )
+        .args(args)
+        .output()
+        .expect("txn-coordinator runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let bootstrap = addrs[0].to_string();
+    let listed = cli(&["list", "--bootstrap-server", &bootstrap, "--json"]);
+    for id in &ids {
+        assert!(
+            listed.contains(&format!("\"{id}\"")),
+            "{id} not listed: {listed}"
+        );
+    }
+    let elsewhere = ids
+        .iter()
+        .zip(&owners)
+        .find(|(_, (n, _))| *n != 1)
+        .map(|(id, _)| id.clone())
+        .expect("an id owned by another daemon");
+    let described = cli(&[
+        "describe",
+        "--bootstrap-server",
+        &bootstrap,
+        "--transactional-id",
+        &elsewhere,
+    ]);
+    assert!(described.contains("Empty"), "{described}");
+
     // SIGKILL daemon 2: its ids move to daemons 1 and 3 within the lease TTL (plus a load).
     let victim = 2;
     let moved: Vec<&String> = ids

@@ -20,9 +20,16 @@ pub enum Format {
     Json,
 }
 
-/// A connection to a coordinator.
+/// A connection to a coordinator; `list`, `describe`, `find-hanging` and `abort` give the
+/// answer of the whole cluster: ListTransactions goes to every node Metadata names (nodes
+/// that are not coordinators are skipped), and an id's requests go to its coordinator
+/// (FindCoordinator), as Kafka's Admin client does.
 pub struct AdminClient {
     conn: KafkaConnection<TcpStream>,
+    /// The bootstrap daemon's address (`ip:port`).
+    me: String,
+    /// Connections to the other coordinators, by address.
+    others: std::collections::BTreeMap<String, KafkaConnection<TcpStream>>,
 }
 
 impl std::fmt::Debug for AdminClient {
@@ -73,9 +80,60 @@ impl AdminClient {
             .await
             .with_context(|| format!("connecting to {addr}: timed out"))?
             .with_context(|| format!("connecting to {addr}"))?;
+        let me = stream
+            .peer_addr()
+            .map_or_else(|_| addr.to_owned(), |a| a.to_string());
         Ok(Self {
             conn: KafkaConnection::new(stream, "txn-coordinator-admin"),
+            me,
+            others: std::collections::BTreeMap::new(),
         })
+    }
+
+    /// A connection to `addr`, made on first use.
+    async fn to(&mut self, addr: &str) -> anyhow::Result<&mut KafkaConnection<TcpStream>> {
+        if !self.others.contains_key(addr) {
+            let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
+                .await
+                .with_context(|| format!("connecting to {addr}: timed out"))?
+                .with_context(|| format!("connecting to {addr}"))?;
+            self.others.insert(
+                addr.to_owned(),
+                KafkaConnection::new(stream, "txn-coordinator-admin"),
+            );
+        }
+        self.others.get_mut(addr).context("connection just made")
+    }
+
+    /// The other nodes Metadata names, as `host:port` (the bootstrap daemon excluded).
+    async fn other_nodes(&mut self) -> anyhow::Result<Vec<String>> {
+        let r = self
+            .conn
+            .call(
+                &km::MetadataRequest::default().with_topics(Some(Vec::new())),
+                4,
+            )
+            .await?;
+        Ok(r.brokers
+            .iter()
+            .map(|b| format!("{}:{}", b.host, b.port))
+            .filter(|a| *a != self.me)
+            .collect())
+    }
+
+    /// The coordinator of `id` (`host:port`), or `None` for the bootstrap daemon.
+    async fn coordinator_of(&mut self, id: &str) -> anyhow::Result<Option<String>> {
+        let req = km::FindCoordinatorRequest::default()
+            .with_key(s(id))
+            .with_key_type(1);
+        let r = self.conn.call(&req, 3).await?;
+        anyhow::ensure!(
+            r.error_code == 0,
+            "FindCoordinator({id}) failed: {}",
+            err_name(r.error_code)
+        );
+        let addr = format!("{}:{}", r.host, r.port);
+        Ok((addr != self.me).then_some(addr))
     }
 
     /// ListTransactions v1 with filters.
@@ -98,7 +156,23 @@ impl AdminClient {
         if !r.unknown_state_filters.is_empty() {
             eprintln!("unknown states ignored: {:?}", r.unknown_state_filters);
         }
-        Ok(r.transaction_states
+        let mut states = r.transaction_states;
+        // The other coordinators' partitions; a node that is not a coordinator (a data
+        // broker) or does not answer is skipped.
+        for addr in self.other_nodes().await? {
+            let Ok(conn) = self.to(&addr).await else {
+                continue;
+            };
+            match tokio::time::timeout(Duration::from_secs(10), conn.call(&req, 1)).await {
+                Ok(Ok(r)) if r.error_code == 0 => states.extend(r.transaction_states),
+                _ => {
+                    self.others.remove(&addr);
+                }
+            }
+        }
+        states.sort_by(|a, b| a.transactional_id.0.cmp(&b.transactional_id.0));
+        states.dedup_by(|a, b| a.transactional_id.0 == b.transactional_id.0);
+        Ok(states
             .iter()
             .map(|t| TxnRow {
                 transactional_id: t.transactional_id.0.to_string(),
@@ -117,10 +191,17 @@ impl AdminClient {
         &mut self,
         ids: &[String],
     ) -> anyhow::Result<Vec<(String, Result<TxnRow, String>)>> {
-        let req = km::DescribeTransactionsRequest::default()
-            .with_transactional_ids(ids.iter().map(|i| km::TransactionalId(s(i))).collect());
-        let r = self.conn.call(&req, 0).await?;
-        Ok(r.transaction_states
+        let mut states = Vec::new();
+        for id in ids {
+            let req = km::DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![km::TransactionalId(s(id))]);
+            let r = match self.coordinator_of(id).await? {
+                Some(addr) => self.to(&addr).await?.call(&req, 0).await?,
+                None => self.conn.call(&req, 0).await?,
+            };
+            states.extend(r.transaction_states);
+        }
+        Ok(states
             .iter()
             .map(|t| {
                 let id = t.transactional_id.0.to_string();
@@ -210,8 +291,12 @@ impl AdminClient {
         let req = km::InitProducerIdRequest::default()
             .with_transactional_id(Some(km::TransactionalId(s(id))))
             .with_transaction_timeout_ms(row.timeout_ms.max(1));
+        let owner = self.coordinator_of(id).await?;
         for _ in 0..600 {
-            let r = self.conn.call(&req, 4).await?;
+            let r = match &owner {
+                Some(addr) => self.to(addr).await?.call(&req, 4).await?,
+                None => self.conn.call(&req, 4).await?,
+            };
             match r.error_code {
                 0 => break,
                 // 51 CONCURRENT_TRANSACTIONS: the fence/abort is under way; 14 loading.
