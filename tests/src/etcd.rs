@@ -2,14 +2,14 @@
 //! binary named by `TXN_ETCD_BIN`) on free loopback ports with temporary data directories,
 //! each of which can be killed, paused and restarted. Every member is killed on drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use txn_log::{EtcdConfig, EtcdTxnLog};
 
-use crate::fault::process::{free_port, signal};
+use crate::fault::process::{Proc, Spec, bin_path, free_port, signal};
 
 /// One member.
 #[derive(Debug)]
@@ -195,6 +195,46 @@ impl EtcdCluster {
         }
         Ok(())
     }
+}
+
+/// Starts `txn-coordinator serve` (the workspace binary, or `TXN_COORDINATOR_BIN`) on a free
+/// loopback port with its log in etcd at `endpoints` (comma-separated), node id `node`, its
+/// data directory and stderr log under `dir`, and `extra` arguments; waits until it is ready.
+pub fn daemon_on_etcd(
+    node: i32,
+    endpoints: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> anyhow::Result<Proc> {
+    let port = free_port()?;
+    let mut args: Vec<String> = [
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--node-id",
+        &node.to_string(),
+        "--data-dir",
+        &dir.join(format!("daemon-{node}")).to_string_lossy(),
+        "--set",
+        "txn.log.backend=etcd",
+        "--set",
+        &format!("etcd.endpoints={endpoints}"),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Proc::start(
+        Spec {
+            name: format!("daemon-{node}"),
+            bin: std::env::var_os("TXN_COORDINATOR_BIN")
+                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
+            args,
+            ready_prefix: "txn-coordinator listening on ".into(),
+            log_file: Some(dir.join(format!("daemon-{node}.log"))),
+            env: vec![("RUST_LOG".into(), "info".into())],
+        },
+        Duration::from_secs(60),
+    )
 }
 
 impl Drop for EtcdCluster {

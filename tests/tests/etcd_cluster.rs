@@ -9,50 +9,26 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::StrBytes;
-use txn_tests::etcd::EtcdCluster;
+use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
 use txn_tests::fault::client::Pool;
-use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+use txn_tests::fault::process::{Proc, bin_path};
 
-const STARTUP: Duration = Duration::from_secs(60);
 const LEASE_MS: u64 = 2000;
+
+/// Daemon `node` on the etcd log with a short lease and 12 log partitions.
+fn daemon(node: i32, endpoints: &str, dir: &std::path::Path) -> Proc {
+    let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
+    let extra = [
+        "--set",
+        lease.as_str(),
+        "--set",
+        "transaction.state.log.num.partitions=12",
+    ];
+    daemon_on_etcd(node, endpoints, dir, &extra).expect("daemon starts")
+}
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
-}
-
-fn daemon(node: i32, endpoints: &str, dir: &std::path::Path) -> Proc {
-    let port = free_port().expect("port");
-    Proc::start(
-        Spec {
-            name: format!("daemon-{node}"),
-            bin: std::env::var_os("TXN_COORDINATOR_BIN")
-                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-            args: [
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--node-id",
-                &node.to_string(),
-                "--data-dir",
-                &dir.join(format!("daemon-{node}")).to_string_lossy(),
-                "--set",
-                "txn.log.backend=etcd",
-                "--set",
-                &format!("etcd.endpoints={endpoints}"),
-                "--set",
-                &format!("etcd.lease.ttl.ms={LEASE_MS}"),
-                "--set",
-                "transaction.state.log.num.partitions=12",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            ready_prefix: "txn-coordinator listening on ".into(),
-            log_file: Some(dir.join(format!("daemon-{node}.log"))),
-            env: vec![("RUST_LOG".into(), "info".into())],
-        },
-        STARTUP,
-    )
-    .expect("daemon starts")
 }
 
 /// FindCoordinator(TRANSACTION, id) asked of `at`: the owner's (node id, address).

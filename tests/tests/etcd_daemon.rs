@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
     self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
 };
 use kafka_protocol::protocol::StrBytes;
-use txn_tests::etcd::EtcdCluster;
+use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
 use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
 
@@ -19,41 +19,6 @@ const STARTUP: Duration = Duration::from_secs(60);
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
-}
-
-fn daemon(node: i32, broker: u16, endpoints: &str, dir: &std::path::Path) -> Proc {
-    let port = free_port().expect("port");
-    Proc::start(
-        Spec {
-            name: format!("daemon-{node}"),
-            bin: std::env::var_os("TXN_COORDINATOR_BIN")
-                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-            args: [
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--node-id",
-                &node.to_string(),
-                "--data-dir",
-                &dir.join(format!("daemon-{node}")).to_string_lossy(),
-                "--bootstrap-servers",
-                &format!("127.0.0.1:{broker}"),
-                "--set",
-                "txn.log.backend=etcd",
-                "--set",
-                &format!("etcd.endpoints={endpoints}"),
-                "--set",
-                "transaction.state.log.num.partitions=8",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            ready_prefix: "txn-coordinator listening on ".into(),
-            log_file: Some(dir.join(format!("daemon-{node}.log"))),
-            env: vec![("RUST_LOG".into(), "info".into())],
-        },
-        STARTUP,
-    )
-    .expect("daemon starts")
 }
 
 async fn init(pool: &mut Pool, at: std::net::SocketAddr, id: &str) -> (i64, i16) {
@@ -143,7 +108,14 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     let endpoints = etcd.endpoints_arg();
     let mut pool = Pool::new("etcd-daemon-test", Duration::from_secs(10));
 
-    let mut first = daemon(1, broker_port, &endpoints, dir.path());
+    let broker = format!("127.0.0.1:{broker_port}");
+    let extra = [
+        "--bootstrap-servers",
+        broker.as_str(),
+        "--set",
+        "transaction.state.log.num.partitions=8",
+    ];
+    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
     let a = first.addr().expect("first daemon's address");
     let app = init(&mut pool, a, "app").await;
     add(&mut pool, a, "app", app, 0).await;
@@ -153,7 +125,7 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     wait_state(&mut pool, a, "app", "Ongoing").await;
     first.kill();
 
-    let second = daemon(2, broker_port, &endpoints, dir.path());
+    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
     let b = second.addr().expect("second daemon's address");
     let parts = wait_state(&mut pool, b, "app", "Ongoing").await;
     assert_eq!(

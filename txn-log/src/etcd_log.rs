@@ -280,6 +280,15 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// The compare of a compare-and-swap: `key` is as it was read (`found`: its value and
+/// modification revision; `None`: it did not exist).
+fn unchanged_since_read(key: &[u8], found: Option<&(Vec<u8>, i64)>) -> Compare {
+    match found {
+        Some((_, rev)) => Compare::mod_revision(key.to_vec(), CompareOp::Equal, *rev),
+        None => Compare::create_revision(key.to_vec(), CompareOp::Equal, 0),
+    }
+}
+
 /// Decodes the epoch stored under `partition`'s epoch key, if any.
 fn stored_epoch(
     partition: LogPartition,
@@ -312,10 +321,7 @@ impl TxnLog for EtcdTxnLog {
                     return Ok(());
                 }
             }
-            let guard = match &found {
-                Some((_, rev)) => Compare::mod_revision(key.clone(), CompareOp::Equal, *rev),
-                None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-            };
+            let guard = unchanged_since_read(&key, found.as_ref());
             let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
                 key.clone(),
                 new_value.clone(),
@@ -400,10 +406,7 @@ impl TxnLog for EtcdTxnLog {
             let after = next
                 .checked_add(i64::from(len))
                 .ok_or_else(|| LogError::InvalidArgument("producer ids are exhausted".into()))?;
-            let guard = match &found {
-                Some((_, rev)) => Compare::mod_revision(key.clone(), CompareOp::Equal, *rev),
-                None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-            };
+            let guard = unchanged_since_read(&key, found.as_ref());
             let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
                 key.clone(),
                 codec::encode_next_producer_id(after)?,
