@@ -175,6 +175,17 @@ impl EtcdTxnLog {
         Ok((found, revision))
     }
 
+    /// Runs the compare-and-swap `txn` of a read-then-write loop (sent again while etcd is
+    /// unavailable: the loop reads again before it decides); whether it was applied.
+    async fn swap(&self, txn: Txn) -> Result<bool, LogError> {
+        let resp = with_resend(&self.config, &self.kv, Resend::IfUnavailable, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await?;
+        Ok(resp.succeeded())
+    }
+
     /// The writer queue of `partition` (its task is started on first use).
     fn writer(&self, partition: LogPartition) -> mpsc::UnboundedSender<AppendCall> {
         let mut writers = self.writers.lock();
@@ -216,7 +227,9 @@ enum Resend {
     /// outcome is unknown is not sent again, since an earlier attempt may still commit after
     /// a later write.
     IfNotSent,
-    /// Any unavailability (reads, and compare-and-swap loops that read again first).
+    /// Any unavailability, and an attempt without an answer within a third of the timeout
+    /// (reads, and compare-and-swap loops that read again first: a late duplicate of their
+    /// write fails its compare).
     IfUnavailable,
 }
 
@@ -250,18 +263,30 @@ where
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + config.request_timeout;
+    // A read or a compare-and-swap gets a third of the timeout per attempt, so one attempt
+    // stuck on a member that is not serving yet leaves time to ask another one.
+    let attempt = match resend {
+        Resend::IfNotSent => config.request_timeout,
+        Resend::IfUnavailable => config.request_timeout / 3,
+    };
     let mut backoff = Duration::from_millis(20);
     loop {
-        let e = match call(kv.clone()).await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let again = match resend {
-            Resend::IfNotSent => not_sent(&e),
-            Resend::IfUnavailable => not_sent(&e) || unavailable_status(&e),
+        let (again, reason) = match tokio::time::timeout(attempt, call(kv.clone())).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => {
+                let again = match resend {
+                    Resend::IfNotSent => not_sent(&e),
+                    Resend::IfUnavailable => not_sent(&e) || unavailable_status(&e),
+                };
+                (again, e.to_string())
+            }
+            Err(_) => (
+                resend == Resend::IfUnavailable,
+                format!("no answer within {attempt:?}"),
+            ),
         };
         if !again || tokio::time::Instant::now() + backoff >= deadline {
-            return Err(unavailable(config, &e.to_string()));
+            return Err(unavailable(config, &reason));
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(400));
@@ -327,12 +352,7 @@ impl TxnLog for EtcdTxnLog {
                 new_value.clone(),
                 None,
             )]);
-            let resp = with_resend(&self.config, &self.kv, Resend::IfUnavailable, |mut kv| {
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
-            .await?;
-            if resp.succeeded() {
+            if self.swap(txn).await? {
                 return Ok(());
             }
         }
@@ -412,12 +432,7 @@ impl TxnLog for EtcdTxnLog {
                 codec::encode_next_producer_id(after)?,
                 None,
             )]);
-            let resp = with_resend(&self.config, &self.kv, Resend::IfUnavailable, |mut kv| {
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
-            .await?;
-            if resp.succeeded() {
+            if self.swap(txn).await? {
                 return Ok(ProducerIdBlock {
                     first: ProducerId(next),
                     len,

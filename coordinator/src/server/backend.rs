@@ -1,15 +1,11 @@
-//! The daemon's transaction log (`txn.log.backend`): sled in the data directory, or etcd; and
-//! the keeper that loads again a partition given up because the log was unavailable.
+//! The daemon's transaction log (`txn.log.backend`): sled in the data directory, or etcd.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use txn_log::{GroupCommitStats, LogError, SledTxnLog, SyncMode, TxnLog};
+use txn_log::{GroupCommitStats, SledTxnLog, SyncMode, TxnLog};
 
 use super::settings::{LogBackend, Settings};
-use crate::UnloadReason;
-use crate::shell::Coordinator;
 
 /// The opened log of one backend.
 #[derive(Debug, Clone)]
@@ -52,11 +48,11 @@ impl DaemonLog {
             LogBackend::Etcd => {
                 let config = txn_log::EtcdConfig {
                     prefix: settings.etcd_key_prefix.clone(),
-                    request_timeout: Duration::from_millis(settings.request_timeout_ms)
-                        .min(Duration::from_secs(5)),
+                    request_timeout: std::time::Duration::from_millis(settings.request_timeout_ms)
+                        .min(std::time::Duration::from_secs(5)),
                     ..txn_log::EtcdConfig::new(settings.etcd_endpoints.clone())
                 };
-                let mut backoff = Duration::from_millis(200);
+                let mut backoff = std::time::Duration::from_millis(200);
                 loop {
                     match txn_log::EtcdTxnLog::connect(config.clone()).await {
                         Ok(log) => {
@@ -66,7 +62,7 @@ impl DaemonLog {
                         Err(e) => {
                             tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "etcd unreachable; retrying");
                             tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                            backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
                         }
                     }
                 }
@@ -111,56 +107,4 @@ impl DaemonLog {
         }
         Ok(())
     }
-}
-
-/// Loads again, with a new coordinator epoch, every partition given up because the log was
-/// unavailable (etcd without quorum or unreachable: the outcome of a write was unknown, so the
-/// state is read back from the log), with backoff while the log stays unavailable. A
-/// partition given up because another coordinator fenced it is left to that coordinator.
-pub(crate) fn spawn_keeper(coordinator: Coordinator) {
-    let mut unloads = coordinator.subscribe_unloads();
-    tokio::spawn(async move {
-        loop {
-            let unloaded = match unloads.recv().await {
-                Ok(u) => u,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "partition keeper lagged behind unloads");
-                    continue;
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            };
-            if !matches!(
-                unloaded.reason,
-                UnloadReason::LogFailed(LogError::Unavailable { .. })
-            ) {
-                continue;
-            }
-            let c = coordinator.clone();
-            tokio::spawn(async move {
-                let p = unloaded.partition;
-                let mut backoff = Duration::from_millis(200);
-                loop {
-                    tokio::time::sleep(backoff).await;
-                    match c.load_partition_next_epoch(p).await {
-                        Ok(epoch) => {
-                            tracing::info!(
-                                partition = p.0,
-                                coordinator_epoch = epoch.0,
-                                "log partition loaded again after the log was unavailable"
-                            );
-                            return;
-                        }
-                        Err(e) if e.is_fenced() => {
-                            tracing::warn!(partition = p.0, error = %e, "log partition owned by another coordinator; not loading it");
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(partition = p.0, error = %e, retry_in_ms = backoff.as_millis() as u64, "loading the log partition again failed; retrying");
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
-                        }
-                    }
-                }
-            });
-        }
-    });
 }

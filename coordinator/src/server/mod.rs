@@ -296,13 +296,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     // Connections are accepted while the partitions load (requests then get
     // COORDINATOR_LOAD_IN_PROGRESS); the ready line is printed once every partition is loaded.
-    // With several daemons on etcd, the membership loads what this daemon owns; alone, it
-    // loads every partition (and the keeper loads again one lost to an unavailable log).
+    // On etcd the membership loads what this daemon owns (and loads again a partition lost
+    // to an unavailable log); on sled this daemon owns every partition.
     let c2 = coordinator.clone();
     let owns_all = !ctx.is_member();
-    if owns_all {
-        backend::spawn_keeper(coordinator.clone());
-    }
     let loading = async move {
         if owns_all {
             c2.load_all_partitions().await
