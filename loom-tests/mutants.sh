@@ -34,6 +34,9 @@ mutants=(
   "5b|crash_reload|txn-log/src/mem.rs|        inner.live = inner.durable.clone();|        // inner.live = inner.durable.clone();"
   "6a|pid_blocks|txn-log/src/mem.rs|        let first = self.live.next_producer_id;|        let first = self.durable.next_producer_id;"
   "6b|pid_blocks|coordinator/src/pid.rs|        if s.next >= s.end {|        if s.next > s.end {"
+  "7a|ownership_handover|txn-log/src/mem.rs|        match self.live.stored_epoch(p) {|        match self.live.stored_epoch(p).map(\|_\| e) {"
+  "7b|ownership_handover|coordinator/src/engine.rs|        if ErrorCode::append_error_loses_partition(&err) {|        if false \&\& ErrorCode::append_error_loses_partition(&err) {"
+  "7c|ownership_handover|txn-log/src/mem.rs|            \&\& e < current|            \&\& e < current \&\& false"
 )
 
 for entry in "${mutants[@]}"; do

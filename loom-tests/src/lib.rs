@@ -159,6 +159,19 @@ pub struct Reply {
     pub durable: Option<LoadedPartition>,
 }
 
+/// One `WriteMarkers` effect of the engine (what it asked the participants to do).
+#[derive(Debug, Clone)]
+pub struct MarkerWrite {
+    /// The transactional id.
+    pub transactional_id: TransactionalId,
+    /// The coordinator epoch stamped on the markers.
+    pub coordinator_epoch: CoordinatorEpoch,
+    /// Commit or abort.
+    pub result: TxnResult,
+    /// The participant partitions.
+    pub partitions: BTreeSet<TopicPartition>,
+}
+
 /// One append the node handed to the log, with what became of it.
 #[derive(Debug, Clone)]
 pub struct Attempt {
@@ -238,6 +251,8 @@ pub struct Node {
     pub attempts: Vec<Attempt>,
     /// Every unload the engine reported.
     pub unloads: Vec<UnloadReason>,
+    /// Every `WriteMarkers` effect the engine emitted, in order.
+    pub marker_writes: Vec<MarkerWrite>,
     /// Take a durable snapshot of the partition whenever a response is released.
     pub snapshot_replies: bool,
     /// Runs before each append reaches the log.
@@ -268,6 +283,7 @@ impl Node {
             replies: Vec::new(),
             attempts: Vec::new(),
             unloads: Vec::new(),
+            marker_writes: Vec::new(),
             snapshot_replies: false,
             before_append: None,
             appender: VecDeque::new(),
@@ -286,6 +302,19 @@ impl Node {
         poll_once(&mut claim).expect("claim resolves at once in Immediate mode")?;
         let mut load = log.load(PARTITION);
         poll_once(&mut load).expect("load never waits")
+    }
+
+    /// What the shell's load task does for `EpochChoice::NextAfterStored` (the multi-daemon
+    /// membership's `load_partition_next_epoch`, `coordinator/src/shell/driver.rs`
+    /// `start_load`): read the stored epoch, claim one above it, read again. Three log calls,
+    /// so other threads interleave between them. Call without holding the node's lock.
+    pub fn claim_next_and_read(
+        log: &MemTxnLog,
+    ) -> Result<(CoordinatorEpoch, LoadedPartition), LogError> {
+        let mut before = log.load(PARTITION);
+        let before = poll_once(&mut before).expect("load never waits")?;
+        let epoch = CoordinatorEpoch(before.coordinator_epoch.map_or(0, |e| e.0 + 1));
+        Ok((epoch, Self::claim_and_read(log, epoch)?))
     }
 
     /// The load task's result reached the driver: `handle_load`, then execute the effects.
@@ -449,30 +478,38 @@ impl Node {
                 result,
                 partitions,
                 transaction_version,
-            } => match &mut self.markers {
-                Markers::AckAtOnce => self.done.push_back(MarkersDone {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
+            } => {
+                self.marker_writes.push(MarkerWrite {
+                    transactional_id: transactional_id.clone(),
                     coordinator_epoch,
-                    outcome: MarkerOutcome::Written,
-                }),
-                Markers::Planner { planner, .. } => {
-                    let request = TxnMarkerRequest {
+                    result,
+                    partitions: partitions.clone(),
+                });
+                match &mut self.markers {
+                    Markers::AckAtOnce => self.done.push_back(MarkersDone {
                         transactional_id,
                         producer_id,
                         producer_epoch,
                         coordinator_epoch,
-                        log_partition: partition,
-                        result,
-                        partitions: partitions.into_iter().collect(),
-                        txn_version: transaction_version,
-                    };
-                    planner
-                        .submit(now_ms(self.now), request)
-                        .expect("planner has room");
+                        outcome: MarkerOutcome::Written,
+                    }),
+                    Markers::Planner { planner, .. } => {
+                        let request = TxnMarkerRequest {
+                            transactional_id,
+                            producer_id,
+                            producer_epoch,
+                            coordinator_epoch,
+                            log_partition: partition,
+                            result,
+                            partitions: partitions.into_iter().collect(),
+                            txn_version: transaction_version,
+                        };
+                        planner
+                            .submit(now_ms(self.now), request)
+                            .expect("planner has room");
+                    }
                 }
-            },
+            }
             // The models seed the allocator with enough ids: a refill request is a model bug.
             Effect::NeedProducerIds { block_size } => {
                 panic!("unexpected producer-id refill of {block_size} ids")
