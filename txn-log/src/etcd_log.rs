@@ -21,10 +21,19 @@
 //!   deletes) Else(get epoch key)`. A claim that resolved before changes the epoch key, so the
 //!   compare fails and nothing of the batch lands: fenced in the store, whatever the caller's
 //!   clock or pauses.
-//! - Group commit: each partition has a writer task; appends are queued in call order and the
-//!   task merges consecutive appends of one epoch into one transaction (several writes to one
-//!   id merged first, since etcd refuses a key twice in a transaction), within etcd's limits
-//!   ([`EtcdConfig::max_txn_ops`], [`EtcdConfig::max_txn_bytes`]).
+//! - Group commit across partitions: one writer task per log merges the queued appends of
+//!   *many* partitions into one etcd transaction, `If(every involved epoch key == its appends'
+//!   epoch) Then(all puts and deletes) Else(get every involved epoch key)`, within etcd's limits
+//!   ([`EtcdConfig::max_txn_ops`] counting compares and writes, [`EtcdConfig::max_txn_bytes`]);
+//!   several writes to one key are merged first, since etcd refuses a key twice in a
+//!   transaction. One transaction is in flight at a time, so the appends of a partition are
+//!   applied in call order, each acknowledged once its transaction committed.
+//! - Fence detection: when the compares fail, nothing of the transaction landed, and the else
+//!   branch returns every involved epoch key as it was when the compares were evaluated. The
+//!   partitions whose stored epoch differs from the expected one fail their appends (`Fenced`
+//!   or `NotClaimed`, as a lone append would); the appends of the other partitions go into the
+//!   next transaction. Only then is an append sent again: its first attempt provably did not
+//!   apply (see [`Writer`]).
 //! - `load(p)` reads the epoch key, then the records in pages, all at the epoch read's
 //!   revision (one consistent snapshot).
 //! - `allocate_block` raises a counter key with a compare-and-swap, so producer ids are unique
@@ -38,7 +47,7 @@
 //! acknowledged before etcd acknowledged it, and etcd acknowledges a write once a quorum of
 //! members has it in its fsync'd write-ahead log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -49,7 +58,7 @@ use etcd_client::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec;
-use crate::sync::Mutex;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
     ProducerIdBlock, TxnLog,
@@ -92,15 +101,35 @@ impl EtcdConfig {
 pub struct EtcdTxnLog {
     config: EtcdConfig,
     kv: KvClient,
-    writers: Mutex<HashMap<LogPartition, mpsc::UnboundedSender<AppendCall>>>,
+    /// The queue of the log's [`Writer`] (started on the first append).
+    writer: Mutex<Option<mpsc::UnboundedSender<AppendCall>>>,
+    counters: Arc<Counters>,
 }
 
-/// One queued `append`.
+/// What the [`Writer`] sent to etcd.
+#[derive(Debug, Default)]
+struct Counters {
+    /// etcd transactions sent (an attempt resent after a connect failure counts once).
+    txns: AtomicU64,
+    /// Appends carried by those transactions (an append retried after another partition's
+    /// fence counts again).
+    appends: AtomicU64,
+}
+
+/// One queued `append`, encoded by the caller.
 struct AppendCall {
+    partition: LogPartition,
     epoch: CoordinatorEpoch,
-    batch: Vec<LogEntry>,
+    /// `{prefix}/` ++ the partition's epoch key, and the value it must hold (`epoch` encoded).
+    guard: (Vec<u8>, Vec<u8>),
+    /// The writes of the batch in order: `{prefix}/` ++ record key, and the value (`None`:
+    /// delete).
+    ops: Vec<KeyOp>,
     done: oneshot::Sender<Result<(), LogError>>,
 }
+
+/// One write of a transaction: a key under the prefix and its new value (`None`: delete).
+type KeyOp = (Vec<u8>, Option<Vec<u8>>);
 
 impl std::fmt::Debug for EtcdTxnLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,7 +158,8 @@ impl EtcdTxnLog {
         let log = Self {
             kv: client.kv_client(),
             config,
-            writers: Mutex::new(HashMap::new()),
+            writer: Mutex::new(None),
+            counters: Arc::default(),
         };
         // One read proves a quorum answers (a connect alone only opens a channel).
         log.get_one(codec::PRODUCER_ID_KEY).await?;
@@ -145,7 +175,8 @@ impl EtcdTxnLog {
                 ..self.config.clone()
             },
             kv: self.kv.clone(),
-            writers: Mutex::new(HashMap::new()),
+            writer: Mutex::new(None),
+            counters: Arc::default(),
         }
     }
 
@@ -186,23 +217,64 @@ impl EtcdTxnLog {
         Ok(resp.succeeded())
     }
 
-    /// The writer queue of `partition` (its task is started on first use).
-    fn writer(&self, partition: LogPartition) -> mpsc::UnboundedSender<AppendCall> {
-        let mut writers = self.writers.lock();
-        writers
-            .entry(partition)
-            .or_insert_with(|| {
+    /// The queue of the log's writer (its task is started on first use).
+    fn writer(&self) -> mpsc::UnboundedSender<AppendCall> {
+        self.writer
+            .lock()
+            .get_or_insert_with(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let writer = PartitionWriter {
-                    partition,
-                    prefix: self.config.prefix.clone(),
+                let writer = Writer {
                     config: self.config.clone(),
                     kv: self.kv.clone(),
+                    counters: Arc::clone(&self.counters),
+                    fenced: HashMap::new(),
                 };
                 tokio::spawn(writer.run(rx));
                 tx
             })
             .clone()
+    }
+
+    /// An append of `batch` to `partition` with `epoch`, encoded for the writer.
+    fn encode(
+        &self,
+        partition: LogPartition,
+        epoch: CoordinatorEpoch,
+        batch: &[LogEntry],
+        done: oneshot::Sender<Result<(), LogError>>,
+    ) -> Result<AppendCall, LogError> {
+        let epoch_key = codec::epoch_key(partition);
+        let guard = (
+            self.key(&epoch_key),
+            codec::encode_epoch(&epoch_key, epoch)?,
+        );
+        let ops = batch
+            .iter()
+            .map(|e| {
+                let key = codec::record_key(partition, &e.id);
+                let value = match &e.op {
+                    LogOp::Upsert(r) => Some(codec::encode_record(&key, r)?),
+                    LogOp::Tombstone => None,
+                };
+                Ok((self.key(&key), value))
+            })
+            .collect::<Result<_, LogError>>()?;
+        Ok(AppendCall {
+            partition,
+            epoch,
+            guard,
+            ops,
+            done,
+        })
+    }
+
+    /// etcd transactions sent by the writer, and the appends they carried.
+    #[cfg(test)]
+    fn counters(&self) -> (u64, u64) {
+        (
+            self.counters.txns.load(Ordering::Relaxed),
+            self.counters.appends.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -368,9 +440,16 @@ impl TxnLog for EtcdTxnLog {
         batch: Vec<LogEntry>,
     ) -> Result<(), LogError> {
         let (done, rx) = oneshot::channel();
-        self.writer(partition)
-            .send(AppendCall { epoch, batch, done })
-            .map_err(|_| LogError::Closed)?;
+        let call = self.encode(partition, epoch, &batch, done)?;
+        if !Round::default().fits(&self.config, &call) {
+            return Err(LogError::InvalidArgument(format!(
+                "an append of {} entries exceeds one etcd transaction ({} operations, {} bytes)",
+                batch.len(),
+                self.config.max_txn_ops,
+                self.config.max_txn_bytes
+            )));
+        }
+        self.writer().send(call).map_err(|_| LogError::Closed)?;
         rx.await.unwrap_or(Err(LogError::Closed))
     }
 
@@ -445,199 +524,486 @@ impl TxnLog for EtcdTxnLog {
     }
 }
 
-/// The writer task of one partition: group commit of its appends, in call order.
-struct PartitionWriter {
-    partition: LogPartition,
-    prefix: String,
+/// The writer task of one [`EtcdTxnLog`]: group commit of the appends of every partition.
+///
+/// Each round puts into one etcd transaction, in call order, every queued append that
+/// - has the epoch of the round's other appends of its partition (one compare per partition),
+/// - fits ([`Round::fits`]),
+/// - and whose partition has no earlier queued append left out of the round.
+///
+/// So a round holds a prefix of each partition's queue, and what it leaves waits, in order,
+/// for the next round. One transaction is in flight at a time, so a partition's appends apply
+/// in call order. The outcome of a round's transaction:
+/// - committed: every append in it is acknowledged;
+/// - no answer in time, or an error: every append in it fails ([`LogError::Unavailable`]). Its
+///   outcome is unknown, so it is never sent again ([`Resend::IfNotSent`]: only a request
+///   that never reached a member is resent);
+/// - compares failed: nothing landed. The else branch read every involved epoch key as the
+///   compares saw it: the appends of each partition whose key differs from the expected value
+///   fail (`Fenced` when a higher epoch is stored, else `NotClaimed`, as a lone append would);
+///   the others go back to the head of the queue for the next round. Sending those again is
+///   safe because the failed compares prove that their first attempt did not apply.
+///
+/// A claim never lowers an epoch, so once a partition is found fenced, later appends with an
+/// epoch below the stored one fail at once instead of failing another round's compares.
+struct Writer {
     config: EtcdConfig,
     kv: KvClient,
+    counters: Arc<Counters>,
+    /// The highest epoch found stored, for each partition found fenced.
+    fenced: HashMap<LogPartition, CoordinatorEpoch>,
 }
 
-/// One write of a transaction: a codec key and its new value (`None`: delete).
-type KeyOp = (Vec<u8>, Option<Vec<u8>>);
-
-/// Appends merged into one etcd transaction.
-struct Group {
-    epoch: CoordinatorEpoch,
-    /// The last operation per codec key, in first-write order of the keys.
-    ops: BTreeMap<Vec<u8>, (usize, Option<Vec<u8>>)>,
-    bytes: usize,
-    callers: Vec<oneshot::Sender<Result<(), LogError>>>,
-}
-
-impl PartitionWriter {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<AppendCall>) {
-        let mut carried: Option<AppendCall> = None;
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<AppendCall>) {
+        // The queued appends in call order (a partition's appends retried from the last round
+        // come before its later ones, which were left out of that round).
+        let mut queue: Vec<AppendCall> = Vec::new();
         loop {
-            let first = match carried.take() {
-                Some(c) => c,
-                None => match rx.recv().await {
-                    Some(c) => c,
+            if queue.is_empty() {
+                match rx.recv().await {
+                    Some(call) => queue.push(call),
                     None => return,
-                },
-            };
-            let Ok(mut group) = self.start_group(first) else {
+                }
+            }
+            while let Ok(call) = rx.try_recv() {
+                queue.push(call);
+            }
+            let (round, rest) = self.gather(queue);
+            queue = self.commit(round).await;
+            queue.extend(rest);
+        }
+    }
+
+    /// Splits `queue` into the next round and the appends left for later (in their order);
+    /// answers at once the appends of an epoch already known to be fenced.
+    fn gather(&self, queue: Vec<AppendCall>) -> (Round, Vec<AppendCall>) {
+        let mut round = Round::default();
+        let mut rest = Vec::new();
+        let mut waiting = HashSet::new();
+        for call in queue {
+            if let Some(&current) = self.fenced.get(&call.partition)
+                && call.epoch < current
+            {
+                let partition = call.partition;
+                let _ = call.done.send(Err(LogError::Fenced { partition, current }));
                 continue;
-            };
-            while let Ok(next) = rx.try_recv() {
-                if let Err(next) = self.try_merge(&mut group, next) {
-                    carried = Some(next);
-                    break;
-                }
             }
-            let result = self.commit(&group).await;
-            for done in group.callers {
-                let _ = done.send(result.clone());
+            if waiting.contains(&call.partition) {
+                rest.push(call);
+                continue;
+            }
+            if let Err(call) = round.add(&self.config, call) {
+                waiting.insert(call.partition);
+                rest.push(call);
             }
         }
+        (round, rest)
     }
 
-    /// The entries of `call` as (codec key, value or delete), or the error to answer it with.
-    fn encode(&self, call: &AppendCall) -> Result<Vec<KeyOp>, LogError> {
-        call.batch
-            .iter()
-            .map(|e| {
-                let key = codec::record_key(self.partition, &e.id);
-                let value = match &e.op {
-                    LogOp::Upsert(r) => Some(codec::encode_record(&key, r)?),
-                    LogOp::Tombstone => None,
-                };
-                Ok((key, value))
-            })
-            .collect()
-    }
-
-    /// A group of `call` alone; a call that cannot be encoded or exceeds the limits on its own
-    /// is answered at once (`Err(())`).
-    fn start_group(&self, call: AppendCall) -> Result<Group, ()> {
-        let mut group = Group {
-            epoch: call.epoch,
-            ops: BTreeMap::new(),
-            bytes: 0,
-            callers: Vec::new(),
-        };
-        match self.encode(&call) {
-            Ok(ops) if self.fits(&group, &ops) => {
-                add(&mut group, ops);
-                group.callers.push(call.done);
-                Ok(group)
-            }
-            Ok(ops) => {
-                let _ = call.done.send(Err(LogError::InvalidArgument(format!(
-                    "an append of {} entries exceeds one etcd transaction ({} operations, {} \
-                     bytes)",
-                    ops.len(),
-                    self.config.max_txn_ops,
-                    self.config.max_txn_bytes
-                ))));
-                Err(())
-            }
-            Err(e) => {
-                let _ = call.done.send(Err(e));
-                Err(())
-            }
+    /// Sends `round` as one etcd transaction and answers its appends; returns the appends to
+    /// send again (those of partitions whose compare held when another partition's failed).
+    async fn commit(&mut self, round: Round) -> Vec<AppendCall> {
+        if round.calls.is_empty() {
+            return Vec::new();
         }
-    }
-
-    /// Adds `call` to `group` if it has the group's epoch and fits; else hands it back.
-    fn try_merge(&self, group: &mut Group, call: AppendCall) -> Result<(), AppendCall> {
-        if call.epoch != group.epoch {
-            return Err(call);
-        }
-        let Ok(ops) = self.encode(&call) else {
-            return Err(call);
-        };
-        if !self.fits(group, &ops) {
-            return Err(call);
-        }
-        add(group, ops);
-        group.callers.push(call.done);
-        Ok(())
-    }
-
-    /// Whether `group` plus `ops` stays within one transaction (one operation is the compare).
-    fn fits(&self, group: &Group, ops: &[KeyOp]) -> bool {
-        let new_keys = ops
-            .iter()
-            .filter(|(k, _)| !group.ops.contains_key(k))
-            .count();
-        let bytes: usize = ops
-            .iter()
-            .map(|(k, v)| self.prefix.len() + 1 + k.len() + v.as_ref().map_or(0, Vec::len))
-            .sum();
-        group.ops.len() + new_keys < self.config.max_txn_ops
-            && group.bytes + bytes <= self.config.max_txn_bytes
-    }
-
-    async fn commit(&self, group: &Group) -> Result<(), LogError> {
-        let epoch_codec_key = codec::epoch_key(self.partition);
-        let epoch_key = key_under(&self.prefix, &epoch_codec_key);
-        let expected = codec::encode_epoch(&epoch_codec_key, group.epoch)?;
-        let mut ordered: Vec<_> = group.ops.iter().collect();
-        ordered.sort_by_key(|(_, (order, _))| *order);
-        let ops: Vec<TxnOp> = ordered
-            .into_iter()
-            .map(|(k, (_, v))| {
-                let key = key_under(&self.prefix, k);
-                match v {
-                    Some(v) => TxnOp::put(key, v.clone(), None),
-                    None => TxnOp::delete(key, None),
-                }
-            })
-            .collect();
-        let txn = Txn::new()
-            .when(vec![Compare::value(
-                epoch_key.clone(),
-                CompareOp::Equal,
-                expected,
-            )])
-            .and_then(ops)
-            .or_else(vec![TxnOp::get(epoch_key, None)]);
-        let resp = with_resend(&self.config, &self.kv, Resend::IfNotSent, |mut kv| {
+        let txn = round.txn();
+        self.counters.txns.fetch_add(1, Ordering::Relaxed);
+        let carried = u64::try_from(round.calls.len()).unwrap_or(u64::MAX);
+        self.counters.appends.fetch_add(carried, Ordering::Relaxed);
+        let sent = with_resend(&self.config, &self.kv, Resend::IfNotSent, |mut kv| {
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })
-        .await?;
-        if resp.succeeded() {
-            return Ok(());
+        .await;
+        let resp = match sent {
+            Ok(resp) if resp.succeeded() => {
+                answer_all(round.calls, &Ok(()));
+                return Vec::new();
+            }
+            Ok(resp) => resp,
+            Err(e) => {
+                answer_all(round.calls, &Err(e));
+                return Vec::new();
+            }
+        };
+        // The compares failed: the else branch's reads (one per guard, in order) tell which.
+        let stored: Vec<Option<Vec<u8>>> = resp
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.value().to_vec())),
+                _ => None,
+            })
+            .collect();
+        let mut failed: HashMap<LogPartition, LogError> = HashMap::new();
+        if stored.len() == round.guards.len() {
+            for (guard, value) in round.guards.iter().zip(&stored) {
+                if value.as_ref() == Some(&guard.expected) {
+                    continue;
+                }
+                let err = match stored_epoch(guard.partition, value.as_deref()) {
+                    Ok(Some(current)) if current > guard.epoch => {
+                        let known = self.fenced.entry(guard.partition).or_insert(current);
+                        *known = (*known).max(current);
+                        LogError::Fenced {
+                            partition: guard.partition,
+                            current,
+                        }
+                    }
+                    Ok(_) => LogError::NotClaimed {
+                        partition: guard.partition,
+                        epoch: guard.epoch,
+                    },
+                    Err(e) => e,
+                };
+                failed.insert(guard.partition, err);
+            }
         }
-        let stored = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.value().to_vec())),
-            _ => None,
-        });
-        let current = stored_epoch(self.partition, stored.flatten().as_deref())?;
-        Err(match current {
-            Some(current) if current > group.epoch => LogError::Fenced {
-                partition: self.partition,
-                current,
-            },
-            _ => LogError::NotClaimed {
-                partition: self.partition,
-                epoch: group.epoch,
-            },
-        })
+        if failed.is_empty() {
+            // Only an inconsistent answer gets here; failing beats resending forever.
+            let reason = "the compares failed, yet the epoch keys read back as expected";
+            answer_all(round.calls, &Err(unavailable(&self.config, reason)));
+            return Vec::new();
+        }
+        let mut retry = Vec::new();
+        for call in round.calls {
+            match failed.get(&call.partition) {
+                Some(err) => {
+                    let _ = call.done.send(Err(err.clone()));
+                }
+                None => retry.push(call),
+            }
+        }
+        retry
     }
 }
 
-/// Adds `ops` to `group`; a later write to a key replaces an earlier one (etcd refuses a key
-/// twice in one transaction).
-fn add(group: &mut Group, ops: Vec<KeyOp>) {
-    for (k, v) in ops {
-        let size = k.len() + v.as_ref().map_or(0, Vec::len);
-        let next = group.ops.len();
-        match group.ops.get_mut(&k) {
-            Some(slot) => slot.1 = v,
-            None => {
-                group.ops.insert(k, (next, v));
+fn answer_all(calls: Vec<AppendCall>, result: &Result<(), LogError>) {
+    for call in calls {
+        let _ = call.done.send(result.clone());
+    }
+}
+
+/// The compare of one partition in a round.
+struct Guard {
+    partition: LogPartition,
+    epoch: CoordinatorEpoch,
+    /// `{prefix}/` ++ the partition's epoch key.
+    key: Vec<u8>,
+    /// `epoch` encoded, the value the key must hold.
+    expected: Vec<u8>,
+}
+
+/// The appends of one etcd transaction.
+#[derive(Default)]
+struct Round {
+    /// One per involved partition, in the order of their first append.
+    guards: Vec<Guard>,
+    /// The writes of `calls`, counted before duplicate keys are merged.
+    writes: usize,
+    /// Key and value bytes of the compares, the else branch's reads and the writes.
+    bytes: usize,
+    calls: Vec<AppendCall>,
+}
+
+impl Round {
+    /// Whether `call` fits in the round: compares plus writes below
+    /// [`EtcdConfig::max_txn_ops`] (one below etcd's limit as a margin), bytes within
+    /// [`EtcdConfig::max_txn_bytes`] (below etcd's request limit). Every append is checked
+    /// against an empty round before it is queued, so the first append of a round fits.
+    fn fits(&self, config: &EtcdConfig, call: &AppendCall) -> bool {
+        let new_guard = self.guards.iter().all(|g| g.partition != call.partition);
+        let (guards, guard_bytes) = if new_guard {
+            (1, 2 * call.guard.0.len() + call.guard.1.len())
+        } else {
+            (0, 0)
+        };
+        self.guards.len() + guards + self.writes + call.ops.len() < config.max_txn_ops
+            && self.bytes + guard_bytes + write_bytes(call) <= config.max_txn_bytes
+    }
+
+    /// Adds `call` if its partition's epoch matches and it fits; else hands it back.
+    fn add(&mut self, config: &EtcdConfig, call: AppendCall) -> Result<(), AppendCall> {
+        let guard = self.guards.iter().find(|g| g.partition == call.partition);
+        if guard.is_some_and(|g| g.epoch != call.epoch) || !self.fits(config, &call) {
+            return Err(call);
+        }
+        if guard.is_none() {
+            self.bytes += 2 * call.guard.0.len() + call.guard.1.len();
+            self.guards.push(Guard {
+                partition: call.partition,
+                epoch: call.epoch,
+                key: call.guard.0.clone(),
+                expected: call.guard.1.clone(),
+            });
+        }
+        self.writes += call.ops.len();
+        self.bytes += write_bytes(&call);
+        self.calls.push(call);
+        Ok(())
+    }
+
+    /// `If(each epoch key == expected) Then(the writes) Else(get each epoch key)`. A later
+    /// write to a key replaces an earlier one (etcd refuses a key twice in one transaction);
+    /// keys keep the order of their first write.
+    fn txn(&self) -> Txn {
+        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        let mut writes: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+        for (key, value) in self.calls.iter().flat_map(|c| &c.ops) {
+            match index.get(key.as_slice()) {
+                Some(&i) => writes[i].1 = value.as_deref(),
+                None => {
+                    index.insert(key, writes.len());
+                    writes.push((key, value.as_deref()));
+                }
             }
         }
-        group.bytes += size;
+        let compares: Vec<Compare> = self
+            .guards
+            .iter()
+            .map(|g| Compare::value(g.key.clone(), CompareOp::Equal, g.expected.clone()))
+            .collect();
+        let ops: Vec<TxnOp> = writes
+            .into_iter()
+            .map(|(key, value)| match value {
+                Some(v) => TxnOp::put(key, v, None),
+                None => TxnOp::delete(key, None),
+            })
+            .collect();
+        let reads: Vec<TxnOp> = self
+            .guards
+            .iter()
+            .map(|g| TxnOp::get(g.key.clone(), None))
+            .collect();
+        Txn::new().when(compares).and_then(ops).or_else(reads)
     }
+}
+
+/// Key and value bytes of the writes of `call`.
+fn write_bytes(call: &AppendCall) -> usize {
+    call.ops
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+
     use super::*;
+    use crate::TxnState;
+    use crate::suite::{record, tid};
+
+    const E1: CoordinatorEpoch = CoordinatorEpoch(1);
+    const E2: CoordinatorEpoch = CoordinatorEpoch(2);
+
+    /// One etcd member (`TXN_ETCD_BIN`, else `etcd` on the PATH) on free loopback ports, with
+    /// a temporary data directory; killed on drop.
+    struct Etcd {
+        child: Child,
+        endpoint: String,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Etcd {
+        async fn start() -> Self {
+            let bin = std::env::var_os("TXN_ETCD_BIN").map_or_else(|| "etcd".into(), PathBuf::from);
+            let port = || {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                l.local_addr().expect("addr").port()
+            };
+            let client = format!("http://127.0.0.1:{}", port());
+            let peer = format!("http://127.0.0.1:{}", port());
+            let dir = tempfile::tempdir().expect("tempdir");
+            let child = Command::new(&bin)
+                .args(["--name", "m0", "--data-dir"])
+                .arg(dir.path().join("m0"))
+                .args([
+                    "--listen-client-urls",
+                    &client,
+                    "--advertise-client-urls",
+                    &client,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &peer,
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                ])
+                .args(["--initial-cluster", &format!("m0={peer}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "starting {} ({e}): install Debian's etcd-server or set TXN_ETCD_BIN",
+                        bin.display()
+                    )
+                });
+            let etcd = Self {
+                child,
+                endpoint: client,
+                _dir: dir,
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while EtcdTxnLog::connect(etcd.config("/ready")).await.is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "etcd not ready in 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            etcd
+        }
+
+        fn config(&self, prefix: &str) -> EtcdConfig {
+            EtcdConfig {
+                prefix: prefix.to_owned(),
+                request_timeout: Duration::from_secs(2),
+                ..EtcdConfig::new(vec![self.endpoint.clone()])
+            }
+        }
+    }
+
+    impl Drop for Etcd {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn upsert(id: &str, pid: i64) -> Vec<LogEntry> {
+        vec![LogEntry::upsert(tid(id), record(pid, TxnState::Ongoing, 1))]
+    }
+
+    // The tests on etcd run on tokio's current-thread runtime: appends started together with
+    // `join!` are all queued before the writer task runs, so they share its first round.
+
+    /// Two partitions' appends share one transaction, one partition was claimed by a higher
+    /// epoch meanwhile: its append fails `Fenced`, the other lands (in a second transaction).
+    #[tokio::test]
+    async fn a_fenced_partition_fails_alone_in_a_shared_transaction() {
+        let etcd = Etcd::start().await;
+        let log = EtcdTxnLog::connect(etcd.config("/shared"))
+            .await
+            .expect("log");
+        let rival = EtcdTxnLog::connect(etcd.config("/shared"))
+            .await
+            .expect("rival");
+        let (p1, p2) = (LogPartition(1), LogPartition(2));
+        log.claim(p1, E1).await.expect("claim p1");
+        log.claim(p2, E1).await.expect("claim p2");
+        rival.claim(p2, E2).await.expect("rival claims p2");
+
+        let (a, b) = tokio::join!(
+            log.append(p1, E1, upsert("a", 1)),
+            log.append(p2, E1, upsert("b", 2)),
+        );
+        a.expect("the append of the partition still owned lands");
+        assert!(
+            matches!(b, Err(LogError::Fenced { partition, current }) if partition == p2 && current == E2),
+            "{b:?}"
+        );
+        assert_eq!(
+            log.counters(),
+            (2, 3),
+            "one shared transaction whose compares failed, then p1's append alone"
+        );
+        let loaded = rival.load(p1).await.expect("load p1");
+        assert_eq!(
+            loaded.records,
+            vec![(tid("a"), record(1, TxnState::Ongoing, 1))]
+        );
+        assert!(rival.load(p2).await.expect("load p2").records.is_empty());
+
+        // p2 is known fenced: a later append of epoch 1 fails without an etcd transaction,
+        // and p1 goes on.
+        let again = log.append(p2, E1, upsert("b", 3)).await;
+        assert!(matches!(again, Err(LogError::Fenced { .. })), "{again:?}");
+        assert_eq!(log.counters(), (2, 3));
+        log.append(p1, E1, upsert("c", 4)).await.expect("p1 again");
+        assert_eq!(log.counters(), (3, 4));
+    }
+
+    /// Appends of several partitions go in one transaction, a key written twice keeps the last
+    /// write, and a partition's append with another epoch waits for the next transaction.
+    #[tokio::test]
+    async fn appends_of_many_partitions_share_a_transaction_in_call_order() {
+        let etcd = Etcd::start().await;
+        let log = EtcdTxnLog::connect(etcd.config("/many"))
+            .await
+            .expect("log");
+        let (p1, p2, p3) = (LogPartition(1), LogPartition(2), LogPartition(3));
+        for p in [p1, p2, p3] {
+            log.claim(p, E1).await.expect("claim");
+        }
+        let (a, b, c, d) = tokio::join!(
+            log.append(p1, E1, upsert("x", 1)),
+            log.append(p2, E1, upsert("y", 2)),
+            log.append(p1, E1, upsert("x", 3)),
+            log.append(p3, E1, Vec::new()),
+        );
+        for r in [a, b, c, d] {
+            r.expect("append");
+        }
+        assert_eq!(log.counters(), (1, 4), "one transaction");
+        let loaded = log.load(p1).await.expect("load");
+        assert_eq!(
+            loaded.records,
+            vec![(tid("x"), record(3, TxnState::Ongoing, 1))]
+        );
+
+        // p3 claimed again with epoch 2 in between: the epoch-2 append waits for the next
+        // transaction and the epoch-1 ones after it fail.
+        log.claim(p3, E2).await.expect("claim 2");
+        let (a, b, c) = tokio::join!(
+            log.append(p2, E1, upsert("y", 4)),
+            log.append(p3, E2, upsert("z", 5)),
+            log.append(p3, E1, upsert("z", 6)),
+        );
+        a.expect("p2");
+        b.expect("p3 at epoch 2");
+        assert!(matches!(c, Err(LogError::Fenced { .. })), "{c:?}");
+        let loaded = log.load(p3).await.expect("load");
+        assert_eq!(
+            loaded.records,
+            vec![(tid("z"), record(5, TxnState::Ongoing, 1))]
+        );
+    }
+
+    /// The limits count the compares: with room for 5 operations (4 below etcd's), two
+    /// partitions with one write each fit, a third write of a third partition does not.
+    #[test]
+    fn a_round_counts_compares_and_writes_against_the_limits() {
+        let config = EtcdConfig {
+            max_txn_ops: 5,
+            ..EtcdConfig::new(vec!["http://127.0.0.1:1".into()])
+        };
+        let call = |p: u32, epoch: i32| AppendCall {
+            partition: LogPartition(p),
+            epoch: CoordinatorEpoch(epoch),
+            guard: (format!("/e{p}").into_bytes(), vec![1]),
+            ops: vec![(format!("/r{p}").into_bytes(), Some(vec![0; 10]))],
+            done: oneshot::channel().0,
+        };
+        let mut round = Round::default();
+        assert!(round.add(&config, call(1, 1)).is_ok());
+        assert!(
+            round.add(&config, call(1, 2)).is_err(),
+            "another epoch of p1"
+        );
+        assert!(round.add(&config, call(2, 1)).is_ok());
+        assert!(round.add(&config, call(3, 1)).is_err(), "6 operations");
+        assert_eq!((round.guards.len(), round.writes), (2, 2));
+        let small = EtcdConfig {
+            max_txn_bytes: 2 * 3 + 1 + 3 + 10 - 1,
+            ..config
+        };
+        assert!(!Round::default().fits(&small, &call(1, 1)), "bytes");
+    }
 
     #[test]
     fn prefix_end_is_the_first_key_after_the_prefix() {
