@@ -237,6 +237,131 @@ pub fn daemon_on_etcd(
     )
 }
 
+/// Coordinator requests the cluster tests share, each bounded in time (they panic when the
+/// bound passes: they are test steps).
+pub mod requests {
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use kafka_protocol::messages::{
+        self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    use crate::fault::client::Pool;
+
+    fn s(v: &str) -> StrBytes {
+        StrBytes::from_string(v.to_owned())
+    }
+
+    /// FindCoordinator(TRANSACTION, id) asked of `at`: the owner's (node id, address).
+    pub async fn find(pool: &mut Pool, at: SocketAddr, id: &str) -> Option<(i32, SocketAddr)> {
+        let req = km::FindCoordinatorRequest::default()
+            .with_key(s(id))
+            .with_key_type(1);
+        let r = pool.call(at, &req, 3).await.ok()?;
+        if r.error_code != 0 {
+            return None;
+        }
+        let addr = format!("{}:{}", r.host, r.port).parse().ok()?;
+        Some((r.node_id.0, addr))
+    }
+
+    /// One InitProducerId(id) at `at`: (producer id, epoch), or the error code (-1: no answer).
+    pub async fn init(pool: &mut Pool, at: SocketAddr, id: &str) -> Result<(i64, i16), i16> {
+        let req = km::InitProducerIdRequest::default()
+            .with_transactional_id(Some(km::TransactionalId(s(id))))
+            .with_transaction_timeout_ms(60_000);
+        match pool.call(at, &req, 4).await {
+            Ok(r) if r.error_code == 0 => Ok((r.producer_id.0, r.producer_epoch)),
+            Ok(r) => Err(r.error_code),
+            Err(_) => Err(-1),
+        }
+    }
+
+    /// Follows FindCoordinator (asked of any of `ask`) until InitProducerId(id) succeeds at
+    /// the owner; returns the owner's node id and the answer.
+    pub async fn init_at_owner(
+        pool: &mut Pool,
+        ask: &[SocketAddr],
+        id: &str,
+        within: Duration,
+    ) -> (i32, (i64, i16)) {
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            for &a in ask {
+                if let Some((node, owner)) = find(pool, a, id).await {
+                    match init(pool, owner, id).await {
+                        Ok(pe) => return (node, pe),
+                        Err(code) => last = format!("node {node} answered {code}"),
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("InitProducerId({id}) did not succeed within {within:?}: {last}");
+    }
+
+    /// AddPartitionsToTxn(id, topic-p) at `at` with `pe`; its error code (-1: no answer).
+    pub async fn add(
+        pool: &mut Pool,
+        at: SocketAddr,
+        id: &str,
+        pe: (i64, i16),
+        topic: &str,
+        p: i32,
+    ) -> i16 {
+        let req = km::AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
+            .with_v3_and_below_producer_id(km::ProducerId(pe.0))
+            .with_v3_and_below_producer_epoch(pe.1)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(km::TopicName(s(topic)))
+                    .with_partitions(vec![p]),
+            ]);
+        match pool.call(at, &req, 3).await {
+            Ok(r) => r
+                .results_by_topic_v3_and_below
+                .first()
+                .and_then(|t| t.results_by_partition.first())
+                .map_or(-1, |p| p.partition_error_code),
+            Err(_) => -1,
+        }
+    }
+
+    /// EndTxn(id, commit) at `at` with `pe`; its error code (-1: no answer).
+    pub async fn end(pool: &mut Pool, at: SocketAddr, id: &str, pe: (i64, i16)) -> i16 {
+        let req = km::EndTxnRequest::default()
+            .with_transactional_id(km::TransactionalId(s(id)))
+            .with_producer_id(km::ProducerId(pe.0))
+            .with_producer_epoch(pe.1)
+            .with_committed(true);
+        pool.call(at, &req, 3).await.map_or(-1, |r| r.error_code)
+    }
+
+    /// The partitions DescribeTransactions(id) at `at` reports once the state is `want`
+    /// (polled for up to 30 s).
+    pub async fn wait_state(pool: &mut Pool, at: SocketAddr, id: &str, want: &str) -> Vec<i32> {
+        let mut last = String::new();
+        for _ in 0..300 {
+            let req = km::DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![km::TransactionalId(s(id))]);
+            if let Ok(r) = pool.call(at, &req, 0).await
+                && let Some(t) = r.transaction_states.first()
+            {
+                last = format!("{} (error {})", t.transaction_state, t.error_code);
+                if t.error_code == 0 && t.transaction_state.as_str() == want {
+                    return t.topics.iter().flat_map(|t| t.partitions.clone()).collect();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{id} never reached {want} at {at}; last {last}");
+    }
+}
+
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::StrBytes;
+use txn_tests::etcd::requests::{find, init_at_owner};
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
 use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, bin_path};
@@ -29,54 +30,6 @@ fn daemon(node: i32, endpoints: &str, dir: &std::path::Path) -> Proc {
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
-}
-
-/// FindCoordinator(TRANSACTION, id) asked of `at`: the owner's (node id, address).
-async fn find(pool: &mut Pool, at: SocketAddr, id: &str) -> Option<(i32, SocketAddr)> {
-    let req = km::FindCoordinatorRequest::default()
-        .with_key(s(id))
-        .with_key_type(1);
-    let r = pool.call(at, &req, 3).await.ok()?;
-    if r.error_code != 0 {
-        return None;
-    }
-    let addr = format!("{}:{}", r.host, r.port).parse().ok()?;
-    Some((r.node_id.0, addr))
-}
-
-async fn init(pool: &mut Pool, at: SocketAddr, id: &str) -> Result<(i64, i16), i16> {
-    let req = km::InitProducerIdRequest::default()
-        .with_transactional_id(Some(km::TransactionalId(s(id))))
-        .with_transaction_timeout_ms(60_000);
-    match pool.call(at, &req, 4).await {
-        Ok(r) if r.error_code == 0 => Ok((r.producer_id.0, r.producer_epoch)),
-        Ok(r) => Err(r.error_code),
-        Err(_) => Err(-1),
-    }
-}
-
-/// Follows FindCoordinator (asked of any of `ask`) until InitProducerId(id) succeeds at the
-/// owner; returns the owner's node id and the answer.
-async fn init_at_owner(
-    pool: &mut Pool,
-    ask: &[SocketAddr],
-    id: &str,
-    within: Duration,
-) -> (i32, (i64, i16)) {
-    let deadline = Instant::now() + within;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        for &a in ask {
-            if let Some((node, owner)) = find(pool, a, id).await {
-                match init(pool, owner, id).await {
-                    Ok(pe) => return (node, pe),
-                    Err(code) => last = format!("node {node} answered {code}"),
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("InitProducerId({id}) did not succeed within {within:?}: {last}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

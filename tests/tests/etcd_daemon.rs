@@ -7,74 +7,21 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kafka_protocol::messages::{
-    self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
-};
-use kafka_protocol::protocol::StrBytes;
-use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
+use txn_tests::etcd::{EtcdCluster, daemon_on_etcd, requests};
 use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
 
 const STARTUP: Duration = Duration::from_secs(60);
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_owned())
-}
-
 async fn init(pool: &mut Pool, at: std::net::SocketAddr, id: &str) -> (i64, i16) {
-    for _ in 0..300 {
-        let req = km::InitProducerIdRequest::default()
-            .with_transactional_id(Some(km::TransactionalId(s(id))))
-            .with_transaction_timeout_ms(60_000);
-        match pool.call(at, &req, 4).await {
-            Ok(r) if r.error_code == 0 => return (r.producer_id.0, r.producer_epoch),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    panic!("InitProducerId({id}) did not succeed");
+    requests::init_at_owner(pool, &[at], id, Duration::from_secs(30))
+        .await
+        .1
 }
 
 async fn add(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16), p: i32) {
-    let req = km::AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
-        .with_v3_and_below_producer_id(km::ProducerId(pe.0))
-        .with_v3_and_below_producer_epoch(pe.1)
-        .with_v3_and_below_topics(vec![
-            AddPartitionsToTxnTopic::default()
-                .with_name(km::TopicName(s("t")))
-                .with_partitions(vec![p]),
-        ]);
-    let r = pool.call(at, &req, 3).await.expect("AddPartitionsToTxn");
-    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    let code = requests::add(pool, at, id, pe, "t", p).await;
     assert_eq!(code, 0, "AddPartitionsToTxn({id}, t-{p})");
-}
-
-async fn end(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16)) -> i16 {
-    let req = km::EndTxnRequest::default()
-        .with_transactional_id(km::TransactionalId(s(id)))
-        .with_producer_id(km::ProducerId(pe.0))
-        .with_producer_epoch(pe.1)
-        .with_committed(true);
-    pool.call(at, &req, 3).await.expect("EndTxn").error_code
-}
-
-/// The state and partitions DescribeTransactions reports, once it is `want` (bounded).
-async fn wait_state(pool: &mut Pool, at: std::net::SocketAddr, id: &str, want: &str) -> Vec<i32> {
-    let mut last = String::new();
-    for _ in 0..300 {
-        let req = km::DescribeTransactionsRequest::default()
-            .with_transactional_ids(vec![km::TransactionalId(s(id))]);
-        if let Ok(r) = pool.call(at, &req, 0).await
-            && let Some(t) = r.transaction_states.first()
-        {
-            last = format!("{} (error {})", t.transaction_state, t.error_code);
-            if t.error_code == 0 && t.transaction_state.as_str() == want {
-                return t.topics.iter().flat_map(|t| t.partitions.clone()).collect();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{id} never reached {want}; last {last}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,26 +66,26 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     let a = first.addr().expect("first daemon's address");
     let app = init(&mut pool, a, "app").await;
     add(&mut pool, a, "app", app, 0).await;
-    assert_eq!(end(&mut pool, a, "app", app).await, 0);
-    wait_state(&mut pool, a, "app", "CompleteCommit").await;
+    assert_eq!(requests::end(&mut pool, a, "app", app).await, 0);
+    requests::wait_state(&mut pool, a, "app", "CompleteCommit").await;
     add(&mut pool, a, "app", app, 1).await;
-    wait_state(&mut pool, a, "app", "Ongoing").await;
+    requests::wait_state(&mut pool, a, "app", "Ongoing").await;
     first.kill();
 
     let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
     let b = second.addr().expect("second daemon's address");
-    let parts = wait_state(&mut pool, b, "app", "Ongoing").await;
+    let parts = requests::wait_state(&mut pool, b, "app", "Ongoing").await;
     assert_eq!(
         parts,
         vec![1],
         "the open transaction and its partition, read from etcd"
     );
     assert_eq!(
-        end(&mut pool, b, "app", app).await,
+        requests::end(&mut pool, b, "app", app).await,
         0,
         "the producer's epoch is still valid"
     );
-    wait_state(&mut pool, b, "app", "CompleteCommit").await;
+    requests::wait_state(&mut pool, b, "app", "CompleteCommit").await;
     let other = init(&mut pool, b, "other").await;
     assert_ne!(
         other.0, app.0,

@@ -7,9 +7,10 @@ use txn_log::{GroupCommitStats, SledTxnLog, SyncMode, TxnLog};
 
 use super::settings::{LogBackend, Settings};
 
-/// The opened log of one backend.
+/// The opened log of one backend (`txn.log.backend`), as the daemon and an embedding broker
+/// open it.
 #[derive(Debug, Clone)]
-pub(crate) enum DaemonLog {
+pub enum DaemonLog {
     /// `txn.log.backend=sled`.
     Sled(Arc<SledTxnLog>),
     /// `txn.log.backend=etcd`.
@@ -18,12 +19,10 @@ pub(crate) enum DaemonLog {
 }
 
 impl DaemonLog {
-    /// Opens the backend `settings` name. etcd is retried with backoff until it answers,
+    /// Opens the backend `settings` name; sled in `data_dir`, whose partition count is checked
+    /// against the one recorded there. etcd is retried with backoff until it answers,
     /// each failure logged with the endpoints.
-    pub(crate) async fn open(
-        settings: &Settings,
-        data_dir: &std::path::Path,
-    ) -> anyhow::Result<Self> {
+    pub async fn open(settings: &Settings, data_dir: &std::path::Path) -> anyhow::Result<Self> {
         match settings.txn_log_backend {
             LogBackend::Sled => {
                 super::check_partition_count(
@@ -75,7 +74,7 @@ impl DaemonLog {
     }
 
     /// The log as the coordinator takes it.
-    pub(crate) fn as_txn_log(&self) -> Arc<dyn TxnLog> {
+    pub fn as_txn_log(&self) -> Arc<dyn TxnLog> {
         match self {
             Self::Sled(l) => l.clone(),
             #[cfg(feature = "etcd")]
@@ -84,7 +83,7 @@ impl DaemonLog {
     }
 
     /// sled's group-commit counters (none for etcd).
-    pub(crate) fn group_commit_stats(&self) -> Option<GroupCommitStats> {
+    pub fn group_commit_stats(&self) -> Option<GroupCommitStats> {
         match self {
             Self::Sled(l) => Some(l.stats()),
             #[cfg(feature = "etcd")]
@@ -93,7 +92,7 @@ impl DaemonLog {
     }
 
     /// Flushes and closes sled (etcd needs nothing).
-    pub(crate) async fn close(&self) -> anyhow::Result<()> {
+    pub async fn close(&self) -> anyhow::Result<()> {
         match self {
             Self::Sled(l) => {
                 let l = l.clone();

@@ -17,27 +17,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use txn_log::LogPartition;
 use txn_log::sync::Mutex;
 
+use super::{Settings, SettingsError};
 use crate::UnloadReason;
 use crate::shell::Coordinator;
 
-/// A live member: node id and advertised address.
+/// A live member: node id and advertised address (a daemon, or a broker that embeds the
+/// coordinator).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Member {
+pub struct Member {
     /// `--node-id`.
-    pub(crate) node_id: i32,
+    pub node_id: i32,
     /// Advertised host.
-    pub(crate) host: String,
+    pub host: String,
     /// Advertised port.
-    pub(crate) port: u16,
+    pub port: u16,
 }
 
 /// The membership view of this daemon.
 #[derive(Debug)]
-pub(crate) struct Membership {
+pub struct Membership {
     partitions: u32,
     /// Live members by node id (this one included while its lease holds).
     live: Mutex<BTreeMap<i32, Member>>,
@@ -63,13 +67,13 @@ fn owner_among(nodes: impl IntoIterator<Item = i32>, partition: u32) -> Option<i
 
 impl Membership {
     /// The member owning `partition` in this daemon's view.
-    pub(crate) fn owner(&self, partition: LogPartition) -> Option<Member> {
+    pub fn owner(&self, partition: LogPartition) -> Option<Member> {
         let live = self.live.lock();
         owner_among(live.keys().copied(), partition.0).and_then(|n| live.get(&n).cloned())
     }
 
     /// The live members.
-    pub(crate) fn members(&self) -> Vec<Member> {
+    pub fn members(&self) -> Vec<Member> {
         self.live.lock().values().cloned().collect()
     }
 }
@@ -78,20 +82,63 @@ fn member_key(prefix: &str, node: i32) -> String {
     format!("{prefix}/members/{node}")
 }
 
-/// Registers this daemon and runs membership and ownership until the process ends.
-pub(crate) async fn start(
-    endpoints: Vec<String>,
-    prefix: String,
-    ttl: Duration,
+/// Records `transaction.state.log.num.partitions` under `{prefix}/config/` on first use and
+/// refuses to start with another count: daemons that disagree on it would map a transactional
+/// id to different log partitions, and two owners would serve the same id.
+async fn check_partition_count(client: &Client, prefix: &str, n: u32) -> anyhow::Result<()> {
+    let key = format!("{prefix}/config/transaction.state.log.num.partitions");
+    let value = n.to_string();
+    let put_if_absent = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let resp = client
+        .clone()
+        .txn(put_if_absent)
+        .await
+        .with_context(|| format!("checking {key} in etcd"))?;
+    if resp.succeeded() {
+        return Ok(());
+    }
+    let stored = resp.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g
+            .kvs()
+            .first()
+            .map(|kv| kv.value_str().unwrap_or("?").to_owned()),
+        _ => None,
+    });
+    match stored {
+        Some(v) if v == value => Ok(()),
+        Some(v) => Err(anyhow::Error::new(SettingsError::Invalid(format!(
+            "transaction.state.log.num.partitions is {n}, but the log in etcd under {prefix} was written with {v}; \
+             every daemon must use the same count, and it cannot change once the log holds data"
+        )))),
+        None => anyhow::bail!("{key} vanished while being checked; retry"),
+    }
+}
+
+/// Registers `me` and runs membership and ownership for `coordinator` until the process ends:
+/// the coordinator loads the log partitions `me` owns and unloads the others.
+pub async fn start(
+    settings: &Settings,
     me: Member,
     coordinator: Coordinator,
 ) -> anyhow::Result<Arc<Membership>> {
+    let endpoints = settings.etcd_endpoints.clone();
+    let prefix = settings.etcd_key_prefix.clone();
+    let ttl = Duration::from_millis(settings.etcd_lease_ttl_ms);
     let options = ConnectOptions::new()
         .with_connect_timeout(ttl)
         .with_timeout(ttl);
     let client = Client::connect(endpoints.clone(), Some(options))
         .await
         .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
+    check_partition_count(
+        &client,
+        &prefix,
+        coordinator.config().transaction_state_log_num_partitions,
+    )
+    .await?;
     let membership = Arc::new(Membership {
         partitions: coordinator.config().transaction_state_log_num_partitions,
         live: Mutex::new(BTreeMap::new()),

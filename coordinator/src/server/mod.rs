@@ -7,7 +7,7 @@ mod brokers;
 mod conn;
 mod http;
 #[cfg(feature = "etcd")]
-mod membership;
+pub mod membership;
 pub mod protocol;
 pub mod settings;
 
@@ -23,6 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
+pub use backend::DaemonLog;
 pub use brokers::{BrokerError, Brokers};
 pub use settings::{KEYS, LogBackend, Settings, SettingsError};
 
@@ -198,7 +199,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
     };
 
-    let log = backend::DaemonLog::open(&settings, &opts.data_dir).await?;
+    let log = DaemonLog::open(&settings, &opts.data_dir).await?;
 
     let metrics = Metrics::new();
     let timeout = Duration::from_millis(settings.request_timeout_ms);
@@ -268,9 +269,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let membership = match settings.txn_log_backend {
         LogBackend::Etcd => Some(
             membership::start(
-                settings.etcd_endpoints.clone(),
-                settings.etcd_key_prefix.clone(),
-                Duration::from_millis(settings.etcd_lease_ttl_ms),
+                &settings,
                 membership::Member {
                     node_id: opts.node_id,
                     host: advertised_host.clone(),

@@ -2,10 +2,14 @@
 //!
 //! ```text
 //! refbroker --listen HOST:PORT --data-dir DIR --topics NAME:PARTITIONS[,...]
-//!           (--embedded-coordinator | --coordinator HOST:PORT [--coordinator-node-id N])
+//!           (--embedded-coordinator | --coordinator HOST:PORT[,HOST:PORT...] [--coordinator-node-id N])
 //!           [--node-id N --cluster 1=HOST:PORT,2=HOST:PORT,...]
 //!           [--offsets-partitions N] [--set KEY=VALUE]...
 //! ```
+//!
+//! `--coordinator` with several addresses names the daemons of a cluster on etcd: any live one
+//! is asked (FindCoordinator is relayed to it, so clients learn the owner of their id), and
+//! Metadata lists the daemons that answered the last probe (see `txn.rs`).
 //!
 //! `--listen HOST:0` binds a free port; the broker prints `refbroker listening on ADDR` on
 //! stdout once it accepts connections. `--set` keys:
@@ -45,11 +49,12 @@ const BROKER_KEYS: &[&str] = &[
 pub enum CoordinatorMode {
     /// In this process (`--embedded-coordinator`).
     Embedded,
-    /// A standalone `txn-coordinator` daemon (`--coordinator HOST:PORT`).
+    /// Standalone `txn-coordinator` daemons (`--coordinator HOST:PORT[,HOST:PORT...]`).
     Standalone {
-        /// Its address.
-        addr: NodeAddr,
-        /// The node id clients are given for it (`--coordinator-node-id`, default 1000).
+        /// Their addresses (at least one).
+        addrs: Vec<NodeAddr>,
+        /// The node id Metadata gives a single daemon until it has been probed
+        /// (`--coordinator-node-id`, default 1000).
         node_id: i32,
     },
 }
@@ -113,7 +118,17 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
                 }
             }
             "--embedded-coordinator" => embedded = true,
-            "--coordinator" => coordinator = Some(parse_addr(&value()?)?),
+            "--coordinator" => {
+                let addrs = value()?
+                    .split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(parse_addr)
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                if addrs.is_empty() {
+                    bail!("--coordinator needs at least one HOST:PORT");
+                }
+                coordinator = Some(addrs);
+            }
             "--coordinator-node-id" => {
                 coordinator_node_id = value()?.parse().context("--coordinator-node-id")?;
             }
@@ -132,8 +147,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
     }
     let coordinator = match (embedded, coordinator) {
         (true, None) => CoordinatorMode::Embedded,
-        (false, Some(addr)) => CoordinatorMode::Standalone {
-            addr,
+        (false, Some(addrs)) => CoordinatorMode::Standalone {
+            addrs,
             node_id: coordinator_node_id,
         },
         _ => bail!("give exactly one of --embedded-coordinator and --coordinator HOST:PORT"),
@@ -209,6 +224,16 @@ mod tests {
             c.coordinator,
             CoordinatorMode::Standalone { node_id: 1000, .. }
         ));
+        let c = parse_args(args(
+            "--listen 127.0.0.1:9093 --data-dir d --topics a:1 \
+             --coordinator 127.0.0.1:9000,127.0.0.1:9001,h:9002",
+        ))
+        .unwrap();
+        let CoordinatorMode::Standalone { addrs, .. } = c.coordinator else {
+            panic!("standalone expected");
+        };
+        let ports: Vec<u16> = addrs.iter().map(|a| a.port).collect();
+        assert_eq!(ports, [9000, 9001, 9002]);
     }
 
     #[test]
@@ -232,6 +257,8 @@ mod tests {
             "--data-dir d --embedded-coordinator",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --node-id 3 --cluster 1=h:1",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --bogus",
+            "--listen 127.0.0.1:1 --data-dir d --coordinator ,",
+            "--listen 127.0.0.1:1 --data-dir d --coordinator h:1,h",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --set no.such.key=1",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --set log.flush=sometimes",
             "--listen 127.0.0.1:1 --data-dir d --embedded-coordinator --offsets-partitions 4 \

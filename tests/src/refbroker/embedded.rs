@@ -6,8 +6,9 @@
 //! client ──InitProducerId/AddPartitionsToTxn/AddOffsetsToTxn/EndTxn──▶ refbroker
 //!     └─ coordinator::server::protocol (the daemon's kafka-protocol ↔ coordinator::Request
 //!        conversions) ──▶ coordinator::shell::Coordinator
-//!           ├─ TxnLog: txn_log::SledTxnLog in <data-dir>/txn-log (Settings::sled_config:
-//!           │  txn.log.sync, txn.log.cache.bytes), producer ids scoped to the node
+//!           ├─ TxnLog: coordinator::server::DaemonLog (`txn.log.backend`): sled in
+//!           │  <data-dir>/txn-log (txn.log.sync, txn.log.cache.bytes), producer ids scoped
+//!           │  to the node; or etcd (etcd.endpoints, etcd.key.prefix), shared by every node
 //!           ├─ PartitionCatalog: BrokerCatalog (this broker's topics: AddPartitionsToTxn
 //!           │  for a partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION)
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
@@ -17,13 +18,19 @@
 //!                       └─ other nodes → KafkaWireTransport (WriteTxnMarkers v1 over TCP)
 //! ```
 //!
-//! Each node loads the `__transaction_state` partitions the placement rule gives it, so
-//! FindCoordinator(TRANSACTION) and the coordinator agree on every node.
+//! On sled each node loads the `__transaction_state` partitions the fixed placement rule gives
+//! it. On etcd the nodes share one log and the daemon's membership decides
+//! ([`coordinator::server::membership`]): each node registers under a lease
+//! (`etcd.lease.ttl.ms`), the partitions are spread over the live nodes, and those of a dead
+//! node move to the survivors. Either way FindCoordinator(TRANSACTION) and the coordinator
+//! agree on every node.
 
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use coordinator::server::membership::{self, Member, Membership};
 use coordinator::server::protocol as p;
+use coordinator::server::{DaemonLog, LogBackend};
 use coordinator::shell::{
     CatalogUnavailable, Coordinator, CoordinatorOptions, PartitionCatalog, SystemClock, WriterSink,
 };
@@ -38,7 +45,7 @@ use markers::writer::{
 };
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerId,
-    ProducerIdBlock, SledTxnLog, TopicPartition, TxnLog, java_string_hash, kafka_partition_for,
+    ProducerIdBlock, TopicPartition, TxnLog, java_string_hash, kafka_partition_for,
 };
 
 use super::server::Broker;
@@ -68,12 +75,24 @@ pub(crate) fn is_coordinator_key(key: &str) -> bool {
     coordinator::server::KEYS.iter().any(|(k, _, _)| *k == key)
 }
 
-/// The node coordinating `transactional_id`: the leader of its `__transaction_state` partition.
-pub(crate) fn coordinator_node(broker: &Broker, partitions: u32, transactional_id: &str) -> i32 {
+/// The node coordinating `transactional_id`: the owner of its `__transaction_state` partition
+/// among the live members (etcd), or its leader by the fixed placement rule (sled). `None`
+/// while no member is known.
+pub(crate) fn coordinator_node(
+    broker: &Broker,
+    partitions: u32,
+    membership: Option<&Membership>,
+    transactional_id: &str,
+) -> Option<i32> {
     let p = kafka_partition_for(java_string_hash(transactional_id), partitions.max(1));
-    broker
-        .cluster
-        .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
+    match membership {
+        Some(m) => m.owner(LogPartition(p)).map(|o| o.node_id),
+        None => Some(
+            broker
+                .cluster
+                .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0)),
+        ),
+    }
 }
 
 /// Bits of a producer id below the node id: node `n` hands out ids in
@@ -87,13 +106,13 @@ const NODE_PID_SHIFT: u32 = 40;
 /// transactional ids, and one's COMMIT marker would commit the other's records. Kafka gets
 /// cluster-wide unique ids from its controller (`AllocateProducerIds`); a broker embedding the
 /// coordinator on several nodes needs an equivalent. Everything else is delegated unchanged.
-struct NodeScopedLog<L> {
-    inner: L,
+struct NodeScopedLog {
+    inner: Arc<dyn TxnLog>,
     base: i64,
 }
 
-impl<L> NodeScopedLog<L> {
-    fn new(inner: L, node_id: i32) -> anyhow::Result<Self> {
+impl NodeScopedLog {
+    fn new(inner: Arc<dyn TxnLog>, node_id: i32) -> anyhow::Result<Self> {
         if !(0..(1 << 20)).contains(&node_id) {
             anyhow::bail!("embedded mode needs a node id in 0..2^20, got {node_id}");
         }
@@ -105,7 +124,7 @@ impl<L> NodeScopedLog<L> {
 }
 
 #[async_trait]
-impl<L: TxnLog> TxnLog for NodeScopedLog<L> {
+impl TxnLog for NodeScopedLog {
     async fn claim(
         &self,
         partition: LogPartition,
@@ -211,18 +230,30 @@ impl LocalMarkerHandler for LocalMarkers {
     }
 }
 
-/// Builds and starts the embedded coordinator; loads this node's partitions in the background.
-pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
+/// The started embedded coordinator and, on etcd, the membership that decides which node
+/// owns which log partition.
+#[derive(Debug)]
+pub(crate) struct Embedded {
+    /// The coordinator.
+    pub(crate) coordinator: Coordinator,
+    /// `Some` on the etcd backend.
+    pub(crate) membership: Option<Arc<Membership>>,
+}
+
+/// Builds and starts the embedded coordinator; loads this node's partitions in the background
+/// (sled), or joins the members on etcd, which load what this node owns.
+pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let settings = coordinator_settings(&broker.config)?;
-    // The daemon's log settings (`txn.log.sync`, `txn.log.cache.bytes`) apply here too.
-    let sled = settings.sled_config(broker.config.data_dir.join("txn-log"));
-    if sled.sync_mode == txn_log::SyncMode::OsBuffered {
-        tracing::warn!(
-            "txn.log.sync=os-buffered: acknowledged transactions are NOT durable against a power loss or kernel crash"
-        );
-    }
-    let config = settings.engine;
-    let log = tokio::task::spawn_blocking(move || SledTxnLog::open(sled)).await??;
+    let log = DaemonLog::open(&settings, &broker.config.data_dir.join("txn-log")).await?;
+    // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
+    // out blocks unique across the nodes already.
+    let txn_log: Arc<dyn TxnLog> = match &log {
+        DaemonLog::Sled(_) => {
+            Arc::new(NodeScopedLog::new(log.as_txn_log(), broker.config.node_id)?)
+        }
+        _ => log.as_txn_log(),
+    };
+    let config = settings.engine.clone();
     let weak = Arc::downgrade(broker);
     let local: Arc<dyn MarkerTransport> =
         Arc::new(InProcessTransport::new(Arc::new(LocalMarkers {
@@ -241,30 +272,47 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
     let n = config.transaction_state_log_num_partitions;
     let coordinator = Coordinator::start(CoordinatorOptions {
         config,
-        log: Arc::new(NodeScopedLog::new(log, broker.config.node_id)?),
+        log: txn_log,
         clock: Arc::new(SystemClock::new()),
         markers: Arc::new(sink),
         marker_completions: done_rx,
         catalog: Arc::new(BrokerCatalog { broker: weak }),
         metrics: Default::default(),
     });
-    let mine: Vec<u32> = (0..n)
-        .filter(|&p| {
-            broker
+    let membership = match settings.txn_log_backend {
+        LogBackend::Etcd => {
+            let me = broker
                 .cluster
-                .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
-                == broker.config.node_id
-        })
-        .collect();
-    let c = coordinator.clone();
-    tokio::spawn(async move {
-        for p in mine {
-            if let Err(e) = c.load_partition_next_epoch(LogPartition(p)).await {
-                tracing::error!(partition = p, error = %e, "loading a transaction-log partition failed");
-            }
+                .addr(broker.config.node_id)
+                .map(|a| Member {
+                    node_id: broker.config.node_id,
+                    host: a.host.clone(),
+                    port: a.port,
+                })
+                .ok_or_else(|| anyhow::anyhow!("this node's address is unknown"))?;
+            Some(membership::start(&settings, me, coordinator.clone()).await?)
         }
-        tracing::info!("embedded coordinator loaded its transaction-log partitions");
-    });
+        LogBackend::Sled => {
+            let mine: Vec<u32> = (0..n)
+                .filter(|&p| {
+                    broker
+                        .cluster
+                        .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0))
+                        == broker.config.node_id
+                })
+                .collect();
+            let c = coordinator.clone();
+            tokio::spawn(async move {
+                for p in mine {
+                    if let Err(e) = c.load_partition_next_epoch(LogPartition(p)).await {
+                        tracing::error!(partition = p, error = %e, "loading a transaction-log partition failed");
+                    }
+                }
+                tracing::info!("embedded coordinator loaded its transaction-log partitions");
+            });
+            None
+        }
+    };
     // Fail-stop on a poisoned log. `Coordinator::log_failure`'s future is not `Send`, so it
     // waits on a thread of its own.
     let c = coordinator.clone();
@@ -276,7 +324,10 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Coordinator> {
         tracing::error!(%why, "transaction log failed; stopping (fail-stop)");
         std::process::exit(70);
     });
-    Ok(coordinator)
+    Ok(Embedded {
+        coordinator,
+        membership,
+    })
 }
 
 /// Answers a coordinator API through the embedded coordinator, with the daemon's own

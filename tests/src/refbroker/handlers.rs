@@ -17,7 +17,7 @@ use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 use super::log::Flush;
 use super::partition::PendingSyncs;
 use super::server::{Broker, Req};
-use super::{CONSUMER_OFFSETS, CoordinatorMode, NodeAddr};
+use super::{CONSUMER_OFFSETS, NodeAddr};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -43,7 +43,7 @@ pub(crate) async fn dispatch(
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(broker.api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, &r, v)),
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator(broker, &r, v))
+            ResponseKind::FindCoordinator(find_coordinator(broker, &r, v).await)
         }
         RequestKind::Produce(r) => match produce(broker, r, v).await {
             Some(resp) => ResponseKind::Produce(resp),
@@ -86,16 +86,18 @@ fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
     use kafka_protocol::messages::metadata_response::{
         MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     };
-    let mut nodes: Vec<(i32, &NodeAddr)> = broker
+    let mut nodes: Vec<(i32, NodeAddr)> = broker
         .cluster
         .nodes()
         .iter()
-        .map(|(&id, a)| (id, a))
+        .map(|(&id, a)| (id, a.clone()))
         .collect();
-    // Standalone mode: the daemon is listed too, so clients (librdkafka) that only connect to
-    // coordinators they know from Metadata can reach it. It leads no partition.
-    if let CoordinatorMode::Standalone { addr, node_id } = &broker.config.coordinator {
-        nodes.push((*node_id, addr));
+    // Standalone mode: the live daemons are listed too, so clients (librdkafka) that only
+    // connect to coordinators they know from Metadata can reach them. They lead no partition.
+    for (id, addr) in broker.txn.daemon_nodes() {
+        if !nodes.iter().any(|(n, _)| *n == id) {
+            nodes.push((id, addr));
+        }
     }
     let brokers = nodes
         .into_iter()
@@ -169,12 +171,10 @@ fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, Str
             CONSUMER_OFFSETS,
             super::groups::offsets_partition_for(broker, key),
         ),
-        1 => match &broker.config.coordinator {
-            CoordinatorMode::Standalone { addr, node_id } => {
-                return Ok((*node_id, addr.host.clone(), addr.port));
-            }
-            CoordinatorMode::Embedded => broker.txn.coordinator_node(broker, key),
-        },
+        1 => broker
+            .txn
+            .coordinator_node(broker, key)
+            .ok_or(code(ResponseError::CoordinatorNotAvailable))?,
         _ => return Err(code(ResponseError::InvalidRequest)),
     };
     let addr = broker
@@ -184,12 +184,41 @@ fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, Str
     Ok((node, addr.host.clone(), addr.port))
 }
 
-fn find_coordinator(
+async fn find_coordinator(
     broker: &Broker,
     r: &FindCoordinatorRequest,
     v: i16,
 ) -> FindCoordinatorResponse {
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    // Standalone mode: the daemons know who coordinates an id; ask one.
+    if r.key_type == 1 && !broker.txn.is_embedded() {
+        match broker.txn.forward(r, v).await {
+            Ok(resp) => return resp,
+            Err(e) => {
+                tracing::warn!(error = %e, "FindCoordinator(TRANSACTION) not answered by a daemon");
+                let unavailable = code(ResponseError::CoordinatorNotAvailable);
+                return if v >= 4 {
+                    FindCoordinatorResponse::default().with_coordinators(
+                        r.coordinator_keys
+                            .iter()
+                            .map(|k| {
+                                Coordinator::default()
+                                    .with_key(k.clone())
+                                    .with_error_code(unavailable)
+                                    .with_node_id(BrokerId(-1))
+                                    .with_port(-1)
+                            })
+                            .collect(),
+                    )
+                } else {
+                    FindCoordinatorResponse::default()
+                        .with_error_code(unavailable)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                };
+            }
+        }
+    }
     if v >= 4 {
         let coordinators = r
             .coordinator_keys
