@@ -37,6 +37,7 @@ mutants=(
   "7a|ownership_handover|txn-log/src/mem.rs|        match self.live.stored_epoch(p) {|        match self.live.stored_epoch(p).map(\|_\| e) {"
   "7b|ownership_handover|coordinator/src/engine.rs|        if ErrorCode::append_error_loses_partition(&err) {|        if false \&\& ErrorCode::append_error_loses_partition(&err) {"
   "7c|ownership_handover|txn-log/src/mem.rs|            \&\& e < current|            \&\& e < current \&\& false"
+  "7d|ownership_handover|txn-log/src/mem.rs|        let next = next_epoch(p, self.live.stored_epoch(p))?;|        let next = self.live.stored_epoch(p).unwrap_or(CoordinatorEpoch(0));"
 )
 
 for entry in "${mutants[@]}"; do

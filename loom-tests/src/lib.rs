@@ -306,15 +306,15 @@ impl Node {
 
     /// What the shell's load task does for `EpochChoice::NextAfterStored` (the multi-daemon
     /// membership's `load_partition_next_epoch`, `coordinator/src/shell/driver.rs`
-    /// `start_load`): read the stored epoch, claim one above it, read again. Three log calls,
-    /// so other threads interleave between them. Call without holding the node's lock.
+    /// `start_load`): `claim_next` (one atomic step), then read. Call without holding the
+    /// node's lock.
     pub fn claim_next_and_read(
         log: &MemTxnLog,
     ) -> Result<(CoordinatorEpoch, LoadedPartition), LogError> {
-        let mut before = log.load(PARTITION);
-        let before = poll_once(&mut before).expect("load never waits")?;
-        let epoch = CoordinatorEpoch(before.coordinator_epoch.map_or(0, |e| e.0 + 1));
-        Ok((epoch, Self::claim_and_read(log, epoch)?))
+        let mut claim = log.claim_next(PARTITION);
+        let epoch = poll_once(&mut claim).expect("claim resolves at once in Immediate mode")?;
+        let mut load = log.load(PARTITION);
+        Ok((epoch, poll_once(&mut load).expect("load never waits")?))
     }
 
     /// The load task's result reached the driver: `handle_load`, then execute the effects.

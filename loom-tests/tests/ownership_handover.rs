@@ -49,19 +49,20 @@
 //! stored epoch back to 1 ("the log's epoch went down"), and A's append then lands after B's
 //! claim. 7a and 7b kill it too.
 //!
-//! # `next_epoch_claims_race` (ignored: it fails, see below)
+//! # `next_epoch_claims_race`
 //!
 //! A (back after a pause) and B both take the partition the way the multi-daemon membership
-//! does, `load_partition_next_epoch` (read the stored epoch, claim one above it, read again;
-//! mirrored by `Node::claim_next_and_read`). Invariant: two claims that both succeed have
-//! distinct epochs, so the later one fences the other. It does NOT hold: when both read the
-//! stored epoch 1 before either claims, both claim epoch 2, and `claim` accepts an equal
-//! epoch (`MemTxnLog`, and `EtcdTxnLog::claim` too: `current == epoch` returns `Ok`). Both
-//! engines then own epoch 2 and both can append; A acknowledges an add that B, which loaded
-//! before it, never sees, and B's commit writes no marker for it. Run it with `-- --ignored`
-//! to see loom's schedule. With a `claim` that refuses an equal epoch (tried in a scratch
-//! copy) it passes, as do the other two models; but an equal-epoch claim is also how an owner
-//! retries its own claim, so the fix belongs in how a claim identifies its owner.
+//! does, `load_partition_next_epoch` (mirrored by `Node::claim_next_and_read`). Invariant: two
+//! claims that both succeed have distinct epochs, so the later one fences the other.
+//!
+//! This model found a bug: the shell used to read the stored epoch and `claim` one above it
+//! in two log calls, and `claim` accepts an equal epoch (an owner repeating its own claim).
+//! When A and B both read epoch 1 before either claimed, both claimed epoch 2; both engines
+//! then owned epoch 2 and could append, and A acknowledged an add that B, loaded before it,
+//! never saw (B's commit wrote no marker for it). The fix is `TxnLog::claim_next`, which picks
+//! and claims the next epoch in one atomic step in every backend (a compare-and-swap in etcd).
+//! Mutant 7d (`MemTxnLog::claim_next` re-claims the stored epoch instead of the next one, so
+//! two callers share it) fails it.
 #![cfg(txn_loom)]
 
 use coordinator::{ErrorCode, Millis, ProducerIdAllocator, Request, RequestId, Response};
@@ -389,7 +390,6 @@ fn reclaim_vs_claim() {
 }
 
 #[test]
-#[ignore = "fails: two next-epoch claims racing both win the same epoch (see the module docs)"]
 fn next_epoch_claims_race() {
     loom_tests::builder().check(|| {
         let log = MemTxnLog::new();

@@ -58,6 +58,7 @@ use etcd_client::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec;
+use crate::log::next_epoch;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
@@ -217,6 +218,39 @@ impl EtcdTxnLog {
         Ok(resp.succeeded())
     }
 
+    /// Sets `partition`'s epoch to what `choose` makes of the stored one (nothing is written
+    /// when that is the stored one), with a compare-and-swap against the value read, so a
+    /// concurrent claim makes the swap fail and `choose` decides again on the new value.
+    /// Returns the epoch then stored.
+    async fn raise_epoch(
+        &self,
+        partition: LogPartition,
+        choose: impl Fn(Option<CoordinatorEpoch>) -> Result<CoordinatorEpoch, LogError>,
+    ) -> Result<CoordinatorEpoch, LogError> {
+        let codec_key = codec::epoch_key(partition);
+        let key = self.key(&codec_key);
+        for _ in 0..64 {
+            let (found, _) = self.get_one(&codec_key).await?;
+            let current = stored_epoch(partition, found.as_ref().map(|(v, _)| v.as_slice()))?;
+            let epoch = choose(current)?;
+            if current == Some(epoch) {
+                return Ok(epoch);
+            }
+            let guard = unchanged_since_read(&key, found.as_ref());
+            let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
+                key.clone(),
+                codec::encode_epoch(&codec_key, epoch)?,
+                None,
+            )]);
+            if self.swap(txn).await? {
+                return Ok(epoch);
+            }
+        }
+        Err(LogError::Unavailable {
+            reason: format!("claim of log partition {partition}: the epoch kept changing"),
+        })
+    }
+
     /// The queue of the log's writer (its task is started on first use).
     fn writer(&self) -> mpsc::UnboundedSender<AppendCall> {
         self.writer
@@ -224,7 +258,7 @@ impl EtcdTxnLog {
             .get_or_insert_with(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let writer = Writer {
-                    config: self.config.clone(),
+                    config: Arc::new(self.config.clone()),
                     kv: self.kv.clone(),
                     counters: Arc::clone(&self.counters),
                     fenced: HashMap::new(),
@@ -403,34 +437,17 @@ impl TxnLog for EtcdTxnLog {
         partition: LogPartition,
         epoch: CoordinatorEpoch,
     ) -> Result<(), LogError> {
-        let codec_key = codec::epoch_key(partition);
-        let key = self.key(&codec_key);
-        let new_value = codec::encode_epoch(&codec_key, epoch)?;
-        // A concurrent claim makes the compare fail; read again and decide again.
-        for _ in 0..64 {
-            let (found, _) = self.get_one(&codec_key).await?;
-            let current = stored_epoch(partition, found.as_ref().map(|(v, _)| v.as_slice()))?;
-            if let Some(current) = current {
-                if current > epoch {
-                    return Err(LogError::Fenced { partition, current });
-                }
-                if current == epoch {
-                    return Ok(());
-                }
-            }
-            let guard = unchanged_since_read(&key, found.as_ref());
-            let txn = Txn::new().when(vec![guard]).and_then(vec![TxnOp::put(
-                key.clone(),
-                new_value.clone(),
-                None,
-            )]);
-            if self.swap(txn).await? {
-                return Ok(());
-            }
-        }
-        Err(LogError::Unavailable {
-            reason: format!("claim of log partition {partition}: the epoch kept changing"),
+        self.raise_epoch(partition, |current| match current {
+            Some(current) if current > epoch => Err(LogError::Fenced { partition, current }),
+            _ => Ok(epoch),
         })
+        .await
+        .map(|_| ())
+    }
+
+    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError> {
+        self.raise_epoch(partition, |current| next_epoch(partition, current))
+            .await
     }
 
     async fn append(
@@ -547,7 +564,7 @@ impl TxnLog for EtcdTxnLog {
 /// A claim never lowers an epoch, so once a partition is found fenced, later appends with an
 /// epoch below the stored one fail at once instead of failing another round's compares.
 struct Writer {
-    config: EtcdConfig,
+    config: Arc<EtcdConfig>,
     kv: KvClient,
     counters: Arc<Counters>,
     /// The highest epoch found stored, for each partition found fenced.
@@ -556,31 +573,56 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<AppendCall>) {
-        // The queued appends in call order (a partition's appends retried from the last round
-        // come before its later ones, which were left out of that round).
+        // The queued appends in call order (a partition's appends retried from a round come
+        // before its later ones, which were left out of that round).
         let mut queue: Vec<AppendCall> = Vec::new();
+        let mut in_flight = tokio::task::JoinSet::new();
+        // The partitions with an append in flight.
+        let mut busy: HashSet<LogPartition> = HashSet::new();
+        let mut open = true;
         loop {
-            if queue.is_empty() {
-                match rx.recv().await {
-                    Some(call) => queue.push(call),
-                    None => return,
+            while in_flight.len() < max_in_flight() && !queue.is_empty() {
+                let (round, rest) = self.gather(std::mem::take(&mut queue), &busy);
+                queue = rest;
+                if round.calls.is_empty() {
+                    break;
                 }
+                busy.extend(round.guards.iter().map(|g| g.partition));
+                in_flight.spawn(self.send(round));
             }
-            while let Ok(call) = rx.try_recv() {
-                queue.push(call);
+            tokio::select! {
+                call = rx.recv(), if open => match call {
+                    Some(call) => {
+                        queue.push(call);
+                        while let Ok(call) = rx.try_recv() {
+                            queue.push(call);
+                        }
+                    }
+                    None => open = false,
+                },
+                Some(Ok((round, sent))) = in_flight.join_next() => {
+                    for g in &round.guards {
+                        busy.remove(&g.partition);
+                    }
+                    let mut retry = self.settle(round, sent);
+                    retry.append(&mut queue);
+                    queue = retry;
+                }
+                else => return,
             }
-            let (round, rest) = self.gather(queue);
-            queue = self.commit(round).await;
-            queue.extend(rest);
         }
     }
 
     /// Splits `queue` into the next round and the appends left for later (in their order);
     /// answers at once the appends of an epoch already known to be fenced.
-    fn gather(&self, queue: Vec<AppendCall>) -> (Round, Vec<AppendCall>) {
+    fn gather(
+        &self,
+        queue: Vec<AppendCall>,
+        busy: &HashSet<LogPartition>,
+    ) -> (Round, Vec<AppendCall>) {
         let mut round = Round::default();
         let mut rest = Vec::new();
-        let mut waiting = HashSet::new();
+        let mut waiting = busy.clone();
         for call in queue {
             if let Some(&current) = self.fenced.get(&call.partition)
                 && call.epoch < current
@@ -601,21 +643,34 @@ impl Writer {
         (round, rest)
     }
 
-    /// Sends `round` as one etcd transaction and answers its appends; returns the appends to
-    /// send again (those of partitions whose compare held when another partition's failed).
-    async fn commit(&mut self, round: Round) -> Vec<AppendCall> {
-        if round.calls.is_empty() {
-            return Vec::new();
-        }
-        let txn = round.txn();
+    /// Sends `round` as one etcd transaction.
+    fn send(
+        &self,
+        round: Round,
+    ) -> impl Future<Output = (Round, Result<etcd_client::TxnResponse, LogError>)> + 'static {
+        let (config, kv) = (Arc::clone(&self.config), self.kv.clone());
         self.counters.txns.fetch_add(1, Ordering::Relaxed);
         let carried = u64::try_from(round.calls.len()).unwrap_or(u64::MAX);
         self.counters.appends.fetch_add(carried, Ordering::Relaxed);
-        let sent = with_resend(&self.config, &self.kv, Resend::IfNotSent, |mut kv| {
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })
-        .await;
+        async move {
+            let txn = round.txn();
+            let sent = with_resend(&config, &kv, Resend::IfNotSent, |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await;
+            (round, sent)
+        }
+    }
+
+    /// Answers the appends of `round` after its transaction's outcome `sent`; returns the
+    /// appends to send again (those of partitions whose compare held when another one's
+    /// failed).
+    fn settle(
+        &mut self,
+        round: Round,
+        sent: Result<etcd_client::TxnResponse, LogError>,
+    ) -> Vec<AppendCall> {
         let resp = match sent {
             Ok(resp) if resp.succeeded() => {
                 answer_all(round.calls, &Ok(()));
@@ -677,6 +732,13 @@ impl Writer {
         }
         retry
     }
+}
+
+fn max_in_flight() -> usize {
+    std::env::var("TXN_ETCD_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
 }
 
 fn answer_all(calls: Vec<AppendCall>, result: &Result<(), LogError>) {

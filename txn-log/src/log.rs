@@ -37,8 +37,17 @@ use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition,
 #[async_trait]
 pub trait TxnLog: Send + Sync + 'static {
     /// Records that `epoch` owns `partition`, fencing every lower epoch. Durable on `Ok`.
+    /// Claiming the stored epoch again succeeds (an owner repeating its own claim), so two
+    /// callers that pick the same epoch both hold it: use [`TxnLog::claim_next`] when the
+    /// callers do not get their epochs from one authority.
     async fn claim(&self, partition: LogPartition, epoch: CoordinatorEpoch)
     -> Result<(), LogError>;
+
+    /// Claims the epoch after the stored one (0 when `partition` was never claimed) in one
+    /// atomic step, fencing every lower epoch, and returns it. No two calls return the same
+    /// epoch for a partition, however they interleave: the caller owns it alone. Durable on
+    /// `Ok`.
+    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError>;
 
     /// Appends `batch` to `partition` as coordinator `epoch`. Durable on `Ok`.
     async fn append(
@@ -53,4 +62,19 @@ pub trait TxnLog: Send + Sync + 'static {
 
     /// Reserves `len` fresh producer ids. Durable on `Ok`.
     async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError>;
+}
+
+/// The epoch [`TxnLog::claim_next`] claims after `stored`: 0 for a partition never claimed.
+pub(crate) fn next_epoch(
+    partition: LogPartition,
+    stored: Option<CoordinatorEpoch>,
+) -> Result<CoordinatorEpoch, LogError> {
+    match stored {
+        None => Ok(CoordinatorEpoch(0)),
+        Some(e) => e.0.checked_add(1).map(CoordinatorEpoch).ok_or_else(|| {
+            LogError::InvalidArgument(format!(
+                "log partition {partition}: the coordinator epoch is exhausted"
+            ))
+        }),
+    }
 }

@@ -42,6 +42,7 @@ use std::task::{Context, Poll, Waker};
 
 use async_trait::async_trait;
 
+use crate::log::next_epoch;
 use crate::sync::{Arc, Mutex};
 use crate::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
@@ -251,6 +252,11 @@ impl Inner {
         self.submit(Write::Claim(p, e), fault)
     }
 
+    fn claim_next(&mut self, p: LogPartition) -> Result<(CoordinatorEpoch, Ticket), LogError> {
+        let next = next_epoch(p, self.live.stored_epoch(p))?;
+        Ok((next, self.claim(p, next)?))
+    }
+
     fn append(
         &mut self,
         p: LogPartition,
@@ -442,6 +448,15 @@ impl MemTxnLog {
         self.inner.lock().claim(partition, epoch)
     }
 
+    /// `claim_next` without waiting: picks and claims the next epoch under one lock, returns
+    /// it with its [`Ticket`].
+    pub fn claim_next_sync(
+        &self,
+        partition: LogPartition,
+    ) -> Result<(CoordinatorEpoch, Ticket), LogError> {
+        self.inner.lock().claim_next(partition)
+    }
+
     /// `append` without waiting: checks the epoch and applies the batch atomically (both under
     /// one lock), returns its [`Ticket`].
     pub fn append_sync(
@@ -531,6 +546,12 @@ impl TxnLog for MemTxnLog {
     ) -> Result<(), LogError> {
         let ticket = self.claim_sync(partition, epoch)?;
         self.wait_durable(ticket).await
+    }
+
+    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError> {
+        let (epoch, ticket) = self.claim_next_sync(partition)?;
+        self.wait_durable(ticket).await?;
+        Ok(epoch)
     }
 
     async fn append(

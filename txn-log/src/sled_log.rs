@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec;
+use crate::log::next_epoch;
 use crate::sync::{Arc, Mutex};
 use crate::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
@@ -162,6 +163,7 @@ impl Shared {
 #[derive(Debug)]
 enum Op {
     Claim(LogPartition, CoordinatorEpoch),
+    ClaimNext(LogPartition),
     Append(LogPartition, CoordinatorEpoch, Vec<LogEntry>),
     Allocate(u32),
 }
@@ -169,6 +171,7 @@ enum Op {
 #[derive(Debug)]
 enum Reply {
     Done,
+    Epoch(CoordinatorEpoch),
     Block(ProducerIdBlock),
 }
 
@@ -396,10 +399,19 @@ impl TxnLog for SledTxnLog {
         )
     }
 
+    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError> {
+        match self.submit(Op::ClaimNext(partition)).await? {
+            Reply::Epoch(e) => Ok(e),
+            _ => Err(LogError::from(std::io::Error::other(
+                "writer answered a claim without its epoch",
+            ))),
+        }
+    }
+
     async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
         match self.submit(Op::Allocate(len)).await? {
             Reply::Block(b) => Ok(b),
-            Reply::Done => Err(LogError::from(std::io::Error::other(
+            _ => Err(LogError::from(std::io::Error::other(
                 "writer answered a block allocation without a block",
             ))),
         }
@@ -542,6 +554,14 @@ impl Writer {
                 batch.insert(&key[..], codec::encode_epoch(&key, e)?);
                 epochs.insert(p, e);
                 Ok(Reply::Done)
+            }
+            Op::ClaimNext(p) => {
+                // Staged claims of this group count: two in one group get distinct epochs.
+                let e = next_epoch(p, current(&p, epochs))?;
+                let key = codec::epoch_key(p);
+                batch.insert(&key[..], codec::encode_epoch(&key, e)?);
+                epochs.insert(p, e);
+                Ok(Reply::Epoch(e))
             }
             Op::Append(p, e, entries) => {
                 match current(&p, epochs) {

@@ -92,6 +92,7 @@ pub async fn run_all<L: TxnLog, F: FnMut() -> L>(mut make: F) {
     zero_length_block_is_invalid(&make()).await;
     many_concurrent_appenders_all_land(&make()).await;
     claim_fences_concurrent_appends_of_the_old_epoch(&make()).await;
+    concurrent_next_claims_get_distinct_epochs(&make()).await;
 }
 
 /// A claimed partition stores its epoch; appended records load back exactly, ordered by id.
@@ -473,4 +474,40 @@ pub async fn claim_fences_concurrent_appends_of_the_old_epoch<L: TxnLog + ?Sized
         .await
         .expect_err("after claim 2");
     assert!(err.is_fenced());
+}
+
+/// `claim_next` claims stored+1 (0 on a fresh partition); concurrent `claim_next` calls each
+/// get an epoch of their own, so no two owners share one, and only the highest may append.
+pub async fn concurrent_next_claims_get_distinct_epochs<L: TxnLog + ?Sized>(log: &L) {
+    assert_eq!(log.claim_next(P).await.expect("first"), CoordinatorEpoch(0));
+    log.claim(P, CoordinatorEpoch(5)).await.expect("claim 5");
+    assert_eq!(
+        log.claim_next(P).await.expect("after 5"),
+        CoordinatorEpoch(6)
+    );
+    let n = 8;
+    let got = join_all((0..n).map(|_| log.claim_next(P)).collect()).await;
+    let epochs: BTreeSet<CoordinatorEpoch> =
+        got.into_iter().map(|r| r.expect("claim_next")).collect();
+    assert_eq!(
+        epochs.len(),
+        n,
+        "two claim_next calls got the same epoch: {epochs:?}"
+    );
+    let highest = *epochs.last().expect("epochs");
+    assert_eq!(highest, CoordinatorEpoch(6 + 8));
+    for &e in &epochs {
+        let r = log
+            .append(
+                P,
+                e,
+                vec![LogEntry::upsert(tid("x"), record(1, TxnState::Ongoing, 1))],
+            )
+            .await;
+        assert_eq!(r.is_ok(), e == highest, "append with epoch {e:?}: {r:?}");
+    }
+    assert_eq!(
+        log.load(P).await.expect("load").coordinator_epoch,
+        Some(highest)
+    );
 }

@@ -23,7 +23,8 @@ use crate::{
 pub(crate) enum EpochChoice {
     /// Exactly this epoch (an external leader election chose it).
     Exact(CoordinatorEpoch),
-    /// One above the stored epoch (0 if none): single-node ownership.
+    /// One above the stored epoch (0 if none), claimed in one atomic step
+    /// ([`txn_log::TxnLog::claim_next`]): owners that share a log never get the same one.
     NextAfterStored,
 }
 
@@ -296,13 +297,14 @@ impl Driver {
                 let started = Instant::now();
                 let result = async {
                     let epoch = match choice {
-                        EpochChoice::Exact(e) => e,
-                        EpochChoice::NextAfterStored => {
-                            let before = log.load(partition).await?;
-                            CoordinatorEpoch(before.coordinator_epoch.map_or(0, |e| e.0 + 1))
+                        EpochChoice::Exact(e) => {
+                            log.claim(partition, e).await?;
+                            e
                         }
+                        // One atomic step: two daemons taking the partition at once never
+                        // both get the same epoch.
+                        EpochChoice::NextAfterStored => log.claim_next(partition).await?,
                     };
-                    log.claim(partition, epoch).await?;
                     let loaded = log.load(partition).await?;
                     config.check_loaded(partition, &loaded)?;
                     Ok((epoch, loaded))

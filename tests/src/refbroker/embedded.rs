@@ -133,6 +133,10 @@ impl TxnLog for NodeScopedLog {
         self.inner.claim(partition, epoch).await
     }
 
+    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError> {
+        self.inner.claim_next(partition).await
+    }
+
     async fn append(
         &self,
         partition: LogPartition,
