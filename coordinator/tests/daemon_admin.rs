@@ -161,6 +161,15 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         metrics.contains("txn_coordinator_partitions_loaded 6"),
         "{metrics}"
     );
+    // Each served log partition shows its coordinator epoch (a fresh log: epoch 0).
+    for p in 0..6 {
+        assert!(
+            metrics.contains(&format!(
+                "txn_coordinator_partition_coordinator_epoch{{partition=\"{p}\"}} 0"
+            )),
+            "{metrics}"
+        );
+    }
     assert!(
         metrics.contains("txn_coordinator_group_commit_batches"),
         "{metrics}"

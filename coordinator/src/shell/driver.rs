@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use txn_log::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition};
 
+use super::metrics::LogPartitionLabels;
 use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared, trail};
 use crate::{
     Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
@@ -154,6 +155,10 @@ impl Driver {
         }
         if self.loaded_gauge {
             self.shared.metrics.partitions_loaded.dec();
+            self.shared
+                .metrics
+                .partition_coordinator_epoch
+                .remove(&LogPartitionLabels::of(self.partition));
         }
         tracing::debug!("driver stopped");
     }
@@ -201,6 +206,11 @@ impl Driver {
                                 self.loaded_gauge = true;
                                 self.shared.metrics.partitions_loaded.inc();
                             }
+                            self.shared
+                                .metrics
+                                .partition_coordinator_epoch
+                                .get_or_create(&LogPartitionLabels::of(self.partition))
+                                .set(i64::from(epoch.0));
                             tracing::info!(
                                 coordinator_epoch = epoch.0,
                                 ids,
@@ -401,6 +411,10 @@ impl Driver {
                     if self.loaded_gauge {
                         self.loaded_gauge = false;
                         self.shared.metrics.partitions_loaded.dec();
+                        self.shared
+                            .metrics
+                            .partition_coordinator_epoch
+                            .remove(&LogPartitionLabels::of(partition));
                     }
                 }
             }

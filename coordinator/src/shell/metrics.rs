@@ -25,6 +25,22 @@ pub struct ApiErrorLabels {
     pub error: String,
 }
 
+/// Labels of the per-log-partition gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LogPartitionLabels {
+    /// The `__transaction_state` partition number.
+    pub partition: String,
+}
+
+impl LogPartitionLabels {
+    /// The labels of `partition`.
+    pub fn of(partition: txn_log::LogPartition) -> Self {
+        Self {
+            partition: partition.0.to_string(),
+        }
+    }
+}
+
 /// Every metric the shell and the daemon export. Cheap to clone (handles share the values).
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -52,6 +68,9 @@ pub struct Metrics {
     pub marker_jobs: Counter,
     /// Log partitions currently loaded.
     pub partitions_loaded: Gauge,
+    /// The coordinator epoch of each log partition this node serves (a partition it does not
+    /// serve has no series).
+    pub partition_coordinator_epoch: Family<LogPartitionLabels, Gauge>,
     /// Seconds to claim, read and replay one log partition.
     pub partition_load_seconds: Histogram,
     /// Transactional ids replayed by loads.
@@ -94,6 +113,7 @@ impl Metrics {
             marker_retries: Gauge::default(),
             marker_jobs: Counter::default(),
             partitions_loaded: Gauge::default(),
+            partition_coordinator_epoch: Family::default(),
             partition_load_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             ids_loaded: Counter::default(),
             log_append_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
@@ -164,6 +184,11 @@ impl Metrics {
             "partitions_loaded",
             "Transaction log partitions loaded and served",
             self.partitions_loaded.clone(),
+        );
+        r.register(
+            "partition_coordinator_epoch",
+            "Coordinator epoch of each transaction log partition served here",
+            self.partition_coordinator_epoch.clone(),
         );
         r.register(
             "partition_load_seconds",

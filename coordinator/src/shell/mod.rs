@@ -61,7 +61,7 @@ pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
 pub use markers::{
     MarkerJob, MarkerJobDone, MarkerJobOutcome, MarkerSink, MarkerSinkStats, RecordingMarkerSink,
 };
-pub use metrics::{ApiErrorLabels, ApiLabels, Metrics};
+pub use metrics::{ApiErrorLabels, ApiLabels, LogPartitionLabels, Metrics};
 pub use trail::TRANSITION_TARGET;
 pub use writer::WriterSink;
 
