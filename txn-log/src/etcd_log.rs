@@ -258,7 +258,7 @@ impl EtcdTxnLog {
             .get_or_insert_with(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let writer = Writer {
-                    config: Arc::new(self.config.clone()),
+                    config: self.config.clone(),
                     kv: self.kv.clone(),
                     counters: Arc::clone(&self.counters),
                     fenced: HashMap::new(),
@@ -564,7 +564,7 @@ impl TxnLog for EtcdTxnLog {
 /// A claim never lowers an epoch, so once a partition is found fenced, later appends with an
 /// epoch below the stored one fail at once instead of failing another round's compares.
 struct Writer {
-    config: Arc<EtcdConfig>,
+    config: EtcdConfig,
     kv: KvClient,
     counters: Arc<Counters>,
     /// The highest epoch found stored, for each partition found fenced.
@@ -573,56 +573,31 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<AppendCall>) {
-        // The queued appends in call order (a partition's appends retried from a round come
-        // before its later ones, which were left out of that round).
+        // The queued appends in call order (a partition's appends retried from the last round
+        // come before its later ones, which were left out of that round).
         let mut queue: Vec<AppendCall> = Vec::new();
-        let mut in_flight = tokio::task::JoinSet::new();
-        // The partitions with an append in flight.
-        let mut busy: HashSet<LogPartition> = HashSet::new();
-        let mut open = true;
         loop {
-            while in_flight.len() < max_in_flight() && !queue.is_empty() {
-                let (round, rest) = self.gather(std::mem::take(&mut queue), &busy);
-                queue = rest;
-                if round.calls.is_empty() {
-                    break;
+            if queue.is_empty() {
+                match rx.recv().await {
+                    Some(call) => queue.push(call),
+                    None => return,
                 }
-                busy.extend(round.guards.iter().map(|g| g.partition));
-                in_flight.spawn(self.send(round));
             }
-            tokio::select! {
-                call = rx.recv(), if open => match call {
-                    Some(call) => {
-                        queue.push(call);
-                        while let Ok(call) = rx.try_recv() {
-                            queue.push(call);
-                        }
-                    }
-                    None => open = false,
-                },
-                Some(Ok((round, sent))) = in_flight.join_next() => {
-                    for g in &round.guards {
-                        busy.remove(&g.partition);
-                    }
-                    let mut retry = self.settle(round, sent);
-                    retry.append(&mut queue);
-                    queue = retry;
-                }
-                else => return,
+            while let Ok(call) = rx.try_recv() {
+                queue.push(call);
             }
+            let (round, rest) = self.gather(queue);
+            queue = self.commit(round).await;
+            queue.extend(rest);
         }
     }
 
     /// Splits `queue` into the next round and the appends left for later (in their order);
     /// answers at once the appends of an epoch already known to be fenced.
-    fn gather(
-        &self,
-        queue: Vec<AppendCall>,
-        busy: &HashSet<LogPartition>,
-    ) -> (Round, Vec<AppendCall>) {
+    fn gather(&self, queue: Vec<AppendCall>) -> (Round, Vec<AppendCall>) {
         let mut round = Round::default();
         let mut rest = Vec::new();
-        let mut waiting = busy.clone();
+        let mut waiting = HashSet::new();
         for call in queue {
             if let Some(&current) = self.fenced.get(&call.partition)
                 && call.epoch < current
@@ -643,34 +618,21 @@ impl Writer {
         (round, rest)
     }
 
-    /// Sends `round` as one etcd transaction.
-    fn send(
-        &self,
-        round: Round,
-    ) -> impl Future<Output = (Round, Result<etcd_client::TxnResponse, LogError>)> + 'static {
-        let (config, kv) = (Arc::clone(&self.config), self.kv.clone());
+    /// Sends `round` as one etcd transaction and answers its appends; returns the appends to
+    /// send again (those of partitions whose compare held when another partition's failed).
+    async fn commit(&mut self, round: Round) -> Vec<AppendCall> {
+        if round.calls.is_empty() {
+            return Vec::new();
+        }
+        let txn = round.txn();
         self.counters.txns.fetch_add(1, Ordering::Relaxed);
         let carried = u64::try_from(round.calls.len()).unwrap_or(u64::MAX);
         self.counters.appends.fetch_add(carried, Ordering::Relaxed);
-        async move {
-            let txn = round.txn();
-            let sent = with_resend(&config, &kv, Resend::IfNotSent, |mut kv| {
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
-            })
-            .await;
-            (round, sent)
-        }
-    }
-
-    /// Answers the appends of `round` after its transaction's outcome `sent`; returns the
-    /// appends to send again (those of partitions whose compare held when another one's
-    /// failed).
-    fn settle(
-        &mut self,
-        round: Round,
-        sent: Result<etcd_client::TxnResponse, LogError>,
-    ) -> Vec<AppendCall> {
+        let sent = with_resend(&self.config, &self.kv, Resend::IfNotSent, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await;
         let resp = match sent {
             Ok(resp) if resp.succeeded() => {
                 answer_all(round.calls, &Ok(()));
@@ -732,13 +694,6 @@ impl Writer {
         }
         retry
     }
-}
-
-fn max_in_flight() -> usize {
-    std::env::var("TXN_ETCD_IN_FLIGHT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2)
 }
 
 fn answer_all(calls: Vec<AppendCall>, result: &Result<(), LogError>) {
