@@ -308,3 +308,71 @@ async fn a_standalone_broker_follows_the_daemons_of_a_cluster() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The owner of an id SIGKILLed right after PrepareCommit is durable (the broker is paused, so
+/// no marker is delivered yet): a survivor loads the id still PrepareCommit, answers the
+/// client's retried EndTxn(commit) as Kafka does (CONCURRENT_TRANSACTIONS while the markers are
+/// out, then success once CompleteCommit), and completes the commit when the broker is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_completes_a_commit_prepared_by_a_killed_owner() {
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let broker_port = free_port().expect("port");
+    let broker_addr = format!("127.0.0.1:{broker_port}");
+    let endpoints = etcd.endpoints_arg();
+    let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
+    let extra = [
+        "--bootstrap-servers",
+        broker_addr.as_str(),
+        "--set",
+        lease.as_str(),
+        "--set",
+        LOG_PARTITIONS,
+    ];
+    let mut daemons: Vec<Proc> = (1001..=1002)
+        .map(|n| daemon_on_etcd(n, &endpoints, dir.path(), &extra).expect("daemon"))
+        .collect();
+    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let list = addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut broker = refbroker(
+        "broker",
+        broker_port,
+        dir.path(),
+        &["--coordinator".to_owned(), list],
+    );
+    let mut pool = Pool::new("etcd-prepared-test", Duration::from_secs(3));
+
+    let id = "prepared";
+    let (owner, pe) = init_at_owner(&mut pool, &addrs, id, Duration::from_secs(30)).await;
+    let (_, at) = find(&mut pool, addrs[0], id).await.expect("owner");
+    assert_eq!(add(&mut pool, at, id, pe, "t", 0).await, 0);
+    broker.pause().expect("SIGSTOP the broker");
+    assert_eq!(end(&mut pool, at, id, pe).await, 0, "EndTxn(commit)");
+    wait_state(&mut pool, at, id, "PrepareCommit").await;
+
+    let victim = usize::try_from(owner - 1001).expect("node ids 1001..=1002");
+    daemons[victim].kill();
+    let survivor = addrs[1 - victim];
+    assert_eq!(
+        wait_state(&mut pool, survivor, id, "PrepareCommit").await,
+        vec![0],
+        "the survivor loaded the prepared commit"
+    );
+    let retried = end(&mut pool, survivor, id, pe).await;
+    assert_eq!(
+        retried, 51,
+        "a retried EndTxn(commit) while the markers are out: CONCURRENT_TRANSACTIONS"
+    );
+
+    broker.resume().expect("SIGCONT the broker");
+    wait_state(&mut pool, survivor, id, "CompleteCommit").await;
+    assert_eq!(
+        end(&mut pool, survivor, id, pe).await,
+        0,
+        "a retried EndTxn(commit) after CompleteCommit succeeds"
+    );
+}
