@@ -168,6 +168,51 @@ async fn open_kill_commit(
     took
 }
 
+/// Standalone mode: `n` daemons (node ids 1001..) on `etcd` with a refbroker in front of them
+/// (`--coordinator` naming them all), which is also their bootstrap broker.
+struct Standalone {
+    daemons: Vec<Proc>,
+    addrs: Vec<SocketAddr>,
+    broker: Proc,
+}
+
+impl Standalone {
+    fn start(etcd: &EtcdCluster, dir: &Path, n: i32) -> Self {
+        let broker_port = free_port().expect("port");
+        let broker_addr = format!("127.0.0.1:{broker_port}");
+        let endpoints = etcd.endpoints_arg();
+        let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
+        let extra = [
+            "--bootstrap-servers",
+            broker_addr.as_str(),
+            "--set",
+            lease.as_str(),
+            "--set",
+            LOG_PARTITIONS,
+        ];
+        let daemons: Vec<Proc> = (1001..1001 + n)
+            .map(|n| daemon_on_etcd(n, &endpoints, dir, &extra).expect("daemon"))
+            .collect();
+        let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+        let list = addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let broker = refbroker(
+            "broker",
+            broker_port,
+            dir,
+            &["--coordinator".to_owned(), list],
+        );
+        Self {
+            daemons,
+            addrs,
+            broker,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_brokers_move_a_dead_brokers_log_partitions_to_the_survivors() {
     let etcd = EtcdCluster::start(3).await.expect("etcd");
@@ -237,33 +282,11 @@ async fn embedded_brokers_move_a_dead_brokers_log_partitions_to_the_survivors() 
 async fn a_standalone_broker_follows_the_daemons_of_a_cluster() {
     let etcd = EtcdCluster::start(3).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let broker_addr = format!("127.0.0.1:{broker_port}");
-    let endpoints = etcd.endpoints_arg();
-    let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
-    let extra = [
-        "--bootstrap-servers",
-        broker_addr.as_str(),
-        "--set",
-        lease.as_str(),
-        "--set",
-        LOG_PARTITIONS,
-    ];
-    let mut daemons: Vec<Proc> = (1001..=1003)
-        .map(|n| daemon_on_etcd(n, &endpoints, dir.path(), &extra).expect("daemon"))
-        .collect();
-    let daemon_addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
-    let list = daemon_addrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let broker = refbroker(
-        "broker",
-        broker_port,
-        dir.path(),
-        &["--coordinator".to_owned(), list],
-    );
+    let Standalone {
+        mut daemons,
+        addrs: daemon_addrs,
+        broker,
+    } = Standalone::start(&etcd, dir.path(), 3);
     let b = broker.addr().expect("broker address");
     let mut pool = Pool::new("etcd-standalone-test", Duration::from_secs(3));
 
@@ -317,33 +340,11 @@ async fn a_standalone_broker_follows_the_daemons_of_a_cluster() {
 async fn a_survivor_completes_a_commit_prepared_by_a_killed_owner() {
     let etcd = EtcdCluster::start(3).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let broker_addr = format!("127.0.0.1:{broker_port}");
-    let endpoints = etcd.endpoints_arg();
-    let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
-    let extra = [
-        "--bootstrap-servers",
-        broker_addr.as_str(),
-        "--set",
-        lease.as_str(),
-        "--set",
-        LOG_PARTITIONS,
-    ];
-    let mut daemons: Vec<Proc> = (1001..=1002)
-        .map(|n| daemon_on_etcd(n, &endpoints, dir.path(), &extra).expect("daemon"))
-        .collect();
-    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
-    let list = addrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut broker = refbroker(
-        "broker",
-        broker_port,
-        dir.path(),
-        &["--coordinator".to_owned(), list],
-    );
+    let Standalone {
+        mut daemons,
+        addrs,
+        mut broker,
+    } = Standalone::start(&etcd, dir.path(), 2);
     let mut pool = Pool::new("etcd-prepared-test", Duration::from_secs(3));
 
     let id = "prepared";
