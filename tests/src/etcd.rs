@@ -161,6 +161,28 @@ impl EtcdCluster {
         )
     }
 
+    /// The number of members (the fault harness picks one by index).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the cluster has no member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Whether member `i` runs (killed: false; paused still counts as running).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    /// Keeps the members' data directories and logs after drop (the fault harness keeps an
+    /// invalid run's files); returns their directory.
+    pub fn keep_files(&mut self) -> PathBuf {
+        self.dir.disable_cleanup(true);
+        self.dir.path().to_owned()
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {

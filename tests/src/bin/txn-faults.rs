@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! txn-faults [--secs N] [--seed S] [--producers N] [--shared N] [--consumers N]
-//!            [--tv 1|2] [--log-dir DIR] [--rounds N]
+//!            [--tv 1|2] [--log-dir DIR] [--rounds N] [--cluster]
 //! ```
 //!
 //! Starts the `txn-coordinator` daemon and three refbrokers (binaries next to this one, or
@@ -10,18 +10,25 @@
 //! W1 + W2 + W3 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
 //! history, and stops at the first invalid round. Exit status 1 if an anomaly was found.
 //!
+//! `--cluster`: cluster mode (issue 14): three etcd members (`etcd` on the PATH or
+//! `TXN_ETCD_BIN`), three daemons 1001-1003 on the etcd log (2 s lease, 12 log partitions)
+//! behind their own proxies, the refbrokers pointed at all three; the nemesis also kills and
+//! pauses etcd members, and its daemon faults hit a daemon picked at random. Each round and
+//! the total print the faults by kind.
+//!
 //! An invalid round keeps its temporary directory (every data directory, and the process
 //! logs unless `--log-dir` is given) and prints its path with the faults, each at its offset
 //! into the run and its wall-clock time, the clock the anomalies are reported in.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use txn_tests::fault::client::TxnVersion;
-use txn_tests::fault::cluster::ClusterOptions;
+use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions};
 use txn_tests::fault::process::bin_path;
-use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run, seed_from_env};
+use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run_on, seed_from_env};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<ExitCode> {
@@ -40,6 +47,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let mut tv = TxnVersion::Tv2;
     let mut log_dir: Option<PathBuf> = None;
     let mut rounds = 1u32;
+    let mut cluster = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || {
@@ -61,6 +69,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             }
             "--log-dir" => log_dir = Some(v()?.into()),
             "--rounds" => rounds = v()?.parse()?,
+            "--cluster" => cluster = true,
             other => anyhow::bail!("unknown argument {other:?}"),
         }
     }
@@ -69,47 +78,66 @@ async fn main() -> anyhow::Result<ExitCode> {
     let mut seeds = Rng::new(seed);
     let (mut txns, mut faults) = (0usize, 0usize);
     let (mut markers, mut completes) = (0usize, 0usize);
+    let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let by_kind = |k: &BTreeMap<&str, usize>| {
+        k.iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     for round in 0..rounds {
         let s = if round == 0 { seed } else { seeds.next_u64() };
-        let r = run(RunOptions {
-            seed: s,
-            duration: Duration::from_secs(secs),
-            producers,
-            shared_producers: shared,
-            restart_p: 0.1,
-            consumers,
-            abort_p: 0.1,
-            w5_every: Some(Duration::from_secs(6)),
-            faults: Fault::ALL.to_vec(),
-            fault_interval_ms: (1500, 4000),
-            tv,
-            txn_timeout_ms: 6000,
-            cluster: ClusterOptions {
-                brokers: 3,
-                topic: "fq".into(),
-                partitions: 6,
-                extra_topics: Vec::new(),
-                txn_log_partitions: 4,
-                reaper_interval_ms: 500,
-                transaction_version: 2,
-                daemon_bin: daemon_bin.clone(),
-                refbroker_bin: bin_path("refbroker"),
-                log_dir: log_dir.as_ref().map(|d| d.join(format!("round-{round}"))),
-            },
-            w3: Some(W3Options {
-                transformers: 2,
-                output_partitions: 3,
+        let r = run_on(
+            RunOptions {
+                seed: s,
+                duration: Duration::from_secs(secs),
+                producers,
+                shared_producers: shared,
+                restart_p: 0.1,
+                consumers,
                 abort_p: 0.1,
-                restart_p: 0.05,
-                crash_p: 0.05,
-            }),
-        })
+                w5_every: Some(Duration::from_secs(6)),
+                faults: if cluster {
+                    Fault::CLUSTER.to_vec()
+                } else {
+                    Fault::ALL.to_vec()
+                },
+                fault_interval_ms: (1500, 4000),
+                tv,
+                txn_timeout_ms: 6000,
+                cluster: ClusterOptions {
+                    brokers: 3,
+                    topic: "fq".into(),
+                    partitions: 6,
+                    extra_topics: Vec::new(),
+                    txn_log_partitions: if cluster { 12 } else { 4 },
+                    reaper_interval_ms: 500,
+                    transaction_version: 2,
+                    daemon_bin: daemon_bin.clone(),
+                    refbroker_bin: bin_path("refbroker"),
+                    log_dir: log_dir.as_ref().map(|d| d.join(format!("round-{round}"))),
+                },
+                w3: Some(W3Options {
+                    transformers: 2,
+                    output_partitions: 3,
+                    abort_p: 0.1,
+                    restart_p: 0.05,
+                    crash_p: 0.05,
+                }),
+            },
+            cluster.then(EtcdOptions::default),
+        )
         .await?;
         let w3 = &r.report.w3;
         let w3_txns = w3.committed + w3.aborted + w3.indeterminate + w3.input_txns;
         txns += r.history.txns.len() + w3_txns;
         faults += r.history.faults.len();
         markers += r.report.i10.markers;
+        let mut round_kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for (_, k) in &r.history.fault_kinds {
+            *round_kinds.entry(k).or_default() += 1;
+            *kinds.entry(k).or_default() += 1;
+        }
         completes += r.report.i10.completes;
         println!(
             "round {round}: seed {s}, {} transactions ({} of them W3: {} transforms committed, \
@@ -125,6 +153,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 "INVALID"
             }
         );
+        println!("round {round}: faults by kind: {}", by_kind(&round_kinds));
         if !r.report.is_valid() {
             let start = r.history.start_unix_ms;
             for (t, f) in &r.history.faults {
@@ -139,14 +168,16 @@ async fn main() -> anyhow::Result<ExitCode> {
             }
             println!(
                 "total: {txns} transactions checked, {markers} markers and {completes} \
-                 Complete* records checked (I10), {faults} faults injected"
+                 Complete* records checked (I10), {faults} faults injected ({})",
+                by_kind(&kinds)
             );
             return Ok(ExitCode::from(1));
         }
     }
     println!(
         "total: {txns} transactions checked, {markers} markers and {completes} Complete* \
-         records checked (I10), {faults} faults injected, no anomaly"
+         records checked (I10), {faults} faults injected ({}), no anomaly",
+        by_kind(&kinds)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -8,11 +8,14 @@
 //! record on load, plus a positive timeout), and I12 against the history: a transactional id whose last
 //! acknowledged operation was a commit must not end up aborted at an epoch no one was issued
 //! after that commit.
+//!
+//! In cluster mode the log is in etcd: [`audit_etcd`] reads it (read-only: `load` claims
+//! nothing) with the same checks, after the daemons stopped.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use txn_log::{LogError, LogPartition, SledTxnLog, TxnLog, TxnState};
+use txn_log::{EtcdConfig, EtcdTxnLog, LogError, LogPartition, SledTxnLog, TxnLog, TxnState};
 
 use super::history::{Outcome, Record};
 
@@ -44,6 +47,49 @@ pub async fn audit_log(
 ) -> anyhow::Result<()> {
     let path = copy.to_path_buf();
     let log = tokio::task::spawn_blocking(move || SledTxnLog::open_path(path)).await??;
+    let r = audit_records(&log, partitions, now_unix_ms, quiescent_slack_ms, h).await;
+    tokio::task::spawn_blocking(move || log.shutdown()).await?;
+    r
+}
+
+/// Audits the log in etcd at `endpoints` (prefix `/txn-coordinator`, the daemons' default)
+/// like [`audit_log`].
+pub async fn audit_etcd(
+    endpoints: Vec<String>,
+    partitions: u32,
+    now_unix_ms: i64,
+    quiescent_slack_ms: i64,
+    h: &mut Record,
+) -> anyhow::Result<()> {
+    let log = etcd_log(endpoints).await?;
+    audit_records(&log, partitions, now_unix_ms, quiescent_slack_ms, h).await
+}
+
+/// A reader of the daemons' log in etcd (default prefix, 5 s requests).
+pub async fn etcd_log(endpoints: Vec<String>) -> anyhow::Result<EtcdTxnLog> {
+    Ok(EtcdTxnLog::connect(EtcdConfig::new(endpoints)).await?)
+}
+
+/// The (partition, transactional id, state) of every Prepare* record in `log`.
+pub async fn prepared(log: &dyn TxnLog, partitions: u32) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        for (id, r) in &log.load(LogPartition(p)).await?.records {
+            if r.state.is_prepare() {
+                out.push(format!("partition {p} {}: {}", id.as_str(), r.state));
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn audit_records(
+    log: &dyn TxnLog,
+    partitions: u32,
+    now_unix_ms: i64,
+    quiescent_slack_ms: i64,
+    h: &mut Record,
+) -> anyhow::Result<()> {
     // the last transaction of each tid and the highest epoch issued per pid
     let mut last_txn: HashMap<&str, usize> = HashMap::new();
     for t in &h.txns {
@@ -102,7 +148,6 @@ pub async fn audit_log(
             }
         }
     }
-    tokio::task::spawn_blocking(move || log.shutdown()).await?;
     h.log_records_checked += checked;
     h.log_findings.extend(findings);
     Ok(())

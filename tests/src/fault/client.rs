@@ -192,8 +192,13 @@ pub struct ClusterView {
     pub topic: String,
     /// Partition -> leader address.
     pub leaders: BTreeMap<i32, SocketAddr>,
-    /// The transaction coordinator (as FindCoordinator reports it).
+    /// The transaction coordinator (as FindCoordinator reports it for the probe id).
     pub coordinator: SocketAddr,
+    /// Cluster mode (several daemons on etcd): where producers ask FindCoordinator for their
+    /// own id, again after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE /
+    /// COORDINATOR_LOAD_IN_PROGRESS or a lost connection. Empty (the default, one daemon):
+    /// producers keep `coordinator` for their life.
+    pub find_coordinator_at: Vec<SocketAddr>,
 }
 
 impl ClusterView {
@@ -271,8 +276,25 @@ impl ClusterView {
             topic: topic.to_owned(),
             leaders,
             coordinator,
+            find_coordinator_at: Vec::new(),
         })
     }
+
+    /// This view with producers following the coordinator: they ask `at` (in turn) for the
+    /// coordinator of their id and ask again whenever it moves (cluster mode).
+    pub fn following(mut self, at: Vec<SocketAddr>) -> Self {
+        self.find_coordinator_at = at;
+        self
+    }
+}
+
+/// Where a producer sends a request.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// The transaction coordinator of the producer's id (followed in cluster mode).
+    Coordinator,
+    /// A fixed address (the group coordinator).
+    Fixed(SocketAddr),
 }
 
 /// Encodes one transactional (or idempotent) v2 record batch of `values`.
@@ -339,6 +361,10 @@ pub struct TxnProducer {
     epoch: i16,
     seqs: HashMap<i32, i32>,
     added: HashSet<i32>,
+    /// The coordinator requests go to; `None` until FindCoordinator named one (cluster mode).
+    coordinator: Option<SocketAddr>,
+    /// Which of `view.find_coordinator_at` to ask next.
+    ask_next: usize,
     /// How long one logical operation may retry before it is indeterminate.
     pub op_budget: Duration,
 }
@@ -346,7 +372,12 @@ pub struct TxnProducer {
 impl TxnProducer {
     /// A producer for `tid` (no request sent yet).
     pub fn new(view: ClusterView, tid: &str, txn_timeout_ms: i32, tv: TxnVersion) -> Self {
+        let following = !view.find_coordinator_at.is_empty();
+        // Spread the first lookups of many producers over the nodes.
+        let ask_next = tid.bytes().map(usize::from).sum::<usize>();
         Self {
+            coordinator: (!following).then_some(view.coordinator),
+            ask_next,
             view,
             tid: tid.to_owned(),
             txn_timeout_ms,
@@ -387,11 +418,42 @@ impl TxnProducer {
         self.pool.reset();
     }
 
-    /// Runs `f` until it returns a non-retriable answer or the budget is spent.
+    /// Whether this producer follows the coordinator (cluster mode).
+    fn following(&self) -> bool {
+        !self.view.find_coordinator_at.is_empty()
+    }
+
+    /// The coordinator of this producer's id as FindCoordinator(TRANSACTION) names it, asked
+    /// of the nodes of `view.find_coordinator_at` in turn (the next one after a failure), as a
+    /// Kafka client asks a node it knows; `Err` with the last failure.
+    async fn find_coordinator(&mut self) -> Result<SocketAddr, String> {
+        let at = &self.view.find_coordinator_at;
+        let node = at[self.ask_next % at.len()];
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_key(sb(&self.tid));
+        let answer = match self.pool.call(node, &req, 2).await {
+            Ok(r) if r.error_code == 0 => format!("{}:{}", r.host, r.port)
+                .parse()
+                .map_err(|e| format!("coordinator address: {e}")),
+            Ok(r) => Err(format!("FindCoordinator at {node}: error {}", r.error_code)),
+            Err(e) => Err(format!("FindCoordinator at {node}: {e}")),
+        };
+        if answer.is_err() {
+            self.ask_next = self.ask_next.wrapping_add(1);
+        }
+        answer
+    }
+
+    /// Sends `req` until it gets a non-retriable answer or the budget is spent. To the
+    /// coordinator in cluster mode: looked up with FindCoordinator first, and again after
+    /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a lost
+    /// connection, all within the one budget. An answer after an unanswered attempt (to any
+    /// coordinator) is indeterminate unless it succeeded.
     async fn retry<R: Request>(
         &mut self,
         api: &'static str,
-        addr: SocketAddr,
+        target: Target,
         req: &R,
         version: i16,
         code_of: impl Fn(&R::Response) -> i16,
@@ -400,6 +462,24 @@ impl TxnProducer {
         let mut ambiguous = false;
         let mut last = String::new();
         while Instant::now() < end {
+            let addr = match target {
+                Target::Fixed(a) => a,
+                Target::Coordinator => match self.coordinator {
+                    Some(a) => a,
+                    None => match self.find_coordinator().await {
+                        Ok(a) => {
+                            self.coordinator = Some(a);
+                            a
+                        }
+                        Err(e) => {
+                            last = e;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                },
+            };
+            let follow = self.following() && matches!(target, Target::Coordinator);
             match self.pool.call(addr, req, version).await {
                 Ok(r) => {
                     let c = code_of(&r);
@@ -415,11 +495,30 @@ impl TxnProducer {
                         }
                         return Err(ClientError::Definite { api, code: c });
                     }
-                    last = format!("retriable error {c}");
+                    if follow
+                        && matches!(
+                            c,
+                            codes::NOT_COORDINATOR
+                                | codes::COORDINATOR_NOT_AVAILABLE
+                                | codes::LOAD_IN_PROGRESS
+                        )
+                    {
+                        self.coordinator = None;
+                    }
+                    last = if follow {
+                        format!("retriable error {c} from {addr}")
+                    } else {
+                        format!("retriable error {c}")
+                    };
                 }
                 Err(e) => {
                     ambiguous = true;
-                    last = e;
+                    last = if follow {
+                        self.coordinator = None;
+                        format!("{e} ({addr})")
+                    } else {
+                        e
+                    };
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -435,9 +534,10 @@ impl TxnProducer {
             .with_transaction_timeout_ms(self.txn_timeout_ms)
             .with_producer_id(ProducerId(self.pid))
             .with_producer_epoch(self.epoch);
-        let addr = self.view.coordinator;
         let r = match self
-            .retry("InitProducerId", addr, &req, 4, |r| r.error_code)
+            .retry("InitProducerId", Target::Coordinator, &req, 4, |r| {
+                r.error_code
+            })
             .await
         {
             // KIP-360: a stale (pid, epoch) is refused; start over without it.
@@ -447,8 +547,10 @@ impl TxnProducer {
                     || code == codes::INVALID_TXN_STATE =>
             {
                 let req = req.with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-                self.retry("InitProducerId", addr, &req, 4, |r| r.error_code)
-                    .await?
+                self.retry("InitProducerId", Target::Coordinator, &req, 4, |r| {
+                    r.error_code
+                })
+                .await?
             }
             other => other?,
         };
@@ -480,8 +582,7 @@ impl TxnProducer {
                     .with_name(TopicName(sb(&self.view.topic)))
                     .with_partitions(new.clone()),
             ]);
-        let addr = self.view.coordinator;
-        self.retry("AddPartitionsToTxn", addr, &req, 3, |r| {
+        self.retry("AddPartitionsToTxn", Target::Coordinator, &req, 3, |r| {
             r.results_by_topic_v3_and_below
                 .iter()
                 .flat_map(|t| t.results_by_partition.iter())
@@ -586,9 +687,10 @@ impl TxnProducer {
             .with_producer_id(ProducerId(self.pid))
             .with_producer_epoch(self.epoch)
             .with_committed(commit);
-        let addr = self.view.coordinator;
         let r = self
-            .retry("EndTxn", addr, &req, version, |r| r.error_code)
+            .retry("EndTxn", Target::Coordinator, &req, version, |r| {
+                r.error_code
+            })
             .await?;
         if self.tv == TxnVersion::Tv2 && r.producer_id.0 >= 0 {
             if r.producer_id.0 != self.pid || r.producer_epoch != self.epoch {
@@ -615,9 +717,10 @@ impl TxnProducer {
             .with_producer_id(ProducerId(self.pid))
             .with_producer_epoch(self.epoch)
             .with_group_id(GroupId(sb(group)));
-        let addr = self.view.coordinator;
-        self.retry("AddOffsetsToTxn", addr, &req, 3, |r| r.error_code)
-            .await?;
+        self.retry("AddOffsetsToTxn", Target::Coordinator, &req, 3, |r| {
+            r.error_code
+        })
+        .await?;
         let req = TxnOffsetCommitRequest::default()
             .with_transactional_id(TransactionalId(sb(&self.tid)))
             .with_group_id(GroupId(sb(group)))
@@ -637,14 +740,20 @@ impl TxnProducer {
                             .collect(),
                     ),
             ]);
-        self.retry("TxnOffsetCommit", group_coordinator, &req, 3, |r| {
-            r.topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .map(|p| p.error_code)
-                .find(|c| *c != 0)
-                .unwrap_or(0)
-        })
+        self.retry(
+            "TxnOffsetCommit",
+            Target::Fixed(group_coordinator),
+            &req,
+            3,
+            |r| {
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .map(|p| p.error_code)
+                    .find(|c| *c != 0)
+                    .unwrap_or(0)
+            },
+        )
         .await?;
         Ok(())
     }

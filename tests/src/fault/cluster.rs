@@ -7,6 +7,16 @@
 //!  daemon  ──► proxy_i ──► refbroker i       (WriteTxnMarkers go through the same proxies)
 //!  refbroker ► proxy_c ──► daemon            (forwarded coordinator requests)
 //! ```
+//!
+//! Cluster mode ([`EtcdOptions`], issue 14): etcd members and several daemons sharing their
+//! log in etcd, each daemon behind its own proxy (its advertised listener), the refbrokers
+//! pointed at all of them (`--coordinator proxy_c1,proxy_c2,...`). The daemons reach etcd
+//! directly (etcd faults are process faults: SIGKILL / SIGSTOP of a member).
+//!
+//! ```text
+//!  clients ──► proxy_cK ──► daemon K ──► etcd members   (FindCoordinator names the owner's proxy)
+//!  refbroker ► proxy_c1..n                              (FindCoordinator relayed to a live daemon)
+//! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,6 +26,46 @@ use anyhow::Context;
 
 use super::process::{Proc, Spec, free_port};
 use super::proxy::FaultProxy;
+use crate::etcd::EtcdCluster;
+
+/// Cluster mode: the coordinator as several daemons sharing their log in etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// etcd members.
+    pub members: usize,
+    /// Daemons.
+    pub daemons: usize,
+    /// `etcd.lease.ttl.ms` of every daemon (a dead daemon's partitions move after about this).
+    pub lease_ms: u64,
+    /// Node id of the first daemon (the next ones follow); must not collide with the
+    /// refbrokers' ids (1..=brokers).
+    pub first_node_id: i32,
+}
+
+impl Default for EtcdOptions {
+    /// Three members, three daemons 1001-1003, a 2 s lease.
+    fn default() -> Self {
+        Self {
+            members: 3,
+            daemons: 3,
+            lease_ms: 2000,
+            first_node_id: 1001,
+        }
+    }
+}
+
+/// The etcd part of a cluster-mode [`FaultCluster`].
+#[derive(Debug)]
+pub struct EtcdPart {
+    /// What it was built from.
+    pub options: EtcdOptions,
+    /// The etcd members.
+    pub etcd: EtcdCluster,
+    /// The daemons after the first (the first is [`FaultCluster::daemon`]).
+    pub daemons: Vec<Proc>,
+    /// Their proxies.
+    pub daemon_proxies: Vec<FaultProxy>,
+}
 
 /// How to build the cluster.
 #[derive(Debug, Clone)]
@@ -50,16 +100,18 @@ pub struct FaultCluster {
     /// Options it was built from.
     pub options: ClusterOptions,
     root: tempfile::TempDir,
-    /// The daemon.
+    /// The daemon (in cluster mode the first of them).
     pub daemon: Proc,
     /// The daemon's proxy.
     pub daemon_proxy: FaultProxy,
+    /// Cluster mode: etcd and the further daemons.
+    pub etcd: Option<EtcdPart>,
     /// The refbrokers (node id = index + 1).
     pub brokers: Vec<Proc>,
     /// Their proxies.
     pub broker_proxies: Vec<FaultProxy>,
-    /// The daemon's stderr, with the `txn_transition` trail.
-    daemon_log: PathBuf,
+    /// The daemons' stderr, with the `txn_transition` trail (one file per daemon).
+    daemon_logs: Vec<PathBuf>,
 }
 
 const STARTUP: Duration = Duration::from_secs(30);
@@ -67,18 +119,45 @@ const STARTUP: Duration = Duration::from_secs(30);
 impl FaultCluster {
     /// Starts the proxies, the brokers and the daemon.
     pub async fn start(options: ClusterOptions) -> anyhow::Result<Self> {
+        Self::start_on(options, None).await
+    }
+
+    /// Starts the proxies, the brokers and the daemon; with `etcd` (cluster mode) first the
+    /// etcd members, then the brokers and every daemon on the etcd log.
+    pub async fn start_on(
+        options: ClusterOptions,
+        etcd_options: Option<EtcdOptions>,
+    ) -> anyhow::Result<Self> {
         anyhow::ensure!(
             options.daemon_bin.exists(),
             "daemon binary {} not found (build it: cargo build --release -p coordinator)",
             options.daemon_bin.display()
         );
         let root = tempfile::tempdir()?;
-        let daemon_port = free_port()?;
+        let etcd = match &etcd_options {
+            Some(e) => Some(
+                EtcdCluster::start(e.members)
+                    .await
+                    .context("starting etcd")?,
+            ),
+            None => None,
+        };
+        let daemons = etcd_options.as_ref().map_or(1, |e| e.daemons.max(1));
+        let daemon_ports: Vec<u16> = (0..daemons)
+            .map(|_| free_port())
+            .collect::<Result<_, _>>()?;
         let broker_ports: Vec<u16> = (0..options.brokers)
             .map(|_| free_port())
             .collect::<Result<_, _>>()?;
-        let daemon_proxy =
-            FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], daemon_port))).await?;
+        let mut daemon_proxies = Vec::new();
+        for p in &daemon_ports {
+            daemon_proxies.push(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], *p))).await?);
+        }
+        let coordinator_arg = daemon_proxies
+            .iter()
+            .map(|p| p.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         let mut broker_proxies = Vec::new();
         for p in &broker_ports {
             broker_proxies.push(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], *p))).await?);
@@ -110,7 +189,7 @@ impl FaultCluster {
                     .collect::<Vec<_>>()
                     .join(","),
                 "--coordinator".into(),
-                daemon_proxy.addr().to_string(),
+                coordinator_arg.clone(),
                 "--node-id".into(),
                 (i + 1).to_string(),
                 "--cluster".into(),
@@ -138,58 +217,85 @@ impl FaultCluster {
             .collect::<Vec<_>>()
             .join(",");
         // The daemon's stderr carries the transition trail (I10): always kept, in this run's
-        // own file (runs may share `log_dir`); `stop` appends it to `log_dir/daemon.log`.
-        let daemon_log = root.path().join("daemon.log");
+        // own file (runs may share `log_dir`); `stop` appends it to `log_dir/daemon.log`
+        // (cluster mode: `daemon-NODE.log` per daemon).
         let rust_log = format!(
             "{},{}=debug",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             coordinator::shell::TRANSITION_TARGET
         );
-        let args = vec![
-            "serve".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{daemon_port}"),
-            "--advertised-listener".into(),
-            daemon_proxy.addr().to_string(),
-            "--data-dir".into(),
-            root.path().join("daemon").to_string_lossy().into_owned(),
-            "--bootstrap-servers".into(),
-            bootstrap,
-            "--set".into(),
-            format!(
-                "transaction.state.log.num.partitions={}",
-                options.txn_log_partitions
-            ),
-            "--set".into(),
-            format!(
-                "transaction.abort.timed.out.transaction.cleanup.interval.ms={}",
-                options.reaper_interval_ms
-            ),
-            "--set".into(),
-            format!("transaction.version={}", options.transaction_version),
-            "--set".into(),
-            "offsets.topic.num.partitions=4".into(),
-        ];
-        let daemon = Proc::start(
-            Spec {
-                name: "daemon".into(),
-                bin: options.daemon_bin.clone(),
-                args,
-                ready_prefix: "txn-coordinator listening on ".into(),
-                log_file: Some(daemon_log.clone()),
-                env: vec![("RUST_LOG".into(), rust_log)],
-            },
-            STARTUP,
-        )
-        .context("starting the daemon")?;
+        let mut procs = Vec::new();
+        let mut daemon_logs = Vec::new();
+        for (i, (daemon_port, daemon_proxy)) in daemon_ports.iter().zip(&daemon_proxies).enumerate()
+        {
+            let name = match &etcd_options {
+                Some(e) => format!("daemon-{}", e.first_node_id + i32::try_from(i)?),
+                None => "daemon".to_owned(),
+            };
+            let daemon_log = root.path().join(format!("{name}.log"));
+            let mut args = vec![
+                "serve".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{daemon_port}"),
+                "--advertised-listener".into(),
+                daemon_proxy.addr().to_string(),
+                "--data-dir".into(),
+                root.path().join(&name).to_string_lossy().into_owned(),
+                "--bootstrap-servers".into(),
+                bootstrap.clone(),
+            ];
+            if let (Some(e), Some(members)) = (&etcd_options, &etcd) {
+                args.extend([
+                    "--node-id".into(),
+                    (e.first_node_id + i32::try_from(i)?).to_string(),
+                    "--set".into(),
+                    "txn.log.backend=etcd".into(),
+                    "--set".into(),
+                    format!("etcd.endpoints={}", members.endpoints_arg()),
+                    "--set".into(),
+                    format!("etcd.lease.ttl.ms={}", e.lease_ms),
+                ]);
+            }
+            args.extend(daemon_settings(&options));
+            procs.push(
+                Proc::start(
+                    Spec {
+                        name: name.clone(),
+                        bin: options.daemon_bin.clone(),
+                        args,
+                        ready_prefix: "txn-coordinator listening on ".into(),
+                        log_file: Some(daemon_log.clone()),
+                        env: vec![("RUST_LOG".into(), rust_log.clone())],
+                    },
+                    STARTUP,
+                )
+                .with_context(|| format!("starting {name}"))?,
+            );
+            daemon_logs.push(daemon_log);
+        }
+        let mut procs = procs.into_iter();
+        let mut proxies = daemon_proxies.into_iter();
+        let (Some(daemon), Some(daemon_proxy)) = (procs.next(), proxies.next()) else {
+            anyhow::bail!("no daemon");
+        };
+        let etcd = match (etcd_options, etcd) {
+            (Some(options), Some(etcd)) => Some(EtcdPart {
+                options,
+                etcd,
+                daemons: procs.collect(),
+                daemon_proxies: proxies.collect(),
+            }),
+            _ => None,
+        };
         Ok(Self {
             options,
             root,
             daemon,
             daemon_proxy,
+            etcd,
             brokers,
             broker_proxies,
-            daemon_log,
+            daemon_logs,
         })
     }
 
@@ -203,9 +309,41 @@ impl FaultCluster {
         self.root.path().join("daemon")
     }
 
-    /// The daemon's stderr (every start of this run), with the `txn_transition` trail.
+    /// The daemon's stderr (every start of this run), with the `txn_transition` trail (in
+    /// cluster mode: the first daemon's; [`Self::daemon_logs`] lists all).
     pub fn daemon_log(&self) -> &Path {
-        &self.daemon_log
+        &self.daemon_logs[0]
+    }
+
+    /// Every daemon's stderr, with its `txn_transition` trail.
+    pub fn daemon_logs(&self) -> &[PathBuf] {
+        &self.daemon_logs
+    }
+
+    /// The number of daemons (1, or in cluster mode `EtcdOptions::daemons`).
+    pub fn daemon_count(&self) -> usize {
+        1 + self.etcd.as_ref().map_or(0, |e| e.daemons.len())
+    }
+
+    /// Daemon `i` (0: [`Self::daemon`]).
+    pub fn daemon_at(&mut self, i: usize) -> &mut Proc {
+        match (i, &mut self.etcd) {
+            (0, _) | (_, None) => &mut self.daemon,
+            (i, Some(e)) => &mut e.daemons[i - 1],
+        }
+    }
+
+    /// The proxy of daemon `i` (0: [`Self::daemon_proxy`]).
+    pub fn daemon_proxy_at(&self, i: usize) -> &FaultProxy {
+        match (i, &self.etcd) {
+            (0, _) | (_, None) => &self.daemon_proxy,
+            (i, Some(e)) => &e.daemon_proxies[i - 1],
+        }
+    }
+
+    /// Cluster mode: `etcd.endpoints` of the daemons.
+    pub fn etcd_endpoints(&self) -> Option<String> {
+        self.etcd.as_ref().map(|e| e.etcd.endpoints_arg())
     }
 
     /// The temporary root.
@@ -213,13 +351,30 @@ impl FaultCluster {
         self.root.path()
     }
 
-    /// Removes every proxy fault and resumes / restarts every process.
+    /// Removes every proxy fault and resumes / restarts every process: the etcd members
+    /// first (cluster mode; [`Self::wait_etcd`] waits for their quorum), then the daemons
+    /// and the brokers.
     pub fn heal(&mut self) -> anyhow::Result<()> {
+        if let Some(e) = &mut self.etcd {
+            for i in 0..e.etcd.len() {
+                e.etcd.resume(i)?;
+                if !e.etcd.is_running(i) {
+                    e.etcd.restart(i)?;
+                }
+            }
+            for p in &e.daemon_proxies {
+                p.heal();
+            }
+        }
         self.daemon_proxy.heal();
         for p in &self.broker_proxies {
             p.heal();
         }
-        for p in std::iter::once(&mut self.daemon).chain(self.brokers.iter_mut()) {
+        let extra = self.etcd.iter_mut().flat_map(|e| e.daemons.iter_mut());
+        for p in std::iter::once(&mut self.daemon)
+            .chain(extra)
+            .chain(self.brokers.iter_mut())
+        {
             p.resume()?;
             if !p.is_running() {
                 p.restart(STARTUP)?;
@@ -228,31 +383,77 @@ impl FaultCluster {
         Ok(())
     }
 
+    /// Cluster mode: waits (bounded) until etcd answers a read through every endpoint.
+    pub async fn wait_etcd(&self, within: Duration) -> anyhow::Result<()> {
+        match &self.etcd {
+            Some(e) => e.etcd.wait_ready(within).await,
+            None => Ok(()),
+        }
+    }
+
     /// Keeps the temporary root (data directories, the daemon's log and, without a
-    /// `log_dir`, every process log) after drop; returns its path.
+    /// `log_dir`, every process log) after drop, and in cluster mode the etcd members' data
+    /// directories and logs (their path is written to `etcd-dir.txt` in the root); returns
+    /// the root's path.
     pub fn keep_files(&mut self) -> PathBuf {
         self.root.disable_cleanup(true);
+        if let Some(e) = &mut self.etcd {
+            let dir = e.etcd.keep_files();
+            let note = self.root.path().join("etcd-dir.txt");
+            if let Err(err) = std::fs::write(&note, format!("{}\n", dir.display())) {
+                tracing::warn!("writing {}: {err}", note.display());
+            }
+        }
         self.root.path().to_owned()
     }
 
-    /// Kills every process (the data directories stay until drop) and appends the daemon's
-    /// stderr to `log_dir/daemon.log`, if a log directory was given.
+    /// Kills every daemon and broker (the data directories stay until drop; in cluster mode
+    /// etcd keeps running for the audit) and appends each daemon's stderr to
+    /// `log_dir/<its file name>`, if a log directory was given.
     pub fn stop(&mut self) {
         self.daemon.kill();
+        if let Some(e) = &mut self.etcd {
+            for d in &mut e.daemons {
+                d.kill();
+            }
+        }
         for b in &mut self.brokers {
             b.kill();
         }
         if let Some(d) = &self.options.log_dir {
-            let copied = std::fs::File::open(&self.daemon_log).and_then(|mut from| {
-                let mut to = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(d.join("daemon.log"))?;
-                std::io::copy(&mut from, &mut to)
-            });
-            if let Err(e) = copied {
-                tracing::warn!("copying the daemon log to {}: {e}", d.display());
+            for log in &self.daemon_logs {
+                let name = log.file_name().unwrap_or_default();
+                let copied = std::fs::File::open(log).and_then(|mut from| {
+                    let mut to = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(d.join(name))?;
+                    std::io::copy(&mut from, &mut to)
+                });
+                if let Err(e) = copied {
+                    tracing::warn!("copying the daemon log to {}: {e}", d.display());
+                }
             }
         }
     }
+}
+
+/// The daemon settings every topology uses.
+fn daemon_settings(options: &ClusterOptions) -> Vec<String> {
+    vec![
+        "--set".into(),
+        format!(
+            "transaction.state.log.num.partitions={}",
+            options.txn_log_partitions
+        ),
+        "--set".into(),
+        format!(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms={}",
+            options.reaper_interval_ms
+        ),
+        "--set".into(),
+        format!("transaction.version={}", options.transaction_version),
+        "--set".into(),
+        "offsets.topic.num.partitions=4".into(),
+    ]
 }

@@ -376,6 +376,24 @@ pub fn load_trail(path: &Path, obs: &mut Observed) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Reads the trails of several daemons sharing one log (cluster mode) and merges them in the
+/// order the records became durable (`durable_ms`, then file order): a Complete* written by
+/// the daemon that took a partition over follows the Prepare* its previous owner wrote.
+pub fn load_trails(paths: &[std::path::PathBuf], obs: &mut Observed) -> std::io::Result<()> {
+    let mut all = Vec::new();
+    let mut bad = 0;
+    for path in paths {
+        let bytes = std::fs::read(path)?;
+        let (t, b) = parse_trail(&String::from_utf8_lossy(&bytes));
+        all.extend(t);
+        bad += b;
+    }
+    all.sort_by_key(|t| t.durable_ms);
+    obs.transitions = all;
+    obs.unparsed = bad;
+    Ok(())
+}
+
 fn is_commit(s: TxnState) -> bool {
     matches!(s, TxnState::PrepareCommit | TxnState::CompleteCommit)
 }

@@ -197,6 +197,8 @@ pub struct Record {
     pub decisions: super::decisions::Observed,
     /// Faults injected, as text, in order.
     pub faults: Vec<(u64, String)>,
+    /// The nemesis's faults by kind (`Fault::kind`), in order: (ms, kind).
+    pub fault_kinds: Vec<(u64, &'static str)>,
     /// Wall clock (ms since the Unix epoch) when the run started: the origin of the run's
     /// relative times, to place the daemon's and brokers' wall-clock times among the faults.
     pub start_unix_ms: i64,
@@ -367,6 +369,14 @@ impl History {
     pub fn fault(&self, what: impl Into<String>) {
         let now = self.now_ms();
         self.inner.lock().faults.push((now, what.into()));
+    }
+
+    /// Records an injected fault of the nemesis and its kind.
+    pub fn fault_of(&self, kind: &'static str, what: impl Into<String>) {
+        let now = self.now_ms();
+        let mut r = self.inner.lock();
+        r.faults.push((now, what.into()));
+        r.fault_kinds.push((now, kind));
     }
 
     /// Records a SIGKILL of the coordinator.

@@ -22,7 +22,7 @@ use txn_log::sync::Arc;
 
 use super::checker::{Report, check};
 use super::client::{ClientError, ClusterView, Fetcher, GroupOffsets, TxnProducer, TxnVersion};
-use super::cluster::{ClusterOptions, FaultCluster};
+use super::cluster::{ClusterOptions, EtcdOptions, FaultCluster};
 use super::history::{Accepted, History, OffsetCheck, Outcome, Read, Record};
 use super::proxy::{ProxyStats, RequestClass};
 
@@ -98,6 +98,12 @@ pub enum Fault {
     HoldProduce,
     /// W6: drop the responses of the next few Produce requests on a broker link.
     DropProduceResponses,
+    /// Cluster mode: SIGKILL an etcd member, restart it after a while (sometimes two members
+    /// for a short while: no quorum). Skipped with one daemon.
+    KillEtcd,
+    /// Cluster mode: SIGSTOP an etcd member, SIGCONT it after a while. Skipped with one
+    /// daemon.
+    PauseEtcd,
 }
 
 impl Fault {
@@ -114,6 +120,41 @@ impl Fault {
         Self::HoldProduce,
         Self::DropProduceResponses,
     ];
+
+    /// Every fault of cluster mode: [`Self::ALL`] (on a daemon picked at random) and the etcd
+    /// member faults.
+    pub const CLUSTER: [Self; 12] = [
+        Self::KillCoordinator,
+        Self::PauseCoordinator,
+        Self::KillBroker,
+        Self::PauseBroker,
+        Self::BlackholeCoordinator,
+        Self::PartitionBroker,
+        Self::Delay,
+        Self::HoldEndTxn,
+        Self::HoldProduce,
+        Self::DropProduceResponses,
+        Self::KillEtcd,
+        Self::PauseEtcd,
+    ];
+
+    /// A short name, for counts by kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::KillCoordinator => "kill-daemon",
+            Self::PauseCoordinator => "pause-daemon",
+            Self::KillBroker => "kill-broker",
+            Self::PauseBroker => "pause-broker",
+            Self::BlackholeCoordinator => "blackhole-daemon",
+            Self::PartitionBroker => "partition-broker",
+            Self::Delay => "delay",
+            Self::HoldEndTxn => "hold-endtxn",
+            Self::HoldProduce => "hold-produce",
+            Self::DropProduceResponses => "drop-produce-responses",
+            Self::KillEtcd => "kill-etcd",
+            Self::PauseEtcd => "pause-etcd",
+        }
+    }
 }
 
 /// What to run.
@@ -216,6 +257,13 @@ pub struct Setup {
 impl Setup {
     /// Starts the cluster of `opts` (with W3's topics when W3 runs) and discovers the topics.
     pub async fn start(opts: &RunOptions) -> anyhow::Result<Self> {
+        Self::start_on(opts, None).await
+    }
+
+    /// [`Self::start`]; with `etcd`, in cluster mode (etcd members and several daemons on the
+    /// etcd log), where the producers follow their coordinator with FindCoordinator asked of
+    /// every broker and daemon (through their proxies).
+    pub async fn start_on(opts: &RunOptions, etcd: Option<EtcdOptions>) -> anyhow::Result<Self> {
         let mut cluster_opts = opts.cluster.clone();
         if let Some(w3) = &opts.w3 {
             cluster_opts.extra_topics.extend([
@@ -223,16 +271,30 @@ impl Setup {
                 (W3_OUTPUT.to_owned(), w3.output_partitions),
             ]);
         }
-        let cluster = FaultCluster::start(cluster_opts).await?;
+        let cluster = FaultCluster::start_on(cluster_opts, etcd).await?;
+        // Cluster mode: FindCoordinator may be asked of any broker or daemon.
+        let find_at: Vec<SocketAddr> = if cluster.etcd.is_some() {
+            let mut at: Vec<SocketAddr> = cluster.broker_proxies.iter().map(|p| p.addr()).collect();
+            at.extend((0..cluster.daemon_count()).map(|i| cluster.daemon_proxy_at(i).addr()));
+            at
+        } else {
+            Vec::new()
+        };
         let view = ClusterView::discover(
             cluster.bootstrap(),
             &opts.cluster.topic,
             TOPIC_PROBE,
             Duration::from_secs(30),
         )
-        .await?;
+        .await?
+        .following(find_at.clone());
         let w3 = match &opts.w3 {
-            Some(_) => Some(W3Views::discover(cluster.bootstrap()).await?),
+            Some(_) => {
+                let mut v = W3Views::discover(cluster.bootstrap()).await?;
+                v.input = v.input.following(find_at.clone());
+                v.output = v.output.following(find_at);
+                Some(v)
+            }
             None => None,
         };
         Ok(Self {
@@ -264,13 +326,27 @@ impl Setup {
         {
             let mut c = self.cluster.lock().await;
             tokio::task::block_in_place(|| c.heal())?;
+            c.wait_etcd(Duration::from_secs(30)).await?;
         }
         h.fault("heal");
         final_read(&self.view, &h, opts).await;
         if let (Some(w3), Some(v)) = (&opts.w3, &self.w3) {
             w3_final_read(v, w3, &h, opts).await?;
         }
-        self.cluster.lock().await.daemon.kill();
+        let endpoints = self.cluster.lock().await.etcd_endpoints();
+        if let Some(e) = &endpoints {
+            // Cluster mode: a decision whose markers are all written may still wait for its
+            // Complete* append (etcd round trips, a partition moving after a restart); give
+            // the daemons a bounded while before they stop, so I11's "a Prepare* left in the
+            // log" judges a settled log. What is still prepared then is reported by the audit.
+            wait_decisions_complete(e, opts, Duration::from_secs(30)).await;
+        }
+        {
+            let mut c = self.cluster.lock().await;
+            for i in 0..c.daemon_count() {
+                c.daemon_at(i).kill();
+            }
+        }
         h.fault("daemon stopped for the I10 read");
         let mut views = vec![&self.view];
         views.extend(self.w3.iter().flat_map(|v| [&v.input, &v.output]));
@@ -282,6 +358,9 @@ impl Setup {
             .map(|v| (v.input.topic.clone(), v.output.topic.clone()));
         let mut c = self.cluster.lock().await;
         let mut proxy_stats = vec![("coordinator".to_owned(), c.daemon_proxy.stats())];
+        for i in 1..c.daemon_count() {
+            proxy_stats.push((format!("coordinator-{i}"), c.daemon_proxy_at(i).stats()));
+        }
         for (i, p) in c.broker_proxies.iter().enumerate() {
             proxy_stats.push((format!("broker-{}", i + 1), p.stats()));
         }
@@ -289,8 +368,6 @@ impl Setup {
             println!("proxy {name}: {st:?}");
         }
         c.stop();
-        let copy = c.root().join("daemon-copy");
-        super::audit::copy_dir(&c.daemon_data_dir(), &copy)?;
         let now_unix = i64::try_from(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -299,16 +376,36 @@ impl Setup {
         )
         .unwrap_or(i64::MAX);
         let mut record = h.snapshot();
-        super::audit::audit_log(
-            &copy,
-            opts.cluster.txn_log_partitions,
-            now_unix,
-            15_000,
-            &mut record,
-        )
-        .await?;
+        match endpoints {
+            None => {
+                let copy = c.root().join("daemon-copy");
+                super::audit::copy_dir(&c.daemon_data_dir(), &copy)?;
+                super::audit::audit_log(
+                    &copy,
+                    opts.cluster.txn_log_partitions,
+                    now_unix,
+                    15_000,
+                    &mut record,
+                )
+                .await?;
+            }
+            Some(e) => {
+                super::audit::audit_etcd(
+                    e.split(',').map(str::to_owned).collect(),
+                    opts.cluster.txn_log_partitions,
+                    now_unix,
+                    15_000,
+                    &mut record,
+                )
+                .await?;
+            }
+        }
         record.decisions = logs;
-        super::decisions::load_trail(c.daemon_log(), &mut record.decisions)?;
+        if c.daemon_count() == 1 {
+            super::decisions::load_trail(c.daemon_log(), &mut record.decisions)?;
+        } else {
+            super::decisions::load_trails(c.daemon_logs(), &mut record.decisions)?;
+        }
         let report = check(&record);
         println!("fault run seed {}: {report}", opts.seed);
         let kept = if report.is_valid() {
@@ -332,13 +429,38 @@ impl Setup {
     }
 }
 
+/// Waits (bounded by `within`) until the log in etcd at `endpoints` holds no Prepare*
+/// record; logs what remains.
+async fn wait_decisions_complete(endpoints: &str, opts: &RunOptions, within: Duration) {
+    let end = Instant::now() + within;
+    let eps: Vec<String> = endpoints.split(',').map(str::to_owned).collect();
+    let mut last = Vec::new();
+    while Instant::now() < end {
+        match super::audit::etcd_log(eps.clone()).await {
+            Ok(log) => match super::audit::prepared(&log, opts.cluster.txn_log_partitions).await {
+                Ok(p) if p.is_empty() => return,
+                Ok(p) => last = p,
+                Err(e) => last = vec![e.to_string()],
+            },
+            Err(e) => last = vec![e.to_string()],
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!("decisions still prepared after {within:?}: {last:?}");
+}
+
 /// Runs the workload against a fresh cluster and checks the history.
 pub async fn run(opts: RunOptions) -> anyhow::Result<RunResult> {
+    run_on(opts, None).await
+}
+
+/// [`run`]; with `etcd`, in cluster mode (see [`Setup::start_on`]).
+pub async fn run_on(opts: RunOptions, etcd: Option<EtcdOptions>) -> anyhow::Result<RunResult> {
     println!(
         "fault run seed: {} (replay with TXN_FAULT_SEED={})",
         opts.seed, opts.seed
     );
-    let setup = Setup::start(&opts).await?;
+    let setup = Setup::start_on(&opts, etcd).await?;
     let (view, cluster) = (setup.view.clone(), setup.cluster.clone());
     let h = History::new();
     let deadline = Instant::now() + opts.duration;
@@ -1002,6 +1124,13 @@ async fn w5_vanishing(
     Ok(())
 }
 
+/// The nemesis. With one daemon its faults are as documented in `docs/reliability.md`
+/// ("Nemesis"). In cluster mode each daemon fault hits a daemon picked at random (a kill
+/// lasts 1-6 s, so its partitions move; half the pauses outlast the lease), and the etcd
+/// faults kill or pause one member (a kill takes a second member down for 0.5-1.5 s in 15%
+/// of the cases: no quorum for a while). Faults run one after another (a hold-type fault is
+/// armed and the nemesis moves on), so at most one etcd member is down at a time except in
+/// those short two-member kills.
 async fn nemesis(
     cluster: Arc<Mutex<FaultCluster>>,
     h: History,
@@ -1010,6 +1139,16 @@ async fn nemesis(
 ) -> anyhow::Result<()> {
     let mut rng = Rng::new(o.seed ^ 0x4E45_4D45_5349_5321);
     let brokers = u64::try_from(o.cluster.brokers).unwrap_or(1);
+    let (daemons, lease_ms, members) = {
+        let c = cluster.lock().await;
+        let e = c.etcd.as_ref();
+        (
+            u64::try_from(c.daemon_count()).unwrap_or(1),
+            e.map_or(0, |e| e.options.lease_ms),
+            e.map_or(0, |e| u64::try_from(e.etcd.len()).unwrap_or(0)),
+        )
+    };
+    let clustered = members > 0;
     // leave the last part of the run fault-free so the workload settles under healing
     let stop = deadline - o.duration / 8;
     let mut deck: Vec<Fault> = Vec::new();
@@ -1028,27 +1167,48 @@ async fn nemesis(
         }
         let Some(fault) = deck.pop() else { continue };
         let b = usize::try_from(rng.below(brokers)).unwrap_or(0);
-        let hold = rng.millis(300, 2500);
+        let mut hold = rng.millis(300, 2500);
+        // Cluster mode only (single-daemon runs draw exactly what they drew before).
+        let d = if clustered {
+            usize::try_from(rng.below(daemons)).unwrap_or(0)
+        } else {
+            0
+        };
+        let kind = fault.kind();
         let mut c = cluster.lock().await;
+        let dname = c.daemon_at(d).name().to_owned();
+        let link = if clustered {
+            format!("{dname} link")
+        } else {
+            "coordinator link".to_owned()
+        };
         match fault {
             Fault::KillCoordinator => {
-                h.fault(format!("kill daemon for {hold:?}"));
-                c.daemon.kill();
+                if clustered {
+                    hold = rng.millis(1000, 6000);
+                }
+                h.fault_of(kind, format!("kill {dname} for {hold:?}"));
+                c.daemon_at(d).kill();
                 h.coordinator_killed();
                 drop(c);
                 tokio::time::sleep(hold).await;
                 let mut c = cluster.lock().await;
-                tokio::task::block_in_place(|| c.daemon.restart(Duration::from_secs(30)))?;
+                tokio::task::block_in_place(|| c.daemon_at(d).restart(Duration::from_secs(30)))?;
             }
             Fault::PauseCoordinator => {
-                h.fault(format!("pause daemon for {hold:?}"));
-                c.daemon.pause()?;
+                let mut past = "";
+                if clustered && rng.chance(0.5) {
+                    hold = rng.millis(lease_ms + 500, lease_ms + 3000);
+                    past = " (past the lease)";
+                }
+                h.fault_of(kind, format!("pause {dname} for {hold:?}{past}"));
+                c.daemon_at(d).pause()?;
                 drop(c);
                 tokio::time::sleep(hold).await;
-                cluster.lock().await.daemon.resume()?;
+                cluster.lock().await.daemon_at(d).resume()?;
             }
             Fault::KillBroker => {
-                h.fault(format!("kill broker-{} for {hold:?}", b + 1));
+                h.fault_of(kind, format!("kill broker-{} for {hold:?}", b + 1));
                 c.brokers[b].kill();
                 drop(c);
                 tokio::time::sleep(hold).await;
@@ -1056,65 +1216,128 @@ async fn nemesis(
                 tokio::task::block_in_place(|| c.brokers[b].restart(Duration::from_secs(30)))?;
             }
             Fault::PauseBroker => {
-                h.fault(format!("pause broker-{} for {hold:?}", b + 1));
+                h.fault_of(kind, format!("pause broker-{} for {hold:?}", b + 1));
                 c.brokers[b].pause()?;
                 drop(c);
                 tokio::time::sleep(hold).await;
                 cluster.lock().await.brokers[b].resume()?;
             }
             Fault::BlackholeCoordinator => {
-                h.fault(format!("blackhole coordinator link for {hold:?}"));
-                c.daemon_proxy.set_blackhole(true);
+                h.fault_of(kind, format!("blackhole {link} for {hold:?}"));
+                c.daemon_proxy_at(d).set_blackhole(true);
                 drop(c);
                 tokio::time::sleep(hold).await;
                 let c = cluster.lock().await;
-                c.daemon_proxy.set_blackhole(false);
-                c.daemon_proxy.sever();
+                c.daemon_proxy_at(d).set_blackhole(false);
+                c.daemon_proxy_at(d).sever();
             }
             Fault::PartitionBroker => {
-                h.fault(format!("partition broker-{} for {hold:?}", b + 1));
+                h.fault_of(kind, format!("partition broker-{} for {hold:?}", b + 1));
                 c.broker_proxies[b].set_down(true);
                 drop(c);
                 tokio::time::sleep(hold).await;
                 cluster.lock().await.broker_proxies[b].set_down(false);
             }
             Fault::Delay => {
-                let d = rng.millis(20, 300);
-                h.fault(format!(
-                    "delay {d:?} on broker-{} and coordinator links",
-                    b + 1
-                ));
-                c.broker_proxies[b].set_delay(d);
-                c.daemon_proxy.set_delay(d);
+                let d_ms = rng.millis(20, 300);
+                let links = if clustered {
+                    format!("{dname} links")
+                } else {
+                    "coordinator links".to_owned()
+                };
+                h.fault_of(
+                    kind,
+                    format!("delay {d_ms:?} on broker-{} and {links}", b + 1),
+                );
+                c.broker_proxies[b].set_delay(d_ms);
+                c.daemon_proxy_at(d).set_delay(d_ms);
                 drop(c);
                 tokio::time::sleep(hold * 2).await;
                 let c = cluster.lock().await;
                 c.broker_proxies[b].set_delay(Duration::ZERO);
-                c.daemon_proxy.set_delay(Duration::ZERO);
+                c.daemon_proxy_at(d).set_delay(Duration::ZERO);
             }
             Fault::HoldEndTxn => {
                 let committed = rng.chance(0.5);
-                h.fault(format!(
-                    "hold next EndTxn(committed={committed}) for {:?}",
-                    hold * 2
-                ));
-                c.daemon_proxy
+                let at = if clustered {
+                    format!(" at {dname}")
+                } else {
+                    String::new()
+                };
+                h.fault_of(
+                    kind,
+                    format!(
+                        "hold next EndTxn(committed={committed}){at} for {:?}",
+                        hold * 2
+                    ),
+                );
+                c.daemon_proxy_at(d)
                     .hold(RequestClass::EndTxn { committed }, hold * 2, 1);
             }
             Fault::HoldProduce => {
-                h.fault(format!(
-                    "hold next Produce to broker-{} for {hold:?}",
-                    b + 1
-                ));
+                h.fault_of(
+                    kind,
+                    format!("hold next Produce to broker-{} for {hold:?}", b + 1),
+                );
                 c.broker_proxies[b].hold(RequestClass::Api(ApiKey::Produce), hold, 1);
             }
             Fault::DropProduceResponses => {
                 let n = 1 + u32::try_from(rng.below(3)).unwrap_or(0);
-                h.fault(format!(
-                    "drop the next {n} Produce responses from broker-{}",
-                    b + 1
-                ));
+                h.fault_of(
+                    kind,
+                    format!("drop the next {n} Produce responses from broker-{}", b + 1),
+                );
                 c.broker_proxies[b].drop_responses(ApiKey::Produce, n);
+            }
+            Fault::KillEtcd => {
+                let Some(e) = c.etcd.as_mut() else { continue };
+                let m = usize::try_from(rng.below(members)).unwrap_or(0);
+                let hold = rng.millis(500, 4000);
+                let second = (members > 2 && rng.chance(0.15)).then(|| {
+                    let k = usize::try_from(1 + rng.below(members - 1)).unwrap_or(1);
+                    ((m + k) % e.etcd.len(), rng.millis(500, 1500))
+                });
+                match second {
+                    Some((m2, short)) => h.fault_of(
+                        kind,
+                        format!(
+                            "kill etcd member m{m} for {hold:?}, and m{m2} with it for {short:?}                              (no quorum)"
+                        ),
+                    ),
+                    None => h.fault_of(kind, format!("kill etcd member m{m} for {hold:?}")),
+                }
+                e.etcd.kill(m);
+                if let Some((m2, short)) = second {
+                    e.etcd.kill(m2);
+                    drop(c);
+                    tokio::time::sleep(short).await;
+                    let mut c = cluster.lock().await;
+                    if let Some(e) = c.etcd.as_mut() {
+                        e.etcd.restart(m2)?;
+                    }
+                    drop(c);
+                    tokio::time::sleep(hold.saturating_sub(short)).await;
+                } else {
+                    drop(c);
+                    tokio::time::sleep(hold).await;
+                }
+                let mut c = cluster.lock().await;
+                if let Some(e) = c.etcd.as_mut() {
+                    e.etcd.restart(m)?;
+                }
+            }
+            Fault::PauseEtcd => {
+                let Some(e) = c.etcd.as_mut() else { continue };
+                let m = usize::try_from(rng.below(members)).unwrap_or(0);
+                let hold = rng.millis(500, 3000);
+                h.fault_of(kind, format!("pause etcd member m{m} for {hold:?}"));
+                e.etcd.pause(m)?;
+                drop(c);
+                tokio::time::sleep(hold).await;
+                let mut c = cluster.lock().await;
+                if let Some(e) = c.etcd.as_mut() {
+                    e.etcd.resume(m)?;
+                }
             }
         }
     }
