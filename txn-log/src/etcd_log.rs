@@ -33,7 +33,7 @@
 //!   partitions whose stored epoch differs from the expected one fail their appends (`Fenced`
 //!   or `NotClaimed`, as a lone append would); the appends of the other partitions go into the
 //!   next transaction. Only then is an append sent again: its first attempt provably did not
-//!   apply (see [`Writer`]).
+//!   apply (the `Writer` type has the details).
 //! - `load(p)` reads the epoch key, then the records in pages, all at the epoch read's
 //!   revision (one consistent snapshot).
 //! - `allocate_block` raises a counter key with a compare-and-swap, so producer ids are unique
