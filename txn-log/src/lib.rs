@@ -18,8 +18,9 @@
 //!   `SledTxnLog::open_path(dir)`; group commit, fsync before acknowledging, poisoning.
 //!   Not usable under loom.
 //! - `etcd_log` (feature `etcd`): `EtcdTxnLog::connect(EtcdConfig::new(endpoints))`; the log in
-//!   etcd for several coordinators: fenced appends (one etcd transaction each, group commit),
-//!   snapshot loads, producer-id blocks unique across coordinators.
+//!   etcd for several coordinators: fenced appends (each lands atomically; one writer merges
+//!   the appends of many partitions into one etcd transaction), `claim_next` by
+//!   compare-and-swap, snapshot loads, producer-id blocks unique across coordinators.
 //! - [`codec`]: the on-disk keys and envelope (docs/txn-log-format.md); the only bincode user.
 //! - `suite` (feature `testing`): the conformance suite for any `TxnLog`; no stability promise.
 //!   `SledTxnLog::fail_next_sync` (fsync fault injection) is also behind `testing`.
