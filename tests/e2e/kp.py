@@ -2,7 +2,10 @@
 
 Usage: python kp.py SUBCOMMAND [options]; JSON event lines on stdout as in lr.py.
 
-  txns     a transactional producer running a pattern of commits and aborts
+  txns     a transactional producer running a pattern of commits and aborts; with
+           --recover-after-s S, a transaction whose sends or end do not complete within S
+           seconds is abandoned and a new producer instance with the same transactional_id
+           takes over (see cmd_txns_recovering)
   consume  an assign()-based reader (read_committed or read_uncommitted)
   fence    zombie fencing: a second producer with the same transactional_id fences the first
   stall    a transaction that is begun, written to, then left idle past its timeout
@@ -11,6 +14,7 @@ Usage: python kp.py SUBCOMMAND [options]; JSON event lines on stdout as in lr.py
 import argparse
 import logging
 import sys
+import threading
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -49,6 +53,8 @@ def send_all(p, topic, values, timeout=10):
 
 
 def cmd_txns(args):
+    if args.recover_after_s > 0:
+        return cmd_txns_recovering(args)
     partitions = parse_partitions(args.partitions)
     p = producer(args, args.txn_id)
     p.init_transactions()
@@ -67,7 +73,104 @@ def cmd_txns(args):
         else:
             p.abort_transaction()
         emit(action, txn=txn, values=record, undelivered=[])
+        if args.sleep_ms:
+            time.sleep(args.sleep_ms / 1000.0)
     emit("done")
+    p.close(timeout=5)
+    return 0
+
+
+def run_bounded(fn, seconds):
+    """Runs fn in a daemon thread: (True, its result), its exception raised here, or
+    (False, None) if it did not return within seconds (kafka-python's commit_transaction and
+    abort_transaction have no timeout)."""
+    box = {}
+
+    def target():
+        try:
+            box["ok"] = fn()
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["err"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        return False, None
+    if "err" in box:
+        raise box["err"]
+    return True, box.get("ok")
+
+
+def close_in_background(p):
+    """Closes an abandoned producer without waiting for it (its sender may be wedged)."""
+
+    def target():
+        try:
+            p.close(timeout=0)
+        except Exception as exc:  # noqa: BLE001
+            log("closing the abandoned producer:", repr(exc))
+
+    threading.Thread(target=target, daemon=True).start()
+
+
+def cmd_txns_recovering(args):
+    """cmd_txns as an application that survives a wedged producer: kafka-python 3.0.12 drops
+    a transactional request (AddPartitionsToTxn, EndTxn) when its coordinator's connection is
+    refused (the sender's await_ready raises instead of returning False, and the request is
+    neither sent nor retried), after which the transaction never completes. When the sends or
+    the end of a transaction do not complete within --recover-after-s, the transaction is
+    abandoned (event "abandoned": it never asked for a commit, so it must never be visible) or,
+    if a commit may have been sent, reported "ambiguous" (all or nothing); a new producer
+    instance with the same transactional_id then runs init_transactions, which fences the old
+    instance and completes or aborts its transaction, and the pattern goes on."""
+    partitions = parse_partitions(args.partitions)
+    deadline = Deadline(args.deadline)
+    bound = args.recover_after_s
+    instance = 0
+    p = producer(args, args.txn_id)
+    p.init_transactions()
+    emit("init", txn_id=args.txn_id, instance=instance)
+    for txn, action in enumerate(parse_pattern(args.pattern)):
+        values = [
+            (part, value_for(args.prefix, txn, part, k))
+            for k in range(args.per_partition)
+            for part in partitions
+        ]
+        p.begin_transaction()
+        emit("produced", txn=txn, values=[[part, v] for part, v in values])
+        stage = "send"
+        failure = {"error": "timeout", "message": "not complete within %s s" % bound}
+        try:
+            done, record = run_bounded(
+                lambda: send_all(p, args.topic, values, timeout=bound), bound + 5)
+            if done:
+                stage = "end"
+                end = p.commit_transaction if action == "commit" else p.abort_transaction
+                done, _ = run_bounded(end, bound)
+        except Exception as exc:  # noqa: BLE001 - any failure abandons the instance
+            done = False
+            failure = describe(exc)
+        if done:
+            emit(action, txn=txn, values=record, undelivered=[])
+        else:
+            log("txn", txn, "wedged at", stage, failure, "- abandoning producer instance", instance)
+            unsent = [[part, v] for part, v in values]
+            if stage == "end" and action == "commit":
+                emit("ambiguous", txn=txn, values=unsent, stage=stage, **failure)
+            else:
+                emit("abandoned", txn=txn, values=unsent, stage=stage, **failure)
+            close_in_background(p)
+            instance += 1
+            p = producer(args, args.txn_id)
+            p.init_transactions()
+            emit("init", txn_id=args.txn_id, instance=instance)
+        if args.sleep_ms:
+            time.sleep(args.sleep_ms / 1000.0)
+        if deadline.expired():
+            emit("deadline", txn=txn)
+            return 4
+    emit("done", instances=instance + 1)
     p.close(timeout=5)
     return 0
 
@@ -191,6 +294,8 @@ def main():
     ap.add_argument("--per-partition", type=int, default=1)
     ap.add_argument("--prefix", default="v")
     ap.add_argument("--txn-timeout-ms", type=int, default=30000)
+    ap.add_argument("--sleep-ms", type=int, default=0)
+    ap.add_argument("--recover-after-s", type=float, default=0.0)
     ap.add_argument("--isolation", default="read_committed")
     ap.add_argument("--min-records", type=int, default=0)
     ap.add_argument("--stall-s", type=float, default=10.0)

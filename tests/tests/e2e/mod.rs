@@ -16,9 +16,22 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use json::Json;
+use txn_tests::etcd::EtcdCluster;
 
 /// How long a process gets to answer ApiVersions after it was started.
 const STARTUP: Duration = Duration::from_secs(30);
+
+/// Coordinator nodes of a cluster on etcd: daemons (standalone) or brokers (embedded).
+pub(crate) const ETCD_COORDINATORS: usize = 3;
+
+/// The first node id of the standalone daemons of a cluster on etcd.
+pub(crate) const ETCD_DAEMON_NODE_ID: usize = 1001;
+
+/// The etcd lease of a coordinator on etcd unless the spec sets `etcd.lease.ttl.ms`.
+pub(crate) const ETCD_LEASE_MS: u64 = 2000;
+
+/// How long the coordinators of a cluster on etcd get to spread the log partitions.
+const ETCD_SPREAD: Duration = Duration::from_secs(60);
 
 /// Which side hosts the transaction coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +273,11 @@ impl Server {
     pub(crate) fn log_path(&self) -> &Path {
         &self.log
     }
+
+    /// The server's name (`broker2`, `daemon-1002`, ...).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl Drop for Server {
@@ -279,6 +297,9 @@ pub(crate) struct ClusterSpec {
     pub(crate) topics: Vec<String>,
     /// Coordinator settings (`KEY=VALUE`), passed as `--set` to whichever process hosts it.
     pub(crate) settings: Vec<String>,
+    /// A coordinator cluster on etcd (`on_etcd`): a 3-member etcd and 3 coordinator nodes
+    /// sharing the transaction log there.
+    pub(crate) etcd: bool,
 }
 
 impl ClusterSpec {
@@ -289,7 +310,21 @@ impl ClusterSpec {
             brokers: 2,
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
             settings: Vec::new(),
+            etcd: false,
         }
+    }
+
+    /// A coordinator cluster on etcd (3 etcd members started with the cluster). Standalone:
+    /// three daemons (node ids 1001..=1003, `--bootstrap-servers` the brokers) and brokers
+    /// with `--coordinator D1,D2,D3`. Embedded: three brokers (node ids 1..=3), each with
+    /// `--embedded-coordinator` on the shared log. Both with
+    /// `etcd.lease.ttl.ms=ETCD_LEASE_MS` unless a setting names it.
+    pub(crate) fn on_etcd(mut self) -> Self {
+        self.etcd = true;
+        if self.mode == Mode::Embedded {
+            self.brokers = ETCD_COORDINATORS;
+        }
+        self
     }
 
     /// Adds a coordinator setting.
@@ -309,6 +344,10 @@ pub(crate) struct Cluster {
     pub(crate) brokers: Vec<Server>,
     /// The standalone daemon.
     pub(crate) daemon: Option<Server>,
+    /// The standalone daemons of a cluster on etcd, index i is node id 1001 + i.
+    pub(crate) daemons: Vec<Server>,
+    /// The etcd members of a cluster on etcd (dropped after the servers).
+    etcd: Option<EtcdCluster>,
     dir: tempfile::TempDir,
 }
 
@@ -329,6 +368,9 @@ impl Cluster {
     }
 
     fn try_start(spec: &ClusterSpec) -> Result<Self, String> {
+        if spec.etcd {
+            return Self::try_start_on_etcd(spec);
+        }
         let dir = tempfile::Builder::new()
             .prefix("txn-e2e-")
             .tempdir()
@@ -414,6 +456,8 @@ impl Cluster {
             spec: spec.clone(),
             brokers,
             daemon,
+            daemons: Vec::new(),
+            etcd: None,
             dir,
         };
         for b in &mut cluster.brokers {
@@ -429,6 +473,205 @@ impl Cluster {
             d.await_ready()?;
         }
         Ok(cluster)
+    }
+
+    /// `try_start` for a coordinator cluster on etcd (`ClusterSpec::on_etcd`).
+    fn try_start_on_etcd(spec: &ClusterSpec) -> Result<Self, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let etcd = rt
+            .block_on(EtcdCluster::start(3))
+            .map_err(|e| format!("etcd: {e:#}"))?;
+        drop(rt);
+        let dir = tempfile::Builder::new()
+            .prefix("txn-e2e-etcd-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let broker_addrs: Vec<SocketAddr> = (0..spec.brokers).map(|_| addr(free_port())).collect();
+        let daemon_count = match spec.mode {
+            Mode::Standalone => ETCD_COORDINATORS,
+            Mode::Embedded => 0,
+        };
+        let daemon_addrs: Vec<SocketAddr> = (0..daemon_count).map(|_| addr(free_port())).collect();
+        let mut settings = vec![
+            "txn.log.backend=etcd".to_owned(),
+            format!("etcd.endpoints={}", etcd.endpoints_arg()),
+        ];
+        if !spec
+            .settings
+            .iter()
+            .any(|kv| kv.starts_with("etcd.lease.ttl.ms="))
+        {
+            settings.push(format!("etcd.lease.ttl.ms={ETCD_LEASE_MS}"));
+        }
+        settings.extend(spec.settings.iter().cloned());
+        let join = |addrs: &[SocketAddr]| {
+            addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut daemons = Vec::new();
+        for (i, a) in daemon_addrs.iter().enumerate() {
+            let node = ETCD_DAEMON_NODE_ID + i;
+            let data = dir.path().join(format!("daemon-{node}-data"));
+            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+            let mut args = vec![
+                "serve".to_owned(),
+                "--listen".to_owned(),
+                a.to_string(),
+                "--node-id".to_owned(),
+                node.to_string(),
+                "--data-dir".to_owned(),
+                data.display().to_string(),
+                "--bootstrap-servers".to_owned(),
+                join(&broker_addrs),
+            ];
+            for kv in &settings {
+                args.push("--set".to_owned());
+                args.push(kv.clone());
+            }
+            daemons.push(Server::new(
+                &format!("daemon-{node}"),
+                daemon_bin(),
+                args,
+                *a,
+                dir.path(),
+            ));
+        }
+        let cluster_arg = broker_addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut brokers = Vec::new();
+        for (i, a) in broker_addrs.iter().enumerate() {
+            let data = dir.path().join(format!("broker{}-data", i + 1));
+            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+            let mut args = vec![
+                "--listen".to_owned(),
+                a.to_string(),
+                "--data-dir".to_owned(),
+                data.display().to_string(),
+                "--topics".to_owned(),
+                spec.topics.join(","),
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+                "--cluster".to_owned(),
+                cluster_arg.clone(),
+            ];
+            match spec.mode {
+                Mode::Embedded => {
+                    args.push("--embedded-coordinator".to_owned());
+                    for kv in &settings {
+                        args.push("--set".to_owned());
+                        args.push(kv.clone());
+                    }
+                }
+                Mode::Standalone => {
+                    args.push("--coordinator".to_owned());
+                    args.push(join(&daemon_addrs));
+                }
+            }
+            brokers.push(Server::new(
+                &format!("broker{}", i + 1),
+                refbroker_bin(),
+                args,
+                *a,
+                dir.path(),
+            ));
+        }
+        let mut cluster = Self {
+            spec: spec.clone(),
+            brokers,
+            daemon: None,
+            daemons,
+            etcd: Some(etcd),
+            dir,
+        };
+        for s in cluster.brokers.iter_mut().chain(cluster.daemons.iter_mut()) {
+            s.spawn();
+        }
+        for s in cluster.brokers.iter_mut().chain(cluster.daemons.iter_mut()) {
+            s.await_ready()?;
+        }
+        cluster.await_coordinators_spread()?;
+        Ok(cluster)
+    }
+
+    /// Waits (bounded) until every broker names the same coordinator for each of a set of
+    /// probe ids and the owners are all `ETCD_COORDINATORS` coordinator nodes: the log
+    /// partitions are spread over the members and no start-up handover is still under way.
+    fn await_coordinators_spread(&self) -> Result<(), String> {
+        let ids: Vec<String> = (0..24).map(|i| format!("e2e-spread-probe-{i}")).collect();
+        let deadline = Instant::now() + ETCD_SPREAD;
+        let mut last = String::new();
+        loop {
+            let mut owners = std::collections::BTreeSet::new();
+            let mut agreed = true;
+            'ids: for id in &ids {
+                let mut first = None;
+                for b in &self.brokers {
+                    match find_coordinator(b.addr, id) {
+                        Ok(a) if first.is_none_or(|f| f == a) => first = Some(a),
+                        Ok(a) => {
+                            last = format!("{id}: {} names {a}, another broker {first:?}", b.name);
+                            agreed = false;
+                            break 'ids;
+                        }
+                        Err(e) => {
+                            last = format!("{id}: {} answers {e}", b.name);
+                            agreed = false;
+                            break 'ids;
+                        }
+                    }
+                }
+                owners.extend(first);
+            }
+            if agreed && owners.len() == ETCD_COORDINATORS {
+                return Ok(());
+            }
+            if agreed {
+                last = format!("the probe ids are owned by {owners:?} only");
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the coordinators did not spread the log within {ETCD_SPREAD:?}: {last}; logs:\n{}",
+                    self.logs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The coordinator of `txn_id` as the first running broker that answers FindCoordinator
+    /// names it.
+    pub(crate) fn find_owner(&mut self, txn_id: &str) -> Result<SocketAddr, String> {
+        let mut last = "no broker is running".to_owned();
+        for b in &mut self.brokers {
+            if !b.running() {
+                continue;
+            }
+            match find_coordinator(b.addr, txn_id) {
+                Ok(a) => return Ok(a),
+                Err(e) => last = format!("{}: {e}", b.name),
+            }
+        }
+        Err(last)
+    }
+
+    /// The server (broker or daemon) listening on `addr`.
+    pub(crate) fn server_at(&mut self, addr: SocketAddr) -> Option<&mut Server> {
+        self.brokers
+            .iter_mut()
+            .chain(self.daemons.iter_mut())
+            .chain(self.daemon.iter_mut())
+            .find(|s| s.addr == addr)
     }
 
     /// `host:port,host:port` of all brokers.
@@ -448,6 +691,14 @@ impl Cluster {
     /// The process hosting the transaction coordinator: the daemon, or in embedded mode the
     /// broker that answers FindCoordinator(TRANSACTION) for `txn_id`.
     pub(crate) fn coordinator_host(&mut self, txn_id: &str) -> &mut Server {
+        if self.spec.etcd {
+            let addr = self
+                .find_owner(txn_id)
+                .unwrap_or_else(|e| panic!("FindCoordinator({txn_id}): {e}"));
+            return self
+                .server_at(addr)
+                .unwrap_or_else(|| panic!("coordinator {addr} is not one of the servers"));
+        }
         match self.spec.mode {
             Mode::Standalone => self.daemon.as_mut().expect("daemon"),
             Mode::Embedded => {
@@ -464,7 +715,12 @@ impl Cluster {
     /// Tails of every server log.
     pub(crate) fn logs(&self) -> String {
         let mut out = String::new();
-        for s in self.brokers.iter().chain(self.daemon.iter()) {
+        for s in self
+            .brokers
+            .iter()
+            .chain(self.daemon.iter())
+            .chain(self.daemons.iter())
+        {
             let _ = writeln!(
                 out,
                 "----- {} ({}) -----\n{}",
@@ -489,6 +745,13 @@ impl Drop for Cluster {
                     tempfile::tempdir().expect("replacement tempdir"),
                 );
                 let _ = d.keep();
+                if let Some(etcd) = &mut self.etcd {
+                    let kept = etcd.keep_files();
+                    eprintln!(
+                        "e2e harness: keeping the etcd members' files in {}",
+                        kept.display()
+                    );
+                }
             }
         }
         for b in &mut self.brokers {
@@ -497,6 +760,11 @@ impl Drop for Cluster {
         if let Some(d) = &mut self.daemon {
             d.kill();
         }
+        for d in &mut self.daemons {
+            d.kill();
+        }
+        // The etcd members go after the servers that use them.
+        self.etcd.take();
     }
 }
 
