@@ -138,7 +138,8 @@ impl Fault {
         Self::PauseEtcd,
     ];
 
-    /// A short name, for counts by kind.
+    /// A short name, for counts by kind (a `KillEtcd` that takes two members down is
+    /// recorded as `kill-etcd-2`).
     pub fn kind(self) -> &'static str {
         match self {
             Self::KillCoordinator => "kill-daemon",
@@ -1299,9 +1300,9 @@ async fn nemesis(
                 });
                 match second {
                     Some((m2, short)) => h.fault_of(
-                        kind,
+                        "kill-etcd-2",
                         format!(
-                            "kill etcd member m{m} for {hold:?}, and m{m2} with it for {short:?}                              (no quorum)"
+                            "kill etcd member m{m} for {hold:?}, and m{m2} with it for {short:?} (no quorum)"
                         ),
                     ),
                     None => h.fault_of(kind, format!("kill etcd member m{m} for {hold:?}")),
