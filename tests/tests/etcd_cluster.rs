@@ -270,3 +270,41 @@ async fn failover_times_over_20_kills() {
     );
     assert!(at(0.99) < Duration::from_millis(LEASE_MS) + Duration::from_secs(5));
 }
+
+/// Each etcd member in turn is SIGKILLed for longer than the lease (3 s; quorum holds): the daemon
+/// keeps its lease (keep-alives go to a live member) and never gives its partitions up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_etcd_member_does_not_cost_a_daemon_its_lease() {
+    let mut etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let endpoints = etcd.endpoints_arg();
+    // The default lease (3 s): a leader election of etcd fits in it.
+    let d = daemon_on_etcd(1, &endpoints, dir.path(), &[]).expect("daemon starts");
+    let a = d.addr().expect("addr");
+    let mut pool = Pool::new("etcd-member-kill-test", Duration::from_secs(3));
+    init_at_owner(&mut pool, &[a], "m", Duration::from_secs(30)).await;
+    for i in 0..3 {
+        etcd.kill(i);
+        tokio::time::sleep(Duration::from_millis(7_500)).await;
+        init_at_owner(&mut pool, &[a], "m", Duration::from_secs(10)).await;
+        etcd.restart(i).expect("restart member");
+        etcd.wait_ready(Duration::from_secs(30))
+            .await
+            .expect("etcd ready");
+    }
+    let log = std::fs::read_to_string(dir.path().join("daemon-1.log")).expect("daemon log");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("registered"))
+        .collect();
+    assert_eq!(
+        log.matches("registered in etcd").count(),
+        1,
+        "the daemon lost its lease and registered again:\n{}",
+        warnings.join("\n")
+    );
+    assert!(
+        !log.contains("log partition handed over"),
+        "the daemon gave partitions up"
+    );
+}

@@ -157,6 +157,8 @@ pub async fn start(
     });
     let runner = Runner {
         client,
+        endpoints: endpoints.into_iter().map(|e| (e, None)).collect(),
+        current: 0,
         prefix,
         ttl,
         me,
@@ -168,8 +170,21 @@ pub async fn start(
     Ok(membership)
 }
 
+/// One keep-alive round trip through `client`: whether the lease still lives.
+async fn keep_alive_once(client: &Client, lease: i64) -> Result<bool, etcd_client::Error> {
+    let (mut keeper, mut stream) = client.clone().lease_keep_alive(lease).await?;
+    keeper.keep_alive().await?;
+    Ok(stream.message().await?.is_some_and(|r| r.ttl() > 0))
+}
+
 struct Runner {
     client: Client,
+    /// Every endpoint, with a client of its own once connected: keep-alives go to one member
+    /// at a time, the one that answered last first, so a dead member is skipped at once (the
+    /// shared client may keep choosing it).
+    endpoints: Vec<(String, Option<Client>)>,
+    /// The endpoint that answered the last keep-alive.
+    current: usize,
     prefix: String,
     ttl: Duration,
     me: Member,
@@ -178,18 +193,25 @@ struct Runner {
 }
 
 impl Runner {
+    /// The client of the endpoint that answered the last keep-alive (the shared one until
+    /// then), so that reads and registration do not wait on a dead member either.
+    fn live_client(&self) -> Client {
+        self.endpoints[self.current]
+            .1
+            .clone()
+            .unwrap_or_else(|| self.client.clone())
+    }
+
     /// Grants a lease and puts this member's key under it; returns the lease id.
     async fn register(&self) -> anyhow::Result<i64> {
         let secs = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let lease = self
-            .client
-            .clone()
+            .live_client()
             .lease_grant(secs, None)
             .await
             .context("granting the membership lease")?
             .id();
-        self.client
-            .clone()
+        self.live_client()
             .put(
                 member_key(&self.prefix, self.me.node_id),
                 format!("{}:{}", self.me.host, self.me.port),
@@ -206,7 +228,7 @@ impl Runner {
         Ok(lease)
     }
 
-    async fn run(self, mut lease: i64) {
+    async fn run(mut self, mut lease: i64) {
         let tick = self.ttl / 3;
         let mut acked = Instant::now();
         let mut registered = true;
@@ -245,35 +267,61 @@ impl Runner {
     }
 
     /// One keep-alive round trip; false if it failed or the lease is gone.
-    async fn keep_alive(&self, lease: i64) -> bool {
-        let round = async {
-            let (mut keeper, mut stream) = self.client.clone().lease_keep_alive(lease).await?;
-            keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.is_some_and(|r| r.ttl() > 0))
-        };
-        match tokio::time::timeout(self.ttl / 3, round).await {
-            Ok(Ok(alive)) => alive,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "membership keep-alive failed");
-                false
+    /// Refreshes the lease; false if no member acknowledged it within a third of the TTL or
+    /// the lease is gone. Tries the members one at a time, each for at most a ninth of the
+    /// TTL, starting with the one that answered last, so that one dead etcd member out of
+    /// three does not cost this daemon its lease.
+    async fn keep_alive(&mut self, lease: i64) -> bool {
+        let deadline = tokio::time::Instant::now() + self.ttl / 3;
+        let each = self.ttl / 9;
+        let n = self.endpoints.len();
+        let mut last = String::new();
+        for k in 0..n {
+            let i = (self.current + k) % n;
+            let (endpoint, slot) = &mut self.endpoints[i];
+            let attempt = async {
+                let client = match slot.take() {
+                    Some(c) => c,
+                    None => {
+                        let options = ConnectOptions::new()
+                            .with_connect_timeout(each)
+                            .with_timeout(each);
+                        Client::connect([endpoint.as_str()], Some(options)).await?
+                    }
+                };
+                let alive = keep_alive_once(&client, lease).await?;
+                Ok::<_, etcd_client::Error>((client, alive))
+            };
+            let bound = deadline.min(tokio::time::Instant::now() + each);
+            match tokio::time::timeout_at(bound, attempt).await {
+                Ok(Ok((client, alive))) => {
+                    *slot = Some(client);
+                    self.current = i;
+                    return alive;
+                }
+                Ok(Err(e)) => last = format!("{endpoint}: {e}"),
+                Err(_) => last = format!("{endpoint}: timed out"),
             }
-            Err(_) => {
-                tracing::warn!("membership keep-alive timed out");
-                false
+            if tokio::time::Instant::now() >= deadline {
+                break;
             }
         }
+        tracing::warn!(error = %last, "membership keep-alive failed on every etcd endpoint tried");
+        false
     }
 
     async fn refresh_members(&self) {
         let prefix = format!("{}/members/", self.prefix);
-        let resp = self
-            .client
-            .clone()
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) => {
+        let mut client = self.live_client();
+        let read = client.get(prefix.clone(), Some(GetOptions::new().with_prefix()));
+        // Bounded: a round must not outlast the keep-alives it is between.
+        let resp = match tokio::time::timeout(self.ttl / 3, read).await {
+            Ok(Ok(r)) => r,
+            Err(_) => {
+                tracing::warn!("reading the members timed out");
+                return;
+            }
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "reading the members failed");
                 return;
             }

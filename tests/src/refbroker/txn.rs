@@ -47,7 +47,7 @@ impl TxnService {
                 conn: Mutex::new(None),
                 next: AtomicUsize::new(0),
                 // One daemon is listed under `--coordinator-node-id` until it has been probed.
-                live: std::sync::Mutex::new(match addrs.as_slice() {
+                live: txn_log::sync::Mutex::new(match addrs.as_slice() {
                     [one] => vec![(*node_id, one.clone())],
                     _ => Vec::new(),
                 }),
@@ -78,7 +78,7 @@ impl TxnService {
     /// The standalone daemons that answered the last probe, as (node id, address).
     pub(crate) fn daemon_nodes(&self) -> Vec<(i32, NodeAddr)> {
         match &self.mode {
-            Mode::Forward(d) => d.live.lock().map(|l| l.clone()).unwrap_or_default(),
+            Mode::Forward(d) => d.live.lock().clone(),
             Mode::Embedded { .. } => Vec::new(),
         }
     }
@@ -128,7 +128,7 @@ struct Daemons {
     /// The index of the daemon to connect to next.
     next: AtomicUsize,
     /// The daemons that answered the last probe (the previous list while none answers).
-    live: std::sync::Mutex<Vec<(i32, NodeAddr)>>,
+    live: txn_log::sync::Mutex<Vec<(i32, NodeAddr)>>,
 }
 
 async fn connect(addr: &NodeAddr) -> anyhow::Result<KafkaConnection<TcpStream>> {
@@ -219,9 +219,8 @@ async fn probe_daemons(broker: std::sync::Weak<Broker>) {
         let Some(b) = broker.upgrade() else { return };
         if let Mode::Forward(d) = &b.txn.mode
             && !live.is_empty()
-            && let Ok(mut l) = d.live.lock()
         {
-            *l = live;
+            *d.live.lock() = live;
         }
         drop(b);
         tokio::time::sleep(PROBE_INTERVAL).await;
