@@ -39,6 +39,12 @@ pub struct Config {
     pub expiry_batch_max: usize,
     /// Delay before a failed Complete* append is retried (default 50 ms, Kafka's marker backoff).
     pub complete_retry_backoff_ms: i64,
+    /// `txn.park.max.ms` (default 1000; not a Kafka setting): how long an InitProducerId,
+    /// AddPartitionsToTxn (one transaction) or AddOffsetsToTxn that meets its id's previous
+    /// transaction completing (PrepareCommit/PrepareAbort) waits for the CompleteCommit /
+    /// CompleteAbort to be durable before it is answered CONCURRENT_TRANSACTIONS. Kafka answers
+    /// at once and the client retries after its back-off; 0 restores that.
+    pub park_max_ms: i64,
 }
 
 impl Default for Config {
@@ -55,6 +61,7 @@ impl Default for Config {
             cleanup_scan_max: 1000,
             expiry_batch_max: 500,
             complete_retry_backoff_ms: 50,
+            park_max_ms: 1000,
         }
     }
 }
@@ -67,6 +74,14 @@ pub enum ConfigError {
     #[error("{key} must be positive, got {value}")]
     NotPositive {
         /// The Kafka key (or field name) of the setting.
+        key: &'static str,
+        /// The value given.
+        value: i64,
+    },
+    /// A value that must not be negative is.
+    #[error("{key} must not be negative, got {value}")]
+    Negative {
+        /// The key (or field name) of the setting.
         key: &'static str,
         /// The value given.
         value: i64,
@@ -122,6 +137,12 @@ impl Config {
             if value <= 0 {
                 return Err(ConfigError::NotPositive { key, value });
             }
+        }
+        if self.park_max_ms < 0 {
+            return Err(ConfigError::Negative {
+                key: "txn.park.max.ms",
+                value: self.park_max_ms,
+            });
         }
         if self.transaction_version > 2 {
             return Err(ConfigError::UnknownTransactionVersion(
@@ -215,6 +236,11 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(c.validate(), Err(ConfigError::UnknownTransactionVersion(3)));
+        let c = Config {
+            park_max_ms: -1,
+            ..Config::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::Negative { .. })));
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct EngineMetrics {
     pub appends: u64,
     /// Log appends that failed.
     pub append_failures: u64,
+    /// Requests parked until their id's previous transaction completed (`txn.park.max.ms`).
+    pub requests_parked: u64,
+    /// Parked requests that waited `txn.park.max.ms` and were answered CONCURRENT_TRANSACTIONS.
+    pub parked_requests_timed_out: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +124,45 @@ struct MarkerWork {
     producer_id: ProducerId,
     producer_epoch: ProducerEpoch,
     coordinator_epoch: CoordinatorEpoch,
+}
+
+/// A request that met its id's previous transaction completing and waits for its Complete*
+/// (see [`Config::park_max_ms`]); it is handled again when that is durable, or at `until`
+/// without waiting any longer.
+#[derive(Debug)]
+struct Parked {
+    to: RequestId,
+    request: ParkedRequest,
+    until: Millis,
+}
+
+/// The requests that may park: those a client sends right after EndTxn.
+#[derive(Debug)]
+enum ParkedRequest {
+    InitProducerId(InitProducerIdRequest),
+    /// With exactly one transaction (a client's request, not a broker's batch).
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+}
+
+impl ParkedRequest {
+    /// The answer `code` for every part of the request.
+    fn error(&self, code: ErrorCode) -> Response {
+        match self {
+            Self::InitProducerId(r) => Response::InitProducerId(InitProducerIdResponse::error(
+                code.for_version(r.version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+            )),
+            Self::AddPartitionsToTxn(r) => {
+                Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::all(
+                    r,
+                    code.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                ))
+            }
+            Self::AddOffsetsToTxn(r) => Response::AddOffsetsToTxn(
+                code.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+            ),
+        }
+    }
 }
 
 /// What the pre-checks of InitProducerId decided before any partition is involved.
@@ -227,6 +270,10 @@ pub struct Engine {
     markers: BTreeMap<TransactionalId, MarkerWork>,
     complete_retry: BTreeSet<TransactionalId>,
     complete_retry_at: Option<Millis>,
+    /// Parked requests by id, in arrival order.
+    parked: BTreeMap<TransactionalId, Vec<Parked>>,
+    /// (until, request, id) of every parked request, soonest first.
+    park_deadlines: BTreeSet<(Millis, RequestId, TransactionalId)>,
     effects: VecDeque<Effect>,
     next_io: u64,
     now: Millis,
@@ -254,6 +301,8 @@ impl Engine {
             markers: BTreeMap::new(),
             complete_retry: BTreeSet::new(),
             complete_retry_at: None,
+            parked: BTreeMap::new(),
+            park_deadlines: BTreeSet::new(),
             effects: VecDeque::new(),
             next_io: 1,
             now: Millis(0),
@@ -337,13 +386,17 @@ impl Engine {
         self.unload(UnloadReason::Requested);
     }
 
-    /// A request arrived.
+    /// A request arrived. An InitProducerId, AddPartitionsToTxn or AddOffsetsToTxn that meets
+    /// its id's previous transaction completing may be answered only later, see
+    /// [`Config::park_max_ms`].
     pub fn handle_request(&mut self, now: Millis, to: RequestId, request: Request) {
         self.now = now;
+        let park_until =
+            (self.config.park_max_ms > 0).then(|| Millis(now.0 + self.config.park_max_ms));
         match request {
-            Request::InitProducerId(r) => self.handle_init_producer_id(to, &r),
-            Request::AddPartitionsToTxn(r) => self.handle_add_partitions(to, r),
-            Request::AddOffsetsToTxn(r) => self.handle_add_offsets(to, &r),
+            Request::InitProducerId(r) => self.handle_init_producer_id(to, r, park_until),
+            Request::AddPartitionsToTxn(r) => self.handle_add_partitions(to, r, park_until),
+            Request::AddOffsetsToTxn(r) => self.handle_add_offsets(to, r, park_until),
             Request::EndTxn(r) => self.handle_end_txn(to, &r),
             Request::DescribeTransactions(r) => {
                 let out = r
@@ -434,6 +487,25 @@ impl Engine {
         if !matches!(self.status, Status::Loaded(_)) {
             return;
         }
+        while let Some((until, to, id)) = self.park_deadlines.first().cloned()
+            && until <= now
+        {
+            self.park_deadlines.pop_first();
+            let parked = self
+                .parked
+                .get_mut(&id)
+                .expect("a deadline has its request");
+            let at = parked
+                .iter()
+                .position(|p| p.to == to)
+                .expect("a deadline has its request");
+            let p = parked.remove(at);
+            if parked.is_empty() {
+                self.parked.remove(&id);
+            }
+            self.metrics.parked_requests_timed_out += 1;
+            self.dispatch_parked(p.to, p.request, None);
+        }
         if self.complete_retry_at.is_some_and(|t| t <= now) {
             self.complete_retry_at = None;
             let ids = std::mem::take(&mut self.complete_retry);
@@ -475,6 +547,9 @@ impl Engine {
         let mut t = self.next_reap.min(self.next_expire);
         if let Some(r) = self.complete_retry_at {
             t = t.min(r);
+        }
+        if let Some((until, ..)) = self.park_deadlines.first() {
+            t = t.min(*until);
         }
         Some(t)
     }
@@ -668,6 +743,65 @@ impl Engine {
         self.effects.push_back(Effect::Respond { to, response });
     }
 
+    // ----- parking (Config::park_max_ms) -----
+
+    /// Whether `id`'s durable record is PrepareCommit/PrepareAbort: its markers or its
+    /// Complete* append are under way, so a request that meets it can wait for the end.
+    fn completing(&self, id: &TransactionalId) -> bool {
+        self.txns
+            .get(id)
+            .is_some_and(|e| e.durable && e.record.state.is_prepare())
+    }
+
+    /// Kafka's CONCURRENT_TRANSACTIONS for a request that met `id` busy; parked instead until
+    /// `park_until` while `id` is completing.
+    fn busy(
+        &mut self,
+        id: &TransactionalId,
+        to: RequestId,
+        request: ParkedRequest,
+        park_until: Option<Millis>,
+    ) {
+        match park_until {
+            Some(until) if self.completing(id) => {
+                self.metrics.requests_parked += 1;
+                self.park_deadlines.insert((until, to, id.clone()));
+                self.parked
+                    .entry(id.clone())
+                    .or_default()
+                    .push(Parked { to, request, until });
+            }
+            _ => {
+                let answer = request.error(ErrorCode::CONCURRENT_TRANSACTIONS);
+                self.respond(to, answer);
+            }
+        }
+    }
+
+    /// `id`'s Complete* is durable: handle its parked requests again, in arrival order.
+    fn wake_parked(&mut self, id: &TransactionalId) {
+        let Some(parked) = self.parked.remove(id) else {
+            return;
+        };
+        for p in parked {
+            self.park_deadlines.remove(&(p.until, p.to, id.clone()));
+            self.dispatch_parked(p.to, p.request, Some(p.until));
+        }
+    }
+
+    fn dispatch_parked(
+        &mut self,
+        to: RequestId,
+        request: ParkedRequest,
+        park_until: Option<Millis>,
+    ) {
+        match request {
+            ParkedRequest::InitProducerId(r) => self.handle_init_producer_id(to, r, park_until),
+            ParkedRequest::AddPartitionsToTxn(r) => self.handle_add_partitions(to, r, park_until),
+            ParkedRequest::AddOffsetsToTxn(r) => self.handle_add_offsets(to, r, park_until),
+        }
+    }
+
     fn allocate_pid(&mut self) -> Option<ProducerId> {
         let pid = self.allocator.next_id();
         if self.allocator.begin_refill() {
@@ -734,7 +868,9 @@ impl Engine {
                             producer_epoch: epoch,
                         }
                     }
-                    Some(e) => InitProducerIdResponse::error(e.for_version(version, 4)),
+                    Some(e) => InitProducerIdResponse::error(
+                        e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+                    ),
                 };
                 self.respond(to, Response::InitProducerId(resp));
             }
@@ -754,7 +890,7 @@ impl Engine {
                     self.respond(
                         to,
                         Response::InitProducerId(InitProducerIdResponse::error(
-                            code.for_version(version, 4),
+                            code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
                         )),
                     );
                 }
@@ -773,7 +909,9 @@ impl Engine {
                 if error.is_none() && began {
                     self.metrics.transactions_begun += 1;
                 }
-                let code = error.unwrap_or(ErrorCode::NONE).for_version(version, 2);
+                let code = error
+                    .unwrap_or(ErrorCode::NONE)
+                    .for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE);
                 self.respond(to, Response::AddOffsetsToTxn(code));
             }
             Purpose::EndTxn {
@@ -788,7 +926,9 @@ impl Engine {
                         producer_id: pid,
                         producer_epoch: epoch,
                     },
-                    Some(e) => EndTxnResponse::error(e.for_version(version, 2)),
+                    Some(e) => EndTxnResponse::error(
+                        e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                    ),
                 };
                 self.respond(to, Response::EndTxn(resp));
                 if error.is_none() {
@@ -808,6 +948,7 @@ impl Engine {
                             Some(TxnState::CompleteAbort) => self.metrics.transactions_aborted += 1,
                             other => panic!("{id}: Complete append applied as {other:?}"),
                         }
+                        self.wake_parked(&id);
                     }
                     Some(_) => {
                         // Never leave a decided transaction stuck (unlike Kafka §3.3): retry.
@@ -895,7 +1036,7 @@ impl Engine {
             .batches
             .get_mut(&to)
             .expect("batch exists while a slot is outstanding");
-        let code = code.for_version(b.version, 2);
+        let code = code.for_version(b.version, ErrorCode::TXN_REQUEST_FENCED_SINCE);
         for (_, c) in &mut b.response.results[index].partitions {
             *c = code;
         }
@@ -920,18 +1061,25 @@ impl Engine {
                     self.respond(
                         to,
                         Response::InitProducerId(InitProducerIdResponse::error(
-                            code.for_version(version, 4),
+                            code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
                         )),
                     );
                 }
                 Purpose::AddPartitions { to, index, .. } => self.batch_fill(to, index, code),
                 Purpose::AddOffsets { to, version, .. } => {
-                    self.respond(to, Response::AddOffsetsToTxn(code.for_version(version, 2)));
+                    self.respond(
+                        to,
+                        Response::AddOffsetsToTxn(
+                            code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                        ),
+                    );
                 }
                 Purpose::EndTxn { to, version, .. } => {
                     self.respond(
                         to,
-                        Response::EndTxn(EndTxnResponse::error(code.for_version(version, 2))),
+                        Response::EndTxn(EndTxnResponse::error(
+                            code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                        )),
                     );
                 }
                 Purpose::FenceAbort { to: None, .. } | Purpose::Complete | Purpose::Expire => {}
@@ -941,6 +1089,12 @@ impl Engine {
             self.batches.is_empty(),
             "a batch reply outlived its appends"
         );
+        for (_, parked) in std::mem::take(&mut self.parked) {
+            for p in parked {
+                self.respond(p.to, p.request.error(code));
+            }
+        }
+        self.park_deadlines.clear();
         self.txns.clear();
         self.markers.clear();
         self.complete_retry.clear();
@@ -962,12 +1116,19 @@ impl Engine {
 
     // ----- InitProducerId (reference §2.2) -----
 
-    fn handle_init_producer_id(&mut self, to: RequestId, r: &InitProducerIdRequest) {
+    fn handle_init_producer_id(
+        &mut self,
+        to: RequestId,
+        r: InitProducerIdRequest,
+        park_until: Option<Millis>,
+    ) {
         let version = r.version;
         let reply = |e: ErrorCode| {
-            Response::InitProducerId(InitProducerIdResponse::error(e.for_version(version, 4)))
+            Response::InitProducerId(InitProducerIdResponse::error(
+                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+            ))
         };
-        let (id, expected) = match init_precheck(&self.config, &self.allocator, r) {
+        let (id, expected) = match init_precheck(&self.config, &self.allocator, &r) {
             InitPrecheck::Answer(resp) => {
                 if resp.error == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
                     && self.allocator.begin_refill()
@@ -985,10 +1146,10 @@ impl Engine {
             return self.respond(to, reply(e));
         }
         let now = self.now.0;
+        if self.has_pending(&id) {
+            return self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until);
+        }
         let current = match self.txns.get(&id) {
-            Some(e) if e.pending.is_some() => {
-                return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
-            }
             Some(e) => e.record.clone(),
             None => {
                 let Some(pid) = self.allocate_pid() else {
@@ -1030,7 +1191,7 @@ impl Engine {
         }
         match current.state {
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
-                self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS))
+                self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until)
             }
             TxnState::Ongoing => self.fence_and_abort(&id, Some(to), version, false),
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
@@ -1135,7 +1296,12 @@ impl Engine {
 
     // ----- AddPartitionsToTxn / AddOffsetsToTxn (reference §2.3, §2.4) -----
 
-    fn handle_add_partitions(&mut self, to: RequestId, r: AddPartitionsToTxnRequest) {
+    fn handle_add_partitions(
+        &mut self,
+        to: RequestId,
+        r: AddPartitionsToTxnRequest,
+        park_until: Option<Millis>,
+    ) {
         assert!(
             !self.batches.contains_key(&to),
             "request id {to:?} reused while in flight"
@@ -1144,6 +1310,9 @@ impl Engine {
         let mut response = AddPartitionsToTxnResponse::all(&r, ErrorCode::NONE);
         let mut outstanding = 0;
         let mut writes = Vec::new();
+        // Only a client's request (one transaction) parks; a broker's batch is answered at once.
+        let may_park = park_until.is_some() && r.transactions.len() == 1;
+        let mut park = None;
         for (index, txn) in r.transactions.iter().enumerate() {
             let verify = version >= 4 && txn.verify_only;
             let result = if verify {
@@ -1161,6 +1330,14 @@ impl Engine {
                             AddDecision::Reply(code) => {
                                 AddOutcome::Done(AddPartitionsTxnResult::all(txn, code))
                             }
+                            AddDecision::Busy if may_park && self.completing(&id) => {
+                                park = Some(id);
+                                break;
+                            }
+                            AddDecision::Busy => AddOutcome::Done(AddPartitionsTxnResult::all(
+                                txn,
+                                ErrorCode::CONCURRENT_TRANSACTIONS,
+                            )),
                             AddDecision::Write(record, began) => {
                                 // Mark pending now so a duplicate id later in the batch sees it.
                                 outstanding += 1;
@@ -1175,7 +1352,12 @@ impl Engine {
                 let code_mapped: Vec<_> = res
                     .partitions
                     .into_iter()
-                    .map(|(p, c)| (p, c.for_version(version, 2)))
+                    .map(|(p, c)| {
+                        (
+                            p,
+                            c.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                        )
+                    })
                     .collect();
                 response.results[index].partitions = code_mapped;
             }
@@ -1192,6 +1374,9 @@ impl Engine {
                 self.begin_one(&id, record, Purpose::AddPartitions { to, index, began });
             }
         }
+        if let Some(id) = park {
+            return self.busy(&id, to, ParkedRequest::AddPartitionsToTxn(r), park_until);
+        }
         if outstanding == 0 {
             self.batches.remove(&to);
             self.respond(to, Response::AddPartitionsToTxn(response));
@@ -1205,14 +1390,24 @@ impl Engine {
         }
     }
 
-    fn handle_add_offsets(&mut self, to: RequestId, r: &AddOffsetsToTxnRequest) {
-        let reply = |e: ErrorCode| Response::AddOffsetsToTxn(e.for_version(r.version, 2));
+    fn handle_add_offsets(
+        &mut self,
+        to: RequestId,
+        r: AddOffsetsToTxnRequest,
+        park_until: Option<Millis>,
+    ) {
+        let reply = |e: ErrorCode| {
+            Response::AddOffsetsToTxn(e.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE))
+        };
         let Ok(id) = TransactionalId::new(r.transactional_id.as_str()) else {
             return self.respond(to, reply(ErrorCode::INVALID_REQUEST));
         };
         let parts = BTreeSet::from([self.config.offsets_partition_for(&r.group_id)]);
         match self.prepare_add(&id, r.producer_id, r.producer_epoch, &parts) {
             AddDecision::Reply(code) => self.respond(to, reply(code)),
+            AddDecision::Busy => {
+                self.busy(&id, to, ParkedRequest::AddOffsetsToTxn(r), park_until);
+            }
             AddDecision::Write(record, began) => {
                 self.begin_one(
                     &id,
@@ -1247,7 +1442,7 @@ impl Engine {
         if entry.pending.is_some()
             || (r.state.is_prepare() && r.next_producer_id.is_some() && pid == r.next_producer_id)
         {
-            return AddDecision::Reply(ErrorCode::CONCURRENT_TRANSACTIONS);
+            return AddDecision::Busy;
         }
         if pid != r.producer_id {
             return AddDecision::Reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
@@ -1256,7 +1451,7 @@ impl Engine {
             return AddDecision::Reply(ErrorCode::PRODUCER_FENCED);
         }
         if r.state.is_prepare() {
-            return AddDecision::Reply(ErrorCode::CONCURRENT_TRANSACTIONS);
+            return AddDecision::Busy;
         }
         // Already present (S34), or nothing to add: NONE without a write. (An empty add would
         // make Kafka write an Ongoing transaction without partitions; we write nothing.)
@@ -1318,8 +1513,11 @@ impl Engine {
 
     fn handle_end_txn(&mut self, to: RequestId, r: &EndTxnRequest) {
         let version = r.version;
-        let reply =
-            |e: ErrorCode| Response::EndTxn(EndTxnResponse::error(e.for_version(version, 2)));
+        let reply = |e: ErrorCode| {
+            Response::EndTxn(EndTxnResponse::error(
+                e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+            ))
+        };
         let Ok(id) = TransactionalId::new(r.transactional_id.as_str()) else {
             return self.respond(to, reply(ErrorCode::INVALID_REQUEST));
         };
@@ -1547,6 +1745,8 @@ impl Engine {
 
 enum AddDecision {
     Reply(ErrorCode),
+    /// CONCURRENT_TRANSACTIONS: the id has a transition in flight or is completing.
+    Busy,
     Write(TxnRecord, bool),
 }
 

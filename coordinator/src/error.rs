@@ -151,6 +151,12 @@ impl ErrorCode {
         )
     }
 
+    /// First InitProducerId version whose clients know PRODUCER_FENCED.
+    pub const INIT_PRODUCER_ID_FENCED_SINCE: i16 = 4;
+    /// First AddPartitionsToTxn, AddOffsetsToTxn and EndTxn version whose clients know
+    /// PRODUCER_FENCED.
+    pub const TXN_REQUEST_FENCED_SINCE: i16 = 2;
+
     /// Kafka's mapping for old request versions that predate PRODUCER_FENCED: below
     /// `first_version_with_fenced`, PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH.
     pub fn for_version(self, version: i16, first_version_with_fenced: i16) -> Self {

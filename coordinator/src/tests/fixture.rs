@@ -104,9 +104,12 @@ pub(crate) struct Fx {
     next_req: u64,
 }
 
+/// One log partition; requests that meet a completing transaction are answered at once, as
+/// Kafka answers them (parking has its own tests).
 pub(crate) fn config() -> Config {
     Config {
         transaction_state_log_num_partitions: 1,
+        park_max_ms: 0,
         ..Config::default()
     }
 }

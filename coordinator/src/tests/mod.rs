@@ -4,4 +4,5 @@
 mod fixture;
 mod handlers;
 mod model;
+mod parking;
 mod scenarios;

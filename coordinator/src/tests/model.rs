@@ -124,6 +124,7 @@ impl Harness {
     }
 
     fn restart(&mut self) {
+        *self.stats.entry("parked").or_default() += self.eng.metrics().requests_parked;
         self.ce += 1;
         self.appends.clear();
         self.markers.clear();
@@ -306,6 +307,35 @@ impl Harness {
             }
         }
         self.drain();
+    }
+
+    /// Liveness: acks every append, completes every marker job and lets the park wait pass
+    /// until nothing is left; then every request sent to this engine has been answered.
+    fn quiesce(&mut self) {
+        for _ in 0..100 {
+            while !self.appends.is_empty() {
+                self.ack();
+                self.drain();
+            }
+            for m in std::mem::take(&mut self.markers) {
+                self.eng.handle_markers_done(Millis(self.now), m);
+                self.drain();
+            }
+            if self.appends.is_empty() && self.markers.is_empty() {
+                self.now += self.config.park_max_ms;
+                self.eng.handle_timeout(Millis(self.now));
+                self.drain();
+                if self.appends.is_empty() && self.markers.is_empty() {
+                    break;
+                }
+            }
+        }
+        assert!(
+            self.sent.is_empty(),
+            "requests never answered: {:?}",
+            self.sent.keys()
+        );
+        *self.stats.entry("parked").or_default() += self.eng.metrics().requests_parked;
     }
 
     fn bump(&mut self, k: &'static str) {
@@ -528,6 +558,7 @@ fn randomized_model_keeps_every_invariant() {
         for _ in 0..3000 {
             h.step();
         }
+        h.quiesce();
         for (k, v) in h.stats {
             *totals.entry(k).or_default() += v;
         }
@@ -543,6 +574,7 @@ fn randomized_model_keeps_every_invariant() {
         "restart",
         "append_failed",
         "fenced",
+        "parked",
     ] {
         assert!(
             totals.get(k).copied().unwrap_or(0) > 0,
