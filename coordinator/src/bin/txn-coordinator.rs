@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use coordinator::server::admin::{self, AdminClient, Format};
-use coordinator::server::{self, ServeOptions, Settings};
+use coordinator::server::{self, LogFormat, ServeConfig, ServeOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,20 +54,25 @@ enum Command {
         target: Target,
     },
     /// Abort the open transaction of an id by fencing its producer (like Admin.fenceProducers).
+    /// Waits until the id is idle, at most --timeout-ms; exits 1 if it is not idle by then.
     Abort {
         #[command(flatten)]
         target: Target,
         /// The transactional id.
         #[arg(long = "transactional-id")]
         transactional_id: String,
+        /// How long to wait for the abort to complete (its markers delivered) before giving up.
+        #[arg(long = "timeout-ms", default_value_t = admin::DEFAULT_ABORT_TIMEOUT_MS)]
+        timeout_ms: u64,
     },
     /// Decode the sled transaction log offline (stop the daemon first).
     DumpLog {
-        /// The daemon's data directory (the sled log; not needed with
-        /// `--set txn.log.backend=etcd`).
+        /// The daemon's data directory (the sled log; default: the `data-dir` key of --config;
+        /// not needed with `--set txn.log.backend=etcd`).
         #[arg(long = "data-dir")]
         data_dir: Option<PathBuf>,
-        /// Read transaction.state.log.num.partitions from this TOML file.
+        /// The daemon's TOML configuration file (`serve --config`): its
+        /// transaction.state.log.num.partitions, data-dir and etcd keys are used.
         #[arg(long = "config")]
         config: Option<PathBuf>,
         /// Override a key (repeatable).
@@ -115,66 +121,147 @@ struct ServeArgs {
     /// Override a key (repeatable), e.g. --set transaction.max.timeout.ms=60000.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /health and /ready.
     #[arg(long = "metrics-listen", value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Log line format on stderr: text, or json (one JSON object per line).
+    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
-fn settings(config: Option<&PathBuf>, set: &[String]) -> Result<Settings, String> {
-    let mut s = Settings::default();
+/// The `serve` flags given on the command line (by their clap ids), which win over the same
+/// keys in --config and --set.
+#[derive(Debug, Default)]
+struct GivenFlags(Vec<String>);
+
+impl GivenFlags {
+    fn of(matches: &ArgMatches) -> Self {
+        let Some(("serve", sub)) = matches.subcommand() else {
+            return Self::default();
+        };
+        Self(
+            sub.ids()
+                .filter(|id| sub.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+                .map(|id| id.as_str().to_owned())
+                .collect(),
+        )
+    }
+
+    fn has(&self, id: &str) -> bool {
+        self.0.iter().any(|g| g == id)
+    }
+}
+
+/// Reads --config and applies --set; the settings are validated.
+fn configuration(config: Option<&PathBuf>, set: &[String]) -> Result<ServeConfig, String> {
+    let mut c = ServeConfig::default();
     if let Some(path) = config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-        s.apply_toml(&path.display().to_string(), &text)
+        c.apply_toml(&path.display().to_string(), &text)
             .map_err(|e| e.to_string())?;
     }
     for kv in set {
-        s.apply_override(kv).map_err(|e| e.to_string())?;
+        c.apply_override(kv).map_err(|e| e.to_string())?;
     }
-    s.validate().map_err(|e| e.to_string())
+    c.settings = c.settings.validate().map_err(|e| e.to_string())?;
+    Ok(c)
 }
 
-fn init_tracing() {
+/// The serve options: a flag given on the command line, else its key from --set or
+/// --config, else the flag's default.
+fn serve_options(a: ServeArgs, given: &GivenFlags, c: ServeConfig) -> (ServeOptions, LogFormat) {
+    let f = c.flags;
+    let pick = |id: &str| given.has(id);
+    let log_format = if pick("log_format") {
+        LogFormat::parse(&a.log_format).unwrap_or_default()
+    } else {
+        f.log_format
+            .or_else(|| LogFormat::parse(&a.log_format))
+            .unwrap_or_default()
+    };
+    let bootstrap_servers = if pick("bootstrap_servers") {
+        a.bootstrap_servers
+    } else {
+        f.bootstrap_servers.unwrap_or(a.bootstrap_servers)
+    };
+    let opts = ServeOptions {
+        listen: if pick("listen") {
+            a.listen
+        } else {
+            f.listen.unwrap_or(a.listen)
+        },
+        advertised_listener: if pick("advertised_listener") {
+            a.advertised_listener
+        } else {
+            f.advertised_listener.or(a.advertised_listener)
+        },
+        data_dir: if pick("data_dir") {
+            a.data_dir
+        } else {
+            f.data_dir.unwrap_or(a.data_dir)
+        },
+        node_id: if pick("node_id") {
+            a.node_id
+        } else {
+            f.node_id.unwrap_or(a.node_id)
+        },
+        bootstrap_servers: bootstrap_servers
+            .into_iter()
+            .filter(|b| !b.is_empty())
+            .collect(),
+        metrics_listen: if pick("metrics_listen") {
+            a.metrics_listen
+        } else {
+            f.metrics_listen.unwrap_or(a.metrics_listen)
+        },
+        settings: c.settings,
+    };
+    (opts, log_format)
+}
+
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
 fn fmt_of(json: bool) -> Format {
     if json { Format::Json } else { Format::Table }
 }
 
-async fn run(cli: Cli) -> Result<(), (u8, String)> {
+/// What `run` does: a command, with `serve` already configured (its options are needed
+/// before the runtime starts, to set up logging).
+enum Run {
+    Serve(Box<ServeOptions>),
+    Other(Command),
+}
+
+async fn run(what: Run) -> Result<(), (u8, String)> {
     let fail = |e: anyhow::Error| (1u8, format!("{e:#}"));
-    match cli.command {
-        Command::Serve(a) => {
-            let settings = settings(a.config.as_ref(), &a.set).map_err(|e| (2, e))?;
-            let opts = ServeOptions {
-                listen: a.listen,
-                advertised_listener: a.advertised_listener,
-                data_dir: a.data_dir,
-                node_id: a.node_id,
-                bootstrap_servers: a
-                    .bootstrap_servers
-                    .into_iter()
-                    .filter(|b| !b.is_empty())
-                    .collect(),
-                metrics_listen: a.metrics_listen,
-                settings,
-            };
-            server::serve(opts).await.map_err(|e| {
+    let command = match what {
+        Run::Serve(opts) => {
+            return server::serve(*opts).await.map_err(|e| {
                 let code = if e.downcast_ref::<server::SettingsError>().is_some() {
                     2
                 } else {
                     1
                 };
                 (code, format!("{e:#}"))
-            })
+            });
         }
+        Run::Other(c) => c,
+    };
+    match command {
+        Command::Serve(_) => Err((1, "serve is configured before the runtime".to_owned())),
         Command::List {
             target,
             states,
@@ -219,11 +306,18 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
         Command::Abort {
             target,
             transactional_id,
+            timeout_ms,
         } => {
             let mut c = AdminClient::connect(&target.bootstrap_server)
                 .await
                 .map_err(fail)?;
-            let row = c.abort(&transactional_id).await.map_err(fail)?;
+            let row = c
+                .abort_within(
+                    &transactional_id,
+                    std::time::Duration::from_millis(timeout_ms),
+                )
+                .await
+                .map_err(fail)?;
             print!("{}", admin::render_rows(&[row], fmt_of(target.json), true));
             Ok(())
         }
@@ -233,23 +327,27 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
             set,
             json,
         } => {
-            let s = settings(config.as_ref(), &set).map_err(|e| (2, e))?;
+            let c = configuration(config.as_ref(), &set).map_err(|e| (2, e))?;
+            let s = &c.settings;
             let out = if s.txn_log_backend == server::LogBackend::Etcd {
-                admin::dump_etcd(&s, fmt_of(json)).await.map_err(fail)?
+                admin::dump_etcd(s, fmt_of(json)).await.map_err(fail)?
             } else {
-                let Some(data_dir) = data_dir else {
-                    return Err((2, "dump-log needs --data-dir (the sled log)".to_owned()));
+                let Some(data_dir) = data_dir.or(c.flags.data_dir.clone()) else {
+                    return Err((
+                        2,
+                        "dump-log needs --data-dir (the sled log), or a data-dir key in --config"
+                            .to_owned(),
+                    ));
                 };
-                // The count the log was written with, unless given explicitly.
-                let explicit = config.is_some()
-                    || set
-                        .iter()
-                        .any(|kv| kv.contains("transaction.state.log.num.partitions"));
                 let recorded = server::recorded_partition_count(&data_dir).map_err(fail)?;
-                let partitions = match recorded {
-                    Some(n) if !explicit => n,
-                    _ => s.engine.transaction_state_log_num_partitions,
-                };
+                let partitions = dump_partitions(
+                    recorded,
+                    c.is_given(PARTITIONS_KEY)
+                        .then_some(s.engine.transaction_state_log_num_partitions),
+                    s.engine.transaction_state_log_num_partitions,
+                    &data_dir,
+                )
+                .map_err(|e| (2, e))?;
                 admin::dump_log(&data_dir, partitions, fmt_of(json))
                     .await
                     .map_err(fail)?
@@ -257,6 +355,27 @@ async fn run(cli: Cli) -> Result<(), (u8, String)> {
             print!("{out}");
             Ok(())
         }
+    }
+}
+
+const PARTITIONS_KEY: &str = "transaction.state.log.num.partitions";
+
+/// The partition count `dump-log` reads: the one the log records (`txn-coordinator.partitions`)
+/// when there is one, which a count given in --config or --set must then match (as `serve`
+/// refuses a different one); without a record, the given count or the default.
+fn dump_partitions(
+    recorded: Option<u32>,
+    given: Option<u32>,
+    default: u32,
+    data_dir: &std::path::Path,
+) -> Result<u32, String> {
+    match (recorded, given) {
+        (Some(r), Some(g)) if r != g => Err(format!(
+            "{PARTITIONS_KEY} is {g}, but the log in {} was written with {r}",
+            data_dir.display()
+        )),
+        (Some(r), _) => Ok(r),
+        (None, g) => Ok(g.unwrap_or(default)),
     }
 }
 
@@ -270,13 +389,27 @@ fn main() -> ExitCode {
             "Configuration keys (--config FILE or --set KEY=VALUE):\n{keys}"
         ))
     });
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    let matches = command.get_matches();
+    let given = GivenFlags::of(&matches);
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    if matches!(cli.command, Command::Serve(_)) {
-        init_tracing();
-    }
+    let what = match cli.command {
+        Command::Serve(a) => {
+            let c = match configuration(a.config.as_ref(), &a.set) {
+                Ok(c) => c,
+                Err(msg) => {
+                    eprintln!("txn-coordinator: {msg}");
+                    return ExitCode::from(2);
+                }
+            };
+            let (opts, log_format) = serve_options(a, &given, c);
+            init_tracing(log_format);
+            Run::Serve(Box::new(opts))
+        }
+        other => Run::Other(other),
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -287,12 +420,81 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(cli)) {
+    match rt.block_on(run(what)) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, msg)) => {
             eprintln!("txn-coordinator: {msg}");
             tracing::error!("{msg}");
             ExitCode::from(code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_log_reads_the_recorded_count_unless_there_is_none() {
+        let d = std::path::Path::new("/d");
+        assert_eq!(dump_partitions(Some(6), None, 50, d), Ok(6));
+        assert_eq!(dump_partitions(Some(6), Some(6), 50, d), Ok(6));
+        assert_eq!(dump_partitions(None, None, 50, d), Ok(50));
+        assert_eq!(dump_partitions(None, Some(8), 50, d), Ok(8));
+        let e = dump_partitions(Some(6), Some(50), 50, d).expect_err("mismatch");
+        assert!(e.contains("is 50") && e.contains("written with 6"), "{e}");
+    }
+
+    #[test]
+    fn command_line_flags_win_over_the_configuration() {
+        let parse = |args: &[&str]| {
+            let matches = Cli::command().try_get_matches_from(args).expect("parses");
+            let given = GivenFlags::of(&matches);
+            let Ok(Cli {
+                command: Command::Serve(a),
+            }) = Cli::from_arg_matches(&matches)
+            else {
+                panic!("serve");
+            };
+            let c = configuration(None, &a.set).expect("valid");
+            serve_options(a, &given, c)
+        };
+        let (o, f) = parse(&["t", "serve"]);
+        assert_eq!(o.listen, server::DEFAULT_LISTEN);
+        assert_eq!(o.node_id, server::DEFAULT_NODE_ID);
+        assert_eq!(f, LogFormat::Text);
+        let (o, f) = parse(&[
+            "t",
+            "serve",
+            "--set",
+            "listen=127.0.0.1:1",
+            "--set",
+            "node-id=5",
+            "--set",
+            "log-format=json",
+            "--set",
+            "metrics-listen=127.0.0.1:2",
+        ]);
+        assert_eq!(o.listen, "127.0.0.1:1");
+        assert_eq!(o.node_id, 5);
+        assert_eq!(o.metrics_listen.as_deref(), Some("127.0.0.1:2"));
+        assert_eq!(f, LogFormat::Json);
+        let (o, f) = parse(&[
+            "t",
+            "serve",
+            "--set",
+            "listen=127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:3",
+            "--log-format",
+            "text",
+            "--set",
+            "log-format=json",
+            "--set",
+            "bootstrap-servers=b:1",
+        ]);
+        assert_eq!(o.listen, "127.0.0.1:3");
+        assert_eq!(f, LogFormat::Text);
+        assert_eq!(o.bootstrap_servers, ["b:1"]);
     }
 }

@@ -2,7 +2,7 @@
 //! coordinator, and `dump-log`, which decodes the sled log offline.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use kafka_protocol::messages::{self as km};
@@ -10,6 +10,14 @@ use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
 use txn_log::{LogPartition, SledConfig, SledTxnLog, TxnLog, TxnRecord};
+
+/// How long `abort` waits by default for the fenced id to become idle (ms).
+pub const DEFAULT_ABORT_TIMEOUT_MS: u64 = 60_000;
+
+/// The states `find-hanging` looks for: a transaction is open in them. PrepareEpochFence is
+/// not one: it is a pending-only state (Kafka's `pendingState` while an epoch bump to fence is
+/// written), never persisted and never reported by ListTransactions or DescribeTransactions.
+pub const OPEN_STATES: [&str; 3] = ["Ongoing", "PrepareCommit", "PrepareAbort"];
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,15 +245,7 @@ impl AdminClient {
     /// timeout. A Prepare* one means its markers are not delivered: the LSO of its partitions
     /// is stuck until they are.
     pub async fn find_hanging(&mut self) -> anyhow::Result<Vec<TxnRow>> {
-        let states: Vec<String> = [
-            "Ongoing",
-            "PrepareCommit",
-            "PrepareAbort",
-            "PrepareEpochFence",
-        ]
-        .iter()
-        .map(|x| (*x).to_owned())
-        .collect();
+        let states: Vec<String> = OPEN_STATES.iter().map(|x| (*x).to_owned()).collect();
         let ids: Vec<String> = self
             .list(&states, &[], None)
             .await?
@@ -265,10 +265,18 @@ impl AdminClient {
             .collect())
     }
 
+    /// [`AdminClient::abort_within`] with [`DEFAULT_ABORT_TIMEOUT_MS`].
+    pub async fn abort(&mut self, id: &str) -> anyhow::Result<TxnRow> {
+        self.abort_within(id, Duration::from_millis(DEFAULT_ABORT_TIMEOUT_MS))
+            .await
+    }
+
     /// Aborts the open transaction of `id` by fencing its producer, as `Admin.fenceProducers`
     /// (KIP-618) does: InitProducerId with the id bumps the epoch and aborts what is open.
-    /// Waits (bounded) until the id is idle again and returns its final row.
-    pub async fn abort(&mut self, id: &str) -> anyhow::Result<TxnRow> {
+    /// Waits until the id is idle again (the InitProducerId succeeds once the abort is
+    /// complete, markers included) and returns its final row; an error if it is not idle
+    /// within `timeout` (the abort is decided and goes on in the coordinator).
+    pub async fn abort_within(&mut self, id: &str, timeout: Duration) -> anyhow::Result<TxnRow> {
         let described = self.describe(&[id.to_owned()]).await?;
         let row = match described.into_iter().next() {
             Some((_, Ok(r))) => r,
@@ -292,7 +300,8 @@ impl AdminClient {
             .with_transactional_id(Some(km::TransactionalId(s(id))))
             .with_transaction_timeout_ms(row.timeout_ms.max(1));
         let owner = self.coordinator_of(id).await?;
-        for _ in 0..600 {
+        let started = Instant::now();
+        loop {
             let r = match &owner {
                 Some(addr) => self.to(addr).await?.call(&req, 4).await?,
                 None => self.conn.call(&req, 4).await?,
@@ -300,7 +309,27 @@ impl AdminClient {
             match r.error_code {
                 0 => break,
                 // 51 CONCURRENT_TRANSACTIONS: the fence/abort is under way; 14 loading.
-                51 | 14 => tokio::time::sleep(Duration::from_millis(100)).await,
+                51 | 14 => {
+                    if started.elapsed() >= timeout {
+                        let state = match self.describe(&[id.to_owned()]).await {
+                            Ok(d) => match d.into_iter().next() {
+                                Some((_, Ok(r))) => r.state,
+                                Some((_, Err(e))) => e,
+                                None => "unknown".to_owned(),
+                            },
+                            Err(e) => format!("unknown ({e:#})"),
+                        };
+                        anyhow::bail!(
+                            "gave up after {} ms: {id} is not idle yet (state {state}; the \
+                             coordinator answers {}). The abort goes on in the coordinator; if \
+                             the state stays PrepareAbort, its markers are not being delivered: \
+                             check the brokers (find-hanging)",
+                            timeout.as_millis(),
+                            err_name(r.error_code)
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 e => anyhow::bail!("fencing {id} failed: {}", err_name(e)),
             }
         }
@@ -374,10 +403,7 @@ pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
             }
             for r in rows {
                 if detailed {
-                    let open = matches!(
-                        r.state.as_str(),
-                        "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
-                    );
+                    let open = OPEN_STATES.contains(&r.state.as_str());
                     let dur = if open && r.start_ms >= 0 {
                         (now - r.start_ms).to_string()
                     } else {
@@ -425,7 +451,8 @@ pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
     }
 }
 
-/// Kafka's dump format of one record (`TransactionLog` formatter, reference §1.5).
+/// Kafka's dump format of one record (the `TransactionLog` formatter of `kafka-dump-log.sh
+/// --transaction-log-decoder`).
 pub fn dump_value(r: &TxnRecord) -> String {
     let parts: Vec<String> = r.partitions.iter().map(ToString::to_string).collect();
     format!(
@@ -517,12 +544,13 @@ pub async fn dump_partitions(
                         .map(|tp| json_str(&tp.to_string()))
                         .collect();
                     json.push(format!(
-                        "{{\"partition\":{p},\"coordinatorEpoch\":{},\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"lastProducerEpoch\":{},\"prevProducerId\":{},\"nextProducerId\":{},\"state\":{},\"partitions\":[{}],\"txnStartTimestamp\":{},\"txnLastUpdateTimestamp\":{},\"txnTimeoutMs\":{},\"clientTransactionVersion\":{}}}",
+                        "{{\"partition\":{p},\"coordinatorEpoch\":{},\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"lastProducerEpoch\":{},\"nextProducerEpoch\":{},\"prevProducerId\":{},\"nextProducerId\":{},\"state\":{},\"partitions\":[{}],\"txnStartTimestamp\":{},\"txnLastUpdateTimestamp\":{},\"txnTimeoutMs\":{},\"clientTransactionVersion\":{}}}",
                         loaded.coordinator_epoch.map_or(-1, |e| e.0),
                         json_str(id.as_str()),
                         r.producer_id.0,
                         r.producer_epoch.0,
                         r.last_producer_epoch.0,
+                        r.next_producer_epoch.0,
                         r.prev_producer_id.0,
                         r.next_producer_id.0,
                         json_str(r.state.name()),
@@ -545,6 +573,69 @@ pub async fn dump_partitions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use txn_log::{
+        CoordinatorEpoch, LogEntry, MemTxnLog, ProducerEpoch, ProducerId, TopicPartition,
+        TransactionalId, TxnState,
+    };
+
+    #[tokio::test]
+    async fn dump_json_has_every_persisted_field() {
+        let log = MemTxnLog::new();
+        let p = LogPartition(0);
+        log.claim(p, CoordinatorEpoch(3)).await.expect("claim");
+        let r = TxnRecord {
+            producer_id: ProducerId(5),
+            prev_producer_id: ProducerId(4),
+            next_producer_id: ProducerId(6),
+            producer_epoch: ProducerEpoch(2),
+            last_producer_epoch: ProducerEpoch(1),
+            next_producer_epoch: ProducerEpoch(9),
+            timeout_ms: 60_000,
+            state: TxnState::Ongoing,
+            partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
+            txn_start_ms: 10,
+            txn_last_update_ms: 11,
+            client_txn_version: 2,
+        };
+        let id = TransactionalId::new("x").expect("id");
+        log.append(p, CoordinatorEpoch(3), vec![LogEntry::upsert(id, r)])
+            .await
+            .expect("append");
+        let out = dump_partitions(&log, 1, Format::Json).await.expect("dump");
+        // One key per TxnRecord field (12), plus partition, coordinator epoch and id.
+        for field in [
+            "\"partition\":0",
+            "\"coordinatorEpoch\":3",
+            "\"transactionalId\":\"x\"",
+            "\"producerId\":5",
+            "\"prevProducerId\":4",
+            "\"nextProducerId\":6",
+            "\"producerEpoch\":2",
+            "\"lastProducerEpoch\":1",
+            "\"nextProducerEpoch\":9",
+            "\"txnTimeoutMs\":60000",
+            "\"state\":\"Ongoing\"",
+            "\"partitions\":[\"t-0\"]",
+            "\"txnStartTimestamp\":10",
+            "\"txnLastUpdateTimestamp\":11",
+            "\"clientTransactionVersion\":2",
+        ] {
+            assert!(out.contains(field), "{field} missing: {out}");
+        }
+        assert_eq!(out.matches(':').count(), 15, "{out}");
+    }
+
+    #[test]
+    fn find_hanging_asks_only_for_states_a_record_can_hold() {
+        for s in OPEN_STATES {
+            let state = TxnState::from_name(s).expect("a state");
+            assert!(
+                state == TxnState::Ongoing || state.is_prepare(),
+                "{s} is not an open transaction"
+            );
+        }
+        assert!(!OPEN_STATES.contains(&TxnState::PrepareEpochFence.name()));
+    }
 
     #[test]
     fn table_and_json_render_every_row() {

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
@@ -95,8 +95,22 @@ pub(crate) async fn serve_connection<S>(
     .await;
 }
 
-/// What to do with one request frame: see [`Dispatched`].
+/// What to do with one request frame: see [`Dispatched`]. The time from here until the
+/// response is encoded goes into `request_duration_seconds{api}` (frames whose API is not
+/// known are not timed).
 pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
+    let started = Instant::now();
+    let (api, out) = dispatch_timed(ctx, frame).await;
+    if let Some(api) = api {
+        ctx.metrics
+            .observe_request(&format!("{api:?}"), started.elapsed());
+    }
+    out
+}
+
+/// [`dispatch`] without the timing; also returns the API of the frame when it is known.
+async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatched) {
+    let mut timed = None;
     let raw_version = if frame.len() >= 4 {
         i16::from_be_bytes([frame[2], frame[3]])
     } else {
@@ -105,10 +119,11 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
     let out = match decode_request(frame, p::supported) {
         Ok(req) => {
             let api = req.api_key;
+            timed = Some(api);
             let version = req.version();
             let correlation_id = req.header.correlation_id;
             let Some(body) = handle(ctx, version, req.body).await else {
-                return Dispatched::Silent;
+                return (timed, Dispatched::Silent);
             };
             encode_response_frame(api, version, correlation_id, &body)
                 .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))
@@ -120,6 +135,7 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
         }) => {
             // KIP-511: answer in v0 with our ranges so the client can pick a version.
             tracing::debug!(version, "ApiVersions version fallback");
+            timed = Some(ApiKey::ApiVersions);
             let body =
                 ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
             encode_response_frame(ApiKey::ApiVersions, 0, correlation_id, &body)
@@ -130,6 +146,7 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
             version,
             correlation_id,
         }) => {
+            timed = Some(api_key);
             ctx.metrics
                 .record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
             match p::unsupported_response(api_key, version) {
@@ -147,6 +164,7 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
             let known = ApiKey::try_from(api_key).ok();
             match known.and_then(|k| Some(k).zip(p::unsupported_response(k, raw_version))) {
                 Some((k, body)) => {
+                    timed = Some(k);
                     ctx.metrics
                         .record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
                     encode_response_frame(k, raw_version, correlation_id, &body)
@@ -157,10 +175,11 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
         }
         Err(e) => Err(e.to_string()),
     };
-    match out {
+    let out = match out {
         Ok(bytes) => Dispatched::Respond(bytes),
         Err(reason) => Dispatched::Close(reason),
-    }
+    };
+    (timed, out)
 }
 
 /// Answers one decoded request. `None` = send nothing (Produce with acks=0).

@@ -43,6 +43,8 @@ pub struct Member {
 #[derive(Debug)]
 pub struct Membership {
     partitions: u32,
+    /// This daemon's node id.
+    node_id: i32,
     /// Live members by node id (this one included while its lease holds).
     live: Mutex<BTreeMap<i32, Member>>,
     /// Partitions this daemon has loaded or is loading.
@@ -75,6 +77,21 @@ impl Membership {
     /// The live members.
     pub fn members(&self) -> Vec<Member> {
         self.live.lock().values().cloned().collect()
+    }
+
+    /// The log partitions this daemon owns in its current view (the members it last read),
+    /// or `None` while it is not a live member itself (not registered yet, or its lease is
+    /// not known to hold): then it serves nothing.
+    pub fn owned_partitions(&self) -> Option<Vec<u32>> {
+        let live = self.live.lock();
+        if !live.contains_key(&self.node_id) {
+            return None;
+        }
+        Some(
+            (0..self.partitions)
+                .filter(|&p| owner_among(live.keys().copied(), p) == Some(self.node_id))
+                .collect(),
+        )
     }
 }
 
@@ -141,6 +158,7 @@ pub async fn start(
     .await?;
     let membership = Arc::new(Membership {
         partitions: coordinator.config().transaction_state_log_num_partitions,
+        node_id: me.node_id,
         live: Mutex::new(BTreeMap::new()),
         owned: Mutex::new(BTreeSet::new()),
     });
@@ -406,6 +424,32 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owned_partitions_are_this_members_share_of_the_view() {
+        let m = Membership {
+            partitions: 12,
+            node_id: 2,
+            live: Mutex::new(BTreeMap::new()),
+            owned: Mutex::new(BTreeSet::new()),
+        };
+        assert_eq!(m.owned_partitions(), None, "not a live member yet");
+        let member = |node_id| Member {
+            node_id,
+            host: "h".into(),
+            port: 1,
+        };
+        m.live.lock().insert(1, member(1));
+        assert_eq!(m.owned_partitions(), None);
+        m.live.lock().insert(2, member(2));
+        let mine = m.owned_partitions().expect("live");
+        let expected: Vec<u32> = (0..12)
+            .filter(|&p| owner_among([1, 2], p) == Some(2))
+            .collect();
+        assert_eq!(mine, expected);
+        m.live.lock().remove(&1);
+        assert_eq!(m.owned_partitions(), Some((0..12).collect()));
+    }
 
     #[test]
     fn rendezvous_moves_only_the_partitions_of_a_leaving_member() {

@@ -8,6 +8,7 @@ mod conn;
 mod http;
 #[cfg(feature = "etcd")]
 pub mod membership;
+mod process;
 pub mod protocol;
 pub mod settings;
 
@@ -25,7 +26,9 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 pub use backend::DaemonLog;
 pub use brokers::{BrokerError, Brokers};
-pub use settings::{KEYS, LogBackend, Settings, SettingsError};
+pub use settings::{
+    KEYS, LogBackend, LogFormat, SERVE_KEYS, ServeConfig, ServeKeys, Settings, SettingsError,
+};
 
 use crate::shell::{Coordinator, CoordinatorOptions, Metrics, SystemClock, WriterSink};
 
@@ -237,11 +240,15 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     });
 
-    // Metrics endpoint.
+    // Metrics endpoint, with /health and /ready.
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    registry.register_collector(Box::new(process::ProcessCollector));
     let registry = Arc::new(registry);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // Set once the membership runs (etcd): until then this daemon owns nothing yet.
+    #[cfg(feature = "etcd")]
+    let member_cell: Arc<std::sync::OnceLock<Arc<membership::Membership>>> = Arc::default();
     if let Some(addr) = &opts.metrics_listen {
         let l = TcpListener::bind(addr)
             .await
@@ -262,7 +269,37 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             m.group_commit_largest_batch
                 .set(i64::try_from(s.largest_batch).unwrap_or(i64::MAX));
         };
-        tokio::spawn(http::serve_metrics(l, reg, refresh, shutdown_rx.clone()));
+        let c = coordinator.clone();
+        let backend = settings.txn_log_backend;
+        #[cfg(feature = "etcd")]
+        let cell = member_cell.clone();
+        let ready = move || {
+            let owned: Vec<u32> = match backend {
+                LogBackend::Sled => (0..c.config().transaction_state_log_num_partitions).collect(),
+                #[cfg(feature = "etcd")]
+                LogBackend::Etcd => match cell.get().map(|m| m.owned_partitions()) {
+                    None => return Err("joining the daemons on etcd".to_owned()),
+                    Some(None) => {
+                        return Err(
+                            "not a live member on etcd (membership lease not held)".to_owned()
+                        );
+                    }
+                    Some(Some(owned)) => owned,
+                },
+                #[cfg(not(feature = "etcd"))]
+                LogBackend::Etcd => return Err("built without etcd".to_owned()),
+            };
+            partitions_ready(&owned, |p| {
+                c.metrics().is_partition_loaded(txn_log::LogPartition(p))
+            })
+        };
+        tokio::spawn(http::serve_metrics(
+            l,
+            reg,
+            refresh,
+            ready,
+            shutdown_rx.clone(),
+        ));
     }
 
     #[cfg(feature = "etcd")]
@@ -281,6 +318,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         ),
         LogBackend::Sled => None,
     };
+    #[cfg(feature = "etcd")]
+    if let Some(m) = &membership {
+        let _ = member_cell.set(m.clone());
+    }
     let ctx = Arc::new(Context {
         coordinator: coordinator.clone(),
         brokers,
@@ -377,6 +418,25 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     outcome
 }
 
+/// `/ready`'s verdict: `Ok` when every partition in `owned` is loaded, else one short line
+/// naming (up to 20 of) those still loading.
+pub(crate) fn partitions_ready(owned: &[u32], loaded: impl Fn(u32) -> bool) -> Result<(), String> {
+    let loading: Vec<u32> = owned.iter().copied().filter(|&p| !loaded(p)).collect();
+    if loading.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = loading.iter().take(20).map(u32::to_string).collect();
+    if loading.len() > 20 {
+        names.push("...".to_owned());
+    }
+    Err(format!(
+        "{} of {} owned log partitions not loaded yet: {}",
+        loading.len(),
+        owned.len(),
+        names.join(",")
+    ))
+}
+
 /// File in the data directory recording `transaction.state.log.num.partitions`: the partition
 /// of every id depends on it, so it must never change once the log holds data.
 pub const PARTITIONS_FILE: &str = "txn-coordinator.partitions";
@@ -445,5 +505,26 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => tracing::info!("SIGINT received"),
         () = term => tracing::info!("SIGTERM received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_every_owned_partition_is_loaded() {
+        assert_eq!(partitions_ready(&[], |_| false), Ok(()));
+        assert_eq!(partitions_ready(&[0, 1, 2], |_| true), Ok(()));
+        assert_eq!(
+            partitions_ready(&[0, 1, 2, 5], |p| p == 1),
+            Err("3 of 4 owned log partitions not loaded yet: 0,2,5".to_owned())
+        );
+        let many: Vec<u32> = (0..50).collect();
+        let e = partitions_ready(&many, |_| false).expect_err("none loaded");
+        assert!(
+            e.starts_with("50 of 50 owned") && e.ends_with(",19,..."),
+            "{e}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Daemon settings under Kafka's key names: parsed from a TOML file and `--set KEY=VALUE`
 //! overrides, checked at start (unknown keys and bad values are errors naming the key).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -116,6 +116,191 @@ pub enum SettingsError {
     Invalid(String),
 }
 
+/// The `serve` flags as configuration keys: the flag `--NAME` is the key `NAME` (in the file,
+/// `data-dir = "/var/lib/txn"`, or `--set data-dir=...`). A flag given on the command line
+/// wins over `--set`, which wins over the file. Key, default (empty: none) and description.
+pub const SERVE_KEYS: &[(&str, &str, &str)] = &[
+    (
+        "listen",
+        super::DEFAULT_LISTEN,
+        "address to accept Kafka clients on (HOST:PORT)",
+    ),
+    (
+        "advertised-listener",
+        "",
+        "address Metadata and FindCoordinator give clients (default: the bound address)",
+    ),
+    (
+        "data-dir",
+        super::DEFAULT_DATA_DIR,
+        "directory of the sled transaction log",
+    ),
+    (
+        "node-id",
+        "1000",
+        "broker id of this node in Metadata and FindCoordinator answers",
+    ),
+    (
+        "bootstrap-servers",
+        "",
+        "brokers leading the data partitions (HOST:PORT,...; a TOML array works too)",
+    ),
+    (
+        "metrics-listen",
+        "",
+        "serve /metrics, /health and /ready on HOST:PORT (default: off)",
+    ),
+    (
+        "log-format",
+        "text",
+        "text, or json (one JSON object per line)",
+    ),
+];
+
+/// How the daemon writes its log lines (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (tracing-subscriber's default format).
+    #[default]
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
+}
+
+impl LogFormat {
+    /// The value naming this format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }
+    }
+
+    /// Parses `text` or `json`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim() {
+            "text" => Some(Self::Text),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+}
+
+/// The `serve` flags read from the configuration file or `--set` ([`SERVE_KEYS`]); `None`:
+/// not given there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServeKeys {
+    /// `listen`.
+    pub listen: Option<String>,
+    /// `advertised-listener`.
+    pub advertised_listener: Option<String>,
+    /// `data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `node-id`.
+    pub node_id: Option<i32>,
+    /// `bootstrap-servers`.
+    pub bootstrap_servers: Option<Vec<String>>,
+    /// `metrics-listen` (`Some(None)`: given empty, i.e. off).
+    pub metrics_listen: Option<Option<String>>,
+    /// `log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+fn host_port(key: &str, value: &str) -> Result<String, SettingsError> {
+    let v = value.trim();
+    super::split_host_port(v).map_err(|e| bad(key, value, format!("{e:#}")))?;
+    Ok(v.to_owned())
+}
+
+impl ServeKeys {
+    /// Sets `key` if it is one of [`SERVE_KEYS`]; `Ok(false)` if it is not.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, SettingsError> {
+        match key {
+            "listen" => self.listen = Some(host_port(key, value)?),
+            "advertised-listener" => {
+                self.advertised_listener = if value.trim().is_empty() {
+                    None
+                } else {
+                    Some(host_port(key, value)?)
+                };
+            }
+            "data-dir" => {
+                if value.trim().is_empty() {
+                    return Err(bad(key, value, "must not be empty"));
+                }
+                self.data_dir = Some(PathBuf::from(value.trim()));
+            }
+            "node-id" => self.node_id = Some(int(key, value, false)?),
+            "bootstrap-servers" => {
+                let mut servers = Vec::new();
+                for b in value.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+                    servers.push(host_port(key, b)?);
+                }
+                self.bootstrap_servers = Some(servers);
+            }
+            "metrics-listen" => {
+                self.metrics_listen = Some(if value.trim().is_empty() {
+                    None
+                } else {
+                    Some(host_port(key, value)?)
+                });
+            }
+            "log-format" => {
+                self.log_format = Some(
+                    LogFormat::parse(value)
+                        .ok_or_else(|| bad(key, value, "must be text or json"))?,
+                );
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// What `serve` (and `dump-log`) read from `--config FILE` and `--set`: the [`Settings`] and
+/// the [`ServeKeys`], and which keys were given at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// The keys of [`KEYS`].
+    pub settings: Settings,
+    /// The keys of [`SERVE_KEYS`].
+    pub flags: ServeKeys,
+    /// Every key given in the file or with `--set`.
+    pub given: BTreeSet<String>,
+}
+
+impl ServeConfig {
+    /// Sets `key` (of [`SERVE_KEYS`] or [`KEYS`]) to `value`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), SettingsError> {
+        if !self.flags.set(key, value)? {
+            self.settings.set(key, value)?;
+        }
+        self.given.insert(key.to_owned());
+        Ok(())
+    }
+
+    /// Applies a TOML document (see [`Settings::apply_toml`]).
+    pub fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), SettingsError> {
+        for (k, v) in toml_pairs(path, text)? {
+            self.set(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Applies one `KEY=VALUE` override.
+    pub fn apply_override(&mut self, kv: &str) -> Result<(), SettingsError> {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(SettingsError::NotKeyValue(kv.to_owned()));
+        };
+        self.set(k.trim(), v.trim())
+    }
+
+    /// Whether `key` was given in the file or with `--set`.
+    pub fn is_given(&self, key: &str) -> bool {
+        self.given.contains(key)
+    }
+}
+
 /// The keys, their defaults and a one-line description (for docs and `--help`).
 pub const KEYS: &[(&str, &str, &str)] = &[
     (
@@ -157,6 +342,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "producer.id.block.size",
         "1000",
         "producer ids reserved durably per block",
+    ),
+    (
+        "txn.park.max.ms",
+        "1000",
+        "how long a request that meets its id's transaction completing waits for it (0: answer CONCURRENT_TRANSACTIONS at once, as Kafka)",
     ),
     (
         "socket.request.max.bytes",
@@ -267,6 +457,7 @@ impl Settings {
                 e.offsets_topic_num_partitions = int(key, value, true)?
             }
             "producer.id.block.size" => e.producer_id_block_size = int(key, value, true)?,
+            "txn.park.max.ms" => e.park_max_ms = int(key, value, false)?,
             "socket.request.max.bytes" => {
                 let n: i32 = int(key, value, true)?;
                 self.socket_request_max_bytes =
@@ -337,15 +528,7 @@ impl Settings {
     /// Applies a TOML document. Keys may be written quoted (`"transaction.version" = 2`) or as
     /// TOML dotted keys (`transaction.version = 2`); both name the same Kafka key.
     pub fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), SettingsError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| SettingsError::File {
-                    path: path.to_owned(),
-                    reason: e.message().to_owned(),
-                })?;
-        let mut flat = BTreeMap::new();
-        flatten("", &toml::Value::Table(table), &mut flat);
-        for (k, v) in flat {
+        for (k, v) in toml_pairs(path, text)? {
             self.set(&k, &v)?;
         }
         Ok(())
@@ -403,6 +586,7 @@ impl Settings {
                     "transaction.version" => e.transaction_version.to_string(),
                     "offsets.topic.num.partitions" => e.offsets_topic_num_partitions.to_string(),
                     "producer.id.block.size" => e.producer_id_block_size.to_string(),
+                    "txn.park.max.ms" => e.park_max_ms.to_string(),
                     "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
                     "max.connections" => self.max_connections.to_string(),
                     "request.timeout.ms" => self.request_timeout_ms.to_string(),
@@ -442,6 +626,28 @@ fn sync_mode_name(m: SyncMode) -> &'static str {
     }
 }
 
+/// Every key of a TOML document with its value as a string: dotted keys joined with `.`,
+/// arrays joined with `,`.
+fn toml_pairs(path: &str, text: &str) -> Result<BTreeMap<String, String>, SettingsError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| SettingsError::File {
+            path: path.to_owned(),
+            reason: e.message().to_owned(),
+        })?;
+    let mut flat = BTreeMap::new();
+    flatten("", &toml::Value::Table(table), &mut flat);
+    Ok(flat)
+}
+
+fn scalar(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(a) => a.iter().map(scalar).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
 fn flatten(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
     match v {
         toml::Value::Table(t) => {
@@ -454,11 +660,8 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
                 flatten(&key, v, out);
             }
         }
-        toml::Value::String(s) => {
-            out.insert(prefix.to_owned(), s.clone());
-        }
         other => {
-            out.insert(prefix.to_owned(), other.to_string());
+            out.insert(prefix.to_owned(), scalar(other));
         }
     }
 }
@@ -514,6 +717,62 @@ mod tests {
         assert_eq!(s.engine.transaction_version, 1);
         let e = s.apply_override("txn.log.sync=never").expect_err("mode");
         assert!(e.to_string().contains("txn.log.sync"), "{e}");
+    }
+
+    #[test]
+    fn every_serve_flag_is_a_key() {
+        let mut c = ServeConfig::default();
+        c.apply_toml(
+            "c.toml",
+            "listen = \"0.0.0.0:9094\"\nadvertised-listener = \"coord.example:9094\"\n\
+             data-dir = \"/var/lib/txn\"\nnode-id = 7\n\
+             bootstrap-servers = [\"b1:9092\", \"b2:9092\"]\nmetrics-listen = \"127.0.0.1:9100\"\n\
+             log-format = \"json\"\n\"transaction.version\" = 1\n\
+             etcd.endpoints = [\"http://e1:2379\", \"http://e2:2379\"]\n",
+        )
+        .expect("parses");
+        let f = &c.flags;
+        assert_eq!(f.listen.as_deref(), Some("0.0.0.0:9094"));
+        assert_eq!(f.advertised_listener.as_deref(), Some("coord.example:9094"));
+        assert_eq!(
+            f.data_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/txn"))
+        );
+        assert_eq!(f.node_id, Some(7));
+        assert_eq!(
+            f.bootstrap_servers.as_deref(),
+            Some(&["b1:9092".to_owned(), "b2:9092".to_owned()][..])
+        );
+        assert_eq!(f.metrics_listen, Some(Some("127.0.0.1:9100".to_owned())));
+        assert_eq!(f.log_format, Some(LogFormat::Json));
+        assert_eq!(c.settings.engine.transaction_version, 1);
+        assert_eq!(c.settings.etcd_endpoints.len(), 2);
+        assert!(c.is_given("node-id") && !c.is_given("transaction.state.log.num.partitions"));
+        c.apply_override("bootstrap-servers=b3:9092").expect("set");
+        assert_eq!(f_servers(&c), ["b3:9092"]);
+        for bad in [
+            "listen=nowhere",
+            "log-format=xml",
+            "node-id=x",
+            "bootstrap-servers=a:1,b",
+        ] {
+            let e = c.apply_override(bad).expect_err(bad);
+            let key = bad.split('=').next().unwrap_or_default();
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        // Every key of the table is accepted, and is no engine key.
+        for (k, default, _) in SERVE_KEYS {
+            assert!(!KEYS.iter().any(|(k2, _, _)| k2 == k), "{k}");
+            if !default.is_empty() {
+                ServeConfig::default()
+                    .set(k, default)
+                    .expect("default parses");
+            }
+        }
+    }
+
+    fn f_servers(c: &ServeConfig) -> Vec<String> {
+        c.flags.bootstrap_servers.clone().unwrap_or_default()
     }
 
     #[test]

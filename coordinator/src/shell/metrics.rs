@@ -1,10 +1,11 @@
 //! Prometheus metrics of the shell and the daemon (`prometheus-client` types, text encoding).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::{EngineMetrics, ErrorCode};
@@ -14,6 +15,54 @@ use crate::{EngineMetrics, ErrorCode};
 pub struct ApiLabels {
     /// Kafka API name, e.g. `InitProducerId`.
     pub api: String,
+}
+
+/// Labels of the build information gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version, e.g. `0.1.0`.
+    pub version: String,
+}
+
+/// A counter whose value mirrors a monotone count kept elsewhere (the marker writer's retries,
+/// the sled log's group-commit totals), copied in with [`MirroredCounter::set`] before each
+/// scrape. It is exposed as a Prometheus counter (`..._total`), as a cumulative value must be.
+#[derive(Debug, Clone, Default)]
+pub struct MirroredCounter(Gauge);
+
+impl MirroredCounter {
+    /// Copies in the current total (negative values read as 0); returns the previous one.
+    pub fn set(&self, total: i64) -> i64 {
+        self.0.set(total.max(0))
+    }
+
+    /// The current total.
+    pub fn get(&self) -> i64 {
+        self.0.get()
+    }
+}
+
+impl TypedMetric for MirroredCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for MirroredCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let v = u64::try_from(self.0.get()).unwrap_or(0);
+        encoder.encode_counter::<NoLabelSet, _, u64>(&v, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// The constructor of the per-API request latency histograms.
+type HistogramFn = fn() -> Histogram;
+
+/// Buckets of the request latency histograms: 100 µs to about 13 s, doubling.
+fn request_duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
 /// Labels of the per-API error counter.
@@ -48,6 +97,8 @@ pub struct Metrics {
     pub requests: Family<ApiLabels, Counter>,
     /// Error answers by API and error.
     pub errors: Family<ApiErrorLabels, Counter>,
+    /// Seconds from a request frame read to its response encoded, by API (daemon).
+    pub request_duration_seconds: Family<ApiLabels, Histogram, HistogramFn>,
     /// Transactions begun.
     pub transactions_begun: Counter,
     /// Transactions committed (CompleteCommit durable).
@@ -62,8 +113,8 @@ pub struct Metrics {
     pub transactional_ids_expired: Counter,
     /// Marker jobs submitted and not yet reported.
     pub markers_pending: Gauge,
-    /// Marker request retries (as reported by the marker sink).
-    pub marker_retries: Gauge,
+    /// Marker request retries (as reported by the marker sink; a counter).
+    pub marker_retries: MirroredCounter,
     /// Marker jobs submitted.
     pub marker_jobs: Counter,
     /// Log partitions currently loaded.
@@ -83,12 +134,14 @@ pub struct Metrics {
     pub connections: Gauge,
     /// Connections closed because of bad input (daemon).
     pub connections_rejected: Counter,
-    /// Group-commit batches of the sled log (daemon; set at scrape time).
-    pub group_commit_batches: Gauge,
-    /// Write requests committed in those batches (daemon; set at scrape time).
-    pub group_commit_requests: Gauge,
+    /// Group-commit batches of the sled log (daemon; set at scrape time; a counter).
+    pub group_commit_batches: MirroredCounter,
+    /// Write requests committed in those batches (daemon; set at scrape time; a counter).
+    pub group_commit_requests: MirroredCounter,
     /// Largest group-commit batch (daemon; set at scrape time).
     pub group_commit_largest_batch: Gauge,
+    /// Always 1, labelled with the version of this build.
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -103,6 +156,7 @@ impl Metrics {
         Self {
             requests: Family::default(),
             errors: Family::default(),
+            request_duration_seconds: Family::new_with_constructor(request_duration_histogram),
             transactions_begun: Counter::default(),
             transactions_committed: Counter::default(),
             transactions_aborted: Counter::default(),
@@ -110,7 +164,7 @@ impl Metrics {
             producers_fenced: Counter::default(),
             transactional_ids_expired: Counter::default(),
             markers_pending: Gauge::default(),
-            marker_retries: Gauge::default(),
+            marker_retries: MirroredCounter::default(),
             marker_jobs: Counter::default(),
             partitions_loaded: Gauge::default(),
             partition_coordinator_epoch: Family::default(),
@@ -120,9 +174,17 @@ impl Metrics {
             log_append_failures: Counter::default(),
             connections: Gauge::default(),
             connections_rejected: Counter::default(),
-            group_commit_batches: Gauge::default(),
-            group_commit_requests: Gauge::default(),
+            group_commit_batches: MirroredCounter::default(),
+            group_commit_requests: MirroredCounter::default(),
             group_commit_largest_batch: Gauge::default(),
+            build_info: {
+                let f = Family::<BuildLabels, Gauge>::default();
+                f.get_or_create(&BuildLabels {
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                })
+                .set(1);
+                f
+            },
         }
     }
 
@@ -134,6 +196,11 @@ impl Metrics {
             "errors",
             "Error answers by API and error code",
             self.errors.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from a request read to its response ready, by API",
+            self.request_duration_seconds.clone(),
         );
         r.register(
             "transactions_begun",
@@ -235,6 +302,28 @@ impl Metrics {
             "Largest group-commit batch",
             self.group_commit_largest_batch.clone(),
         );
+        r.register(
+            "build_info",
+            "Build information: always 1, labelled with the version",
+            self.build_info.clone(),
+        );
+    }
+
+    /// Records how long one request of `api` took, from its frame read to its response ready.
+    pub fn observe_request(&self, api: &str, elapsed: std::time::Duration) {
+        self.request_duration_seconds
+            .get_or_create(&ApiLabels {
+                api: api.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Whether `partition` is loaded and served here: its coordinator-epoch series exists
+    /// exactly from the end of its load until it is unloaded or its driver stops.
+    pub fn is_partition_loaded(&self, partition: txn_log::LogPartition) -> bool {
+        self.partition_coordinator_epoch
+            .get(&LogPartitionLabels::of(partition))
+            .is_some()
     }
 
     /// Counts one request of `api` answered with `error`.
@@ -286,5 +375,76 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_histograms_counters_and_build_info_are_exposed() {
+        let m = Metrics::new();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        m.observe_request("EndTxn", std::time::Duration::from_millis(3));
+        m.observe_request("EndTxn", std::time::Duration::from_millis(30));
+        m.marker_retries.set(4);
+        m.group_commit_batches.set(7);
+        m.group_commit_requests.set(-1);
+        let text = Metrics::encode(&registry);
+        assert!(
+            text.contains("# TYPE txn_coordinator_request_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("txn_coordinator_request_duration_seconds_count{api=\"EndTxn\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "txn_coordinator_request_duration_seconds_bucket{le=\"0.0064\",api=\"EndTxn\"} 1"
+            ) || text.contains(
+                "txn_coordinator_request_duration_seconds_bucket{api=\"EndTxn\",le=\"0.0064\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE txn_coordinator_marker_retries counter")
+                && text.contains("txn_coordinator_marker_retries_total 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("txn_coordinator_group_commit_batches_total 7")
+                && text.contains("txn_coordinator_group_commit_requests_total 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "txn_coordinator_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        // Every cumulative series is a counter: nothing typed gauge ends in _total.
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut w = line.split_whitespace().skip(2);
+            let (name, kind) = (w.next().unwrap_or(""), w.next().unwrap_or(""));
+            assert!(!(kind == "gauge" && name.ends_with("_total")), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_partition_is_loaded_while_its_epoch_series_exists() {
+        let m = Metrics::new();
+        let p = txn_log::LogPartition(3);
+        assert!(!m.is_partition_loaded(p));
+        m.partition_coordinator_epoch
+            .get_or_create(&LogPartitionLabels::of(p))
+            .set(2);
+        assert!(m.is_partition_loaded(p));
+        m.partition_coordinator_epoch
+            .remove(&LogPartitionLabels::of(p));
+        assert!(!m.is_partition_loaded(p));
     }
 }
