@@ -104,8 +104,8 @@ async fn run(label: &str, partitions: u32) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };
-    let batches = gauge("txn_coordinator_group_commit_batches");
-    let requests = gauge("txn_coordinator_group_commit_requests");
+    let batches = gauge("txn_coordinator_group_commit_batches_total");
+    let requests = gauge("txn_coordinator_group_commit_requests_total");
     assert!(gauge("txn_coordinator_transactions_committed_total") >= txns as f64);
     println!(
         "{label}: {CLIENTS} clients x {TXNS_PER_CLIENT} transactions: {txns} committed in {secs:.2} s = {:.0} txn/s; \

@@ -1,8 +1,20 @@
 //! `refbroker`: the reference broker (see `txn_tests::refbroker` and
-//! `docs/broker-integration.md`).
+//! `docs/broker-integration.md`). `refbroker --help` lists the flags.
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // --help and --version exit 0 here; a malformed command line exits 2 with clap's message.
+    let args = txn_tests::refbroker::Args::parse();
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("refbroker: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -10,6 +22,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = txn_tests::refbroker::parse_args(std::env::args().skip(1))?;
-    txn_tests::refbroker::run(config).await
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("refbroker: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(txn_tests::refbroker::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("refbroker: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }

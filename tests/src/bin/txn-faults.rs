@@ -25,13 +25,57 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Parser;
+
 use txn_tests::fault::client::TxnVersion;
 use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions};
 use txn_tests::fault::process::bin_path;
 use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run_on, seed_from_env};
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<ExitCode> {
+/// The command line; every flag may be repeated (the last one counts).
+#[derive(Debug, Parser)]
+#[command(
+    name = "txn-faults",
+    about = "Long fault-injection run of the txn-coordinator daemon and three refbrokers \
+             (docs/reliability.md)",
+    args_override_self = true,
+    after_help = "Binaries: txn-coordinator and refbroker next to this one, or \
+                  TXN_COORDINATOR_BIN / TXN_FAULT_BIN_REFBROKER; etcd on the PATH or TXN_ETCD_BIN \
+                  for --cluster. Exit status 1 if an anomaly was found."
+)]
+struct Args {
+    /// Seconds of workload per round.
+    #[arg(long, default_value_t = 300)]
+    secs: u64,
+    /// Seed of the first round (default: TXN_FAULT_SEED, else from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// W1 producers (one transactional id each).
+    #[arg(long, default_value_t = 4)]
+    producers: u32,
+    /// W2 producers sharing one transactional id.
+    #[arg(long, default_value_t = 2)]
+    shared: u32,
+    /// read_committed consumers polling during the run.
+    #[arg(long, default_value_t = 2)]
+    consumers: u32,
+    /// Transaction version of the producers: 1 (EndTxn v3) or 2.
+    #[arg(long, default_value = "2", value_parser = ["1", "2"])]
+    tv: String,
+    /// Keep the process logs here (one directory per round).
+    #[arg(long = "log-dir", value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+    /// Rounds to run; stops at the first invalid one.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
+    /// Cluster mode: 3 etcd members and 3 daemons on the etcd log.
+    #[arg(long)]
+    cluster: bool,
+}
+
+fn main() -> ExitCode {
+    // --help exits 0 here; a malformed command line exits 2 with clap's message.
+    let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -39,40 +83,44 @@ async fn main() -> anyhow::Result<ExitCode> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut secs = 300u64;
-    let mut seed = seed_from_env();
-    let mut producers = 4u32;
-    let mut shared = 2u32;
-    let mut consumers = 2u32;
-    let mut tv = TxnVersion::Tv2;
-    let mut log_dir: Option<PathBuf> = None;
-    let mut rounds = 1u32;
-    let mut cluster = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut v = || {
-            args.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--secs" => secs = v()?.parse()?,
-            "--seed" => seed = v()?.parse()?,
-            "--producers" => producers = v()?.parse()?,
-            "--shared" => shared = v()?.parse()?,
-            "--consumers" => consumers = v()?.parse()?,
-            "--tv" => {
-                tv = if v()? == "1" {
-                    TxnVersion::Tv1
-                } else {
-                    TxnVersion::Tv2
-                }
-            }
-            "--log-dir" => log_dir = Some(v()?.into()),
-            "--rounds" => rounds = v()?.parse()?,
-            "--cluster" => cluster = true,
-            other => anyhow::bail!("unknown argument {other:?}"),
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("txn-faults: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("txn-faults: {e:#}");
+            ExitCode::from(1)
         }
     }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let Args {
+        secs,
+        seed,
+        producers,
+        shared,
+        consumers,
+        tv,
+        log_dir,
+        rounds,
+        cluster,
+    } = args;
+    let seed = seed.unwrap_or_else(seed_from_env);
+    let tv = if tv == "1" {
+        TxnVersion::Tv1
+    } else {
+        TxnVersion::Tv2
+    };
     let daemon_bin = std::env::var_os("TXN_COORDINATOR_BIN")
         .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from);
     let mut seeds = Rng::new(seed);

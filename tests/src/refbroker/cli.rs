@@ -30,8 +30,10 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use clap::Parser;
 
 use super::{Config, NodeAddr};
 
@@ -70,56 +72,114 @@ fn parse_addr(s: &str) -> anyhow::Result<NodeAddr> {
     })
 }
 
-/// Parses the command line (without the program name).
+/// The command line as given (values checked by [`Args::into_config`]). Every flag but
+/// `--topics`, `--cluster` and `--set` (which add up when repeated) may be repeated; the last
+/// one counts.
+#[derive(Debug, Parser)]
+#[command(
+    name = "refbroker",
+    about = "Reference Kafka broker of the txn-coordinator test suite (a test rig, not a production broker)",
+    long_about = None,
+    args_override_self = true,
+    after_help = "Tuning keys (--set KEY=VALUE): group.initial.rebalance.delay.ms (0), \
+                  group.min.session.timeout.ms (1000), group.max.session.timeout.ms (300000), \
+                  fetch.max.wait.ms (1000), log.flush (fsync | none), and every key of \
+                  `txn-coordinator serve --set` for the embedded coordinator. \
+                  See docs/broker-integration.md."
+)]
+pub struct Args {
+    /// Address to accept clients on; port 0 picks a free one (printed on stdout as
+    /// `refbroker listening on ADDR`). Required.
+    #[arg(long, value_name = "HOST:PORT", allow_hyphen_values = true)]
+    pub listen: Option<String>,
+    /// Directory of the broker's partition logs and offsets. Required.
+    #[arg(long = "data-dir", value_name = "DIR", allow_hyphen_values = true)]
+    pub data_dir: Option<PathBuf>,
+    /// Topics this broker hosts (repeatable).
+    #[arg(long, value_name = "NAME:PARTITIONS[,...]", allow_hyphen_values = true)]
+    pub topics: Vec<String>,
+    /// This broker's id (default 1).
+    #[arg(long = "node-id", value_name = "N", allow_hyphen_values = true)]
+    pub node_id: Option<String>,
+    /// Every broker of the cluster with its id, this one included (repeatable).
+    #[arg(long, value_name = "ID=HOST:PORT[,...]", allow_hyphen_values = true)]
+    pub cluster: Vec<String>,
+    /// Run the transaction coordinator in this process.
+    #[arg(long = "embedded-coordinator")]
+    pub embedded_coordinator: bool,
+    /// Standalone txn-coordinator daemons (several: a coordinator cluster on etcd).
+    #[arg(long, value_name = "HOST:PORT[,...]", allow_hyphen_values = true)]
+    pub coordinator: Option<String>,
+    /// Node id Metadata gives a single daemon until it has been probed (default 1000).
+    #[arg(
+        long = "coordinator-node-id",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub coordinator_node_id: Option<String>,
+    /// Partitions of __consumer_offsets (default 50).
+    #[arg(
+        long = "offsets-partitions",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub offsets_partitions: Option<String>,
+    /// A tuning or coordinator key (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", allow_hyphen_values = true)]
+    pub set: Vec<String>,
+}
+
+/// Parses the command line (without the program name). `--help` comes back as an error
+/// carrying the help text; the binary uses [`Args::parse`] and [`Args::into_config`].
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Config> {
-    let mut args = args.into_iter();
-    let mut listen: Option<SocketAddr> = None;
-    let mut data_dir = None;
-    let mut topics = Vec::new();
-    let mut node_id = 1;
-    let mut cluster = BTreeMap::new();
-    let mut embedded = false;
-    let mut coordinator = None;
-    let mut coordinator_node_id = 1000;
-    let mut offsets_partitions = None;
-    let mut settings = BTreeMap::new();
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--listen" => {
-                let v = value()?;
-                listen = Some(
-                    v.to_socket_addrs()
-                        .with_context(|| format!("cannot resolve {v:?}"))?
-                        .next()
-                        .with_context(|| format!("{v:?} resolves to nothing"))?,
-                );
-            }
-            "--data-dir" => data_dir = Some(value()?.into()),
-            "--topics" => {
-                for t in value()?.split(',').filter(|t| !t.is_empty()) {
-                    let (name, n) = t
-                        .rsplit_once(':')
-                        .with_context(|| format!("topic {t:?} is not NAME:PARTITIONS"))?;
-                    let n: i32 = n.parse().with_context(|| format!("bad count in {t:?}"))?;
-                    if n <= 0 || name.is_empty() || name.starts_with("__") {
-                        bail!("topic {t:?}: need a non-internal name and a positive count");
-                    }
-                    topics.push((name.to_owned(), n));
+    let a = Args::try_parse_from(std::iter::once("refbroker".to_owned()).chain(args))
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+    a.into_config()
+}
+
+impl Args {
+    /// Checks the values and builds the broker configuration.
+    pub fn into_config(self) -> anyhow::Result<Config> {
+        let mut listen: Option<SocketAddr> = None;
+        if let Some(v) = &self.listen {
+            listen = Some(
+                v.to_socket_addrs()
+                    .with_context(|| format!("cannot resolve {v:?}"))?
+                    .next()
+                    .with_context(|| format!("{v:?} resolves to nothing"))?,
+            );
+        }
+        let data_dir = self.data_dir;
+        let mut topics = Vec::new();
+        for value in &self.topics {
+            for t in value.split(',').filter(|t| !t.is_empty()) {
+                let (name, n) = t
+                    .rsplit_once(':')
+                    .with_context(|| format!("topic {t:?} is not NAME:PARTITIONS"))?;
+                let n: i32 = n.parse().with_context(|| format!("bad count in {t:?}"))?;
+                if n <= 0 || name.is_empty() || name.starts_with("__") {
+                    bail!("topic {t:?}: need a non-internal name and a positive count");
                 }
+                topics.push((name.to_owned(), n));
             }
-            "--node-id" => node_id = value()?.parse().context("--node-id")?,
-            "--cluster" => {
-                for n in value()?.split(',').filter(|n| !n.is_empty()) {
-                    let (id, addr) = n
-                        .split_once('=')
-                        .with_context(|| format!("cluster entry {n:?} is not ID=HOST:PORT"))?;
-                    cluster.insert(id.parse().context("cluster node id")?, parse_addr(addr)?);
-                }
+        }
+        let node_id: i32 = match &self.node_id {
+            Some(v) => v.parse().context("--node-id")?,
+            None => 1,
+        };
+        let mut cluster = BTreeMap::new();
+        for value in &self.cluster {
+            for n in value.split(',').filter(|n| !n.is_empty()) {
+                let (id, addr) = n
+                    .split_once('=')
+                    .with_context(|| format!("cluster entry {n:?} is not ID=HOST:PORT"))?;
+                cluster.insert(id.parse().context("cluster node id")?, parse_addr(addr)?);
             }
-            "--embedded-coordinator" => embedded = true,
-            "--coordinator" => {
-                let addrs = value()?
+        }
+        let embedded = self.embedded_coordinator;
+        let coordinator = match &self.coordinator {
+            Some(v) => {
+                let addrs = v
                     .split(',')
                     .filter(|a| !a.is_empty())
                     .map(parse_addr)
@@ -127,24 +187,54 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Conf
                 if addrs.is_empty() {
                     bail!("--coordinator needs at least one HOST:PORT");
                 }
-                coordinator = Some(addrs);
+                Some(addrs)
             }
-            "--coordinator-node-id" => {
-                coordinator_node_id = value()?.parse().context("--coordinator-node-id")?;
-            }
-            "--offsets-partitions" => {
-                offsets_partitions = Some(value()?.parse().context("--offsets-partitions")?);
-            }
-            "--set" => {
-                let v = value()?;
-                let (k, val) = v
-                    .split_once('=')
-                    .with_context(|| format!("--set {v:?} is not KEY=VALUE"))?;
-                settings.insert(k.to_owned(), val.to_owned());
-            }
-            other => bail!("unknown argument {other:?}"),
+            None => None,
+        };
+        let coordinator_node_id: i32 = match &self.coordinator_node_id {
+            Some(v) => v.parse().context("--coordinator-node-id")?,
+            None => 1000,
+        };
+        let offsets_partitions: Option<i32> = match &self.offsets_partitions {
+            Some(v) => Some(v.parse().context("--offsets-partitions")?),
+            None => None,
+        };
+        let mut settings = BTreeMap::new();
+        for v in &self.set {
+            let (k, val) = v
+                .split_once('=')
+                .with_context(|| format!("--set {v:?} is not KEY=VALUE"))?;
+            settings.insert(k.to_owned(), val.to_owned());
         }
+        check(
+            listen,
+            data_dir,
+            topics,
+            node_id,
+            cluster,
+            embedded,
+            coordinator,
+            coordinator_node_id,
+            offsets_partitions,
+            settings,
+        )
     }
+}
+
+/// The checks across flags.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    topics: Vec<(String, i32)>,
+    node_id: i32,
+    cluster: BTreeMap<i32, NodeAddr>,
+    embedded: bool,
+    coordinator: Option<Vec<NodeAddr>>,
+    coordinator_node_id: i32,
+    offsets_partitions: Option<i32>,
+    settings: BTreeMap<String, String>,
+) -> anyhow::Result<Config> {
     let coordinator = match (embedded, coordinator) {
         (true, None) => CoordinatorMode::Embedded,
         (false, Some(addrs)) => CoordinatorMode::Standalone {
@@ -245,6 +335,47 @@ mod tests {
             )))
             .unwrap();
             assert_eq!(c.settings.get("log.flush").map(String::as_str), Some(v));
+        }
+    }
+
+    #[test]
+    fn repeated_flags_add_up_or_the_last_one_counts_as_before() {
+        let c = parse_args(args(
+            "--listen 127.0.0.1:1 --listen 127.0.0.1:2 --data-dir d --topics a:1 --topics b:2 \
+             --embedded-coordinator --node-id 2 --cluster 1=h:1 --cluster 2=h:2 --set a.b=1 \
+             --set fetch.max.wait.ms=5",
+        ));
+        // a.b is no key: refused, as before.
+        assert!(c.is_err());
+        let c = parse_args(args(
+            "--listen 127.0.0.1:1 --listen 127.0.0.1:2 --data-dir d --topics a:1 --topics b:2 \
+             --embedded-coordinator --node-id 2 --cluster 1=h:1 --cluster 2=h:2 \
+             --set fetch.max.wait.ms=5 --set log.flush=none",
+        ))
+        .unwrap();
+        assert_eq!(c.listen.port(), 2);
+        assert_eq!(c.topics.len(), 2);
+        assert_eq!(c.cluster.len(), 2);
+        assert_eq!(c.settings.len(), 2);
+    }
+
+    #[test]
+    fn help_names_every_flag() {
+        let e = parse_args(args("--help")).expect_err("help is not a configuration");
+        let help = e.to_string();
+        for flag in [
+            "--listen",
+            "--data-dir",
+            "--topics",
+            "--node-id",
+            "--cluster",
+            "--embedded-coordinator",
+            "--coordinator ",
+            "--coordinator-node-id",
+            "--offsets-partitions",
+            "--set",
+        ] {
+            assert!(help.contains(flag), "{flag}: {help}");
         }
     }
 

@@ -22,7 +22,7 @@ pub mod process;
 mod server;
 mod txn;
 
-pub use cli::{CoordinatorMode, parse_args};
+pub use cli::{Args, CoordinatorMode, parse_args};
 pub use cluster::{Cluster, NodeAddr};
 pub use server::{Broker, run};
 
