@@ -2,7 +2,7 @@
 # Scenario runner for txn-bench (see docs/performance.md).
 #
 #   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
-#                                     crabka etcd plots
+#                                     crabka etcd parking plots
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -209,6 +209,28 @@ scenario_etcd() {
     wait "$epid" 2>/dev/null || true
 }
 
+# Parking (txn.park.max.ms) on and off, sled and etcd, coordinator alone (null broker), same run:
+# 64 producers, TV1, one partition per transaction. 0 is Kafka's immediate CONCURRENT_TRANSACTIONS.
+scenario_parking() {
+    local d="$OUT/data/parking" endpoints park
+    mkdir -p "$d"
+    "$BIN/etcd-cluster" --members 3 >"$d/etcd.out" 2>"$d/etcd.err" &
+    local epid=$!
+    wait_for "$d/etcd.out" "etcd endpoints:" 60
+    endpoints=$(sed -n 's/^etcd endpoints: //p' "$d/etcd.out")
+    for park in 0 1000; do
+        start_daemon_null "$d/sled-$park" --set "txn.park.max.ms=$park"
+        bench "sled-park$park" "$OUT/parking-sled-$park.json" --producers 64 || true
+        stop_servers
+        start_daemon_null "$d/etcd-$park" --set txn.log.backend=etcd --set "etcd.endpoints=$endpoints" \
+            --set "etcd.key.prefix=/bench-park-$park" --set "txn.park.max.ms=$park"
+        bench "etcd-park$park" "$OUT/parking-etcd-$park.json" --producers 64 || true
+        stop_servers
+    done
+    kill -TERM "$epid" 2>/dev/null || true
+    wait "$epid" 2>/dev/null || true
+}
+
 scenario_ceiling() {
     mkdir -p "$OUT/data/fsync"
     log "fsync probe (load: $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -372,7 +394,7 @@ scenario_plots() {
 machine_info
 build
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka etcd plots)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka etcd parking plots)
 for s in "${SCENARIOS[@]}"; do
     log "=== scenario $s"
     "scenario_$s" || { log "scenario $s failed"; cleanup; PIDS=(); }
