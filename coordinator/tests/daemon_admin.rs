@@ -171,11 +171,71 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         );
     }
     assert!(
-        metrics.contains("txn_coordinator_group_commit_batches"),
+        metrics.contains("# TYPE txn_coordinator_group_commit_batches counter")
+            && metrics.contains("txn_coordinator_group_commit_batches_total "),
         "{metrics}"
     );
+    // Per-API latency histograms, counted like the requests.
+    assert!(
+        metrics.contains("# TYPE txn_coordinator_request_duration_seconds histogram"),
+        "{metrics}"
+    );
+    for api in [
+        "InitProducerId",
+        "AddPartitionsToTxn",
+        "EndTxn",
+        "ListTransactions",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l
+                .starts_with("txn_coordinator_request_duration_seconds_count{")
+                && l.contains(&format!("api=\"{api}\""))
+                && !l.ends_with(" 0")),
+            "{api}: {metrics}"
+        );
+    }
+    // Process metrics and build information.
+    for name in [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name}: {metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("txn_coordinator_build_info{version=\"0.1.0\"} 1"),
+        "{metrics}"
+    );
+    // Nothing cumulative is typed as a gauge.
+    for line in metrics.lines().filter(|l| l.starts_with("# TYPE ")) {
+        assert!(
+            !(line.ends_with(" gauge") && line.contains("_total")),
+            "{line}"
+        );
+    }
     let nf = http_get(&format!("{}x", d.metrics_url.as_deref().expect("url"))).await;
     assert!(nf.starts_with("HTTP/1.1 404"), "{nf}");
+    let base = d
+        .metrics_url
+        .as_deref()
+        .expect("url")
+        .trim_end_matches("/metrics")
+        .to_owned();
+    let health = http_get(&format!("{base}/health")).await;
+    assert!(
+        health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"),
+        "{health}"
+    );
+    // Every partition is loaded (the ready line was printed).
+    let ready = http_get(&format!("{base}/ready")).await;
+    assert!(
+        ready.starts_with("HTTP/1.1 200") && ready.ends_with("ready\n"),
+        "{ready}"
+    );
 
     // dump-log needs the daemon stopped (sled locks its directory).
     assert!(d.terminate().success());
@@ -207,7 +267,92 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     ]);
     assert!(st.success(), "{err}");
     assert!(out.contains("\"transactionalId\":\"fine\""), "{out}");
+    // Every persisted field, nextProducerEpoch included.
+    for field in [
+        "\"producerId\":",
+        "\"prevProducerId\":",
+        "\"nextProducerId\":",
+        "\"producerEpoch\":",
+        "\"lastProducerEpoch\":",
+        "\"nextProducerEpoch\":",
+        "\"txnTimeoutMs\":",
+        "\"state\":",
+        "\"partitions\":",
+        "\"txnStartTimestamp\":",
+        "\"txnLastUpdateTimestamp\":",
+        "\"clientTransactionVersion\":",
+    ] {
+        assert!(out.contains(field), "{field}: {out}");
+    }
     let (st, _, err) = run_cli(&["dump-log", "--data-dir", "/nonexistent/dir"]);
     assert!(!st.success());
     assert!(err.contains("holds no transaction log"), "{err}");
+}
+
+#[test]
+fn help_exits_zero_and_names_the_new_flags() {
+    let (st, out, err) = run_cli(&["--help"]);
+    assert!(st.success(), "{err}");
+    assert!(out.contains("serve") && out.contains("dump-log"), "{out}");
+    let (st, out, err) = run_cli(&["serve", "--help"]);
+    assert!(st.success(), "{err}");
+    for flag in [
+        "--listen",
+        "--advertised-listener",
+        "--data-dir",
+        "--node-id",
+        "--bootstrap-servers",
+        "--config",
+        "--set",
+        "--metrics-listen",
+        "--log-format",
+        // The flags as configuration keys.
+        "data-dir (default ./txn-data)",
+        "log-format (default text)",
+    ] {
+        assert!(out.contains(flag), "{flag}: {out}");
+    }
+    let (st, out, err) = run_cli(&["abort", "--help"]);
+    assert!(st.success(), "{err}");
+    assert!(out.contains("--timeout-ms"), "{out}");
+    // A bare txn-coordinator prints its usage and fails (the README says so).
+    let (st, _, err) = run_cli(&[]);
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(err.contains("Usage: txn-coordinator"), "{err}");
+}
+
+/// `abort` gives up after --timeout-ms with exit 1 when the id does not become idle: without
+/// brokers the abort markers cannot be delivered, so the fenced transaction stays in
+/// PrepareAbort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_that_cannot_complete_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = Daemon::start(
+        dir.path(),
+        &["--set", "transaction.state.log.num.partitions=2"],
+    );
+    let addr = d.addr.to_string();
+    let mut c = d.conn().await;
+    let (p, e) = init_ok(&mut c, "stuck", 60_000).await;
+    let r = c
+        .call(&add_req_v3("stuck", p, e, &[("t", 0)]), 0)
+        .await
+        .expect("add");
+    assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
+    let started = std::time::Instant::now();
+    let (st, out, err) = run_cli(&[
+        "abort",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "stuck",
+        "--timeout-ms",
+        "1500",
+    ]);
+    assert_eq!(st.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains("gave up after 1500 ms") && err.contains("PrepareAbort"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
 }

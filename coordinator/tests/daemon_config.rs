@@ -172,3 +172,102 @@ async fn changing_the_partition_count_of_an_existing_log_is_refused() {
         "Empty"
     );
 }
+
+/// Every `serve` flag is also a key of the file (`--flag` is the key `flag`); the command
+/// line wins. Here the file sets the node id, the metrics endpoint and JSON logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_flags_from_the_config_file_and_json_logs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "node-id = 4242\nmetrics-listen = \"127.0.0.1:0\"\nlog-format = \"json\"\n\
+         listen = \"127.0.0.1:1\"\n",
+    )
+    .expect("write");
+    // The fixture's --listen 127.0.0.1:0 wins over the file's listen.
+    let d = Daemon::start(
+        &dir.path().join("data"),
+        &["--config", file.to_str().expect("utf8")],
+    );
+    assert!(d.metrics_url.is_some(), "metrics-listen from the file");
+    let mut c = d.conn().await;
+    let r = c
+        .call(
+            &kafka_protocol::messages::FindCoordinatorRequest::default()
+                .with_key(s("x"))
+                .with_key_type(1),
+            3,
+        )
+        .await
+        .expect("find coordinator");
+    assert_eq!(r.node_id.0, 4242);
+    let log = d.stderr();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(
+            l.starts_with('{') && l.ends_with('}') && l.contains("\"level\":"),
+            "not a JSON log line: {l}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("effective configuration") && l.contains("\"fields\"")),
+        "{log}"
+    );
+}
+
+/// `dump-log --config FILE` reads the partition count the log was written with when the file
+/// does not set it (it used to read 50 whenever --config was given), takes the data directory
+/// from the file, and refuses a count that contradicts the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dump_log_with_a_config_file_uses_the_recorded_partition_count() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().join("data");
+    let mut d = Daemon::start(&data, &["--set", "transaction.state.log.num.partitions=60"]);
+    let mut c = d.conn().await;
+    // Ids in log partitions 50..60 are the ones a 50-partition read misses.
+    let ids: Vec<String> = (0..200)
+        .map(|i| format!("id-{i}"))
+        .filter(|id| txn_log::kafka_partition_for(txn_log::java_string_hash(id), 60) >= 50)
+        .take(3)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    for id in &ids {
+        init_ok(&mut c, id, 1000).await;
+    }
+    assert!(d.terminate().success());
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "data-dir = \"{}\"\n\"transaction.max.timeout.ms\" = 60000\n",
+            data.display()
+        ),
+    )
+    .expect("write");
+    let conf = file.to_str().expect("utf8");
+    let (st, out, err) = run_cli(&["dump-log", "--config", conf]);
+    assert!(st.success(), "{err}");
+    for id in &ids {
+        assert!(
+            out.contains(&format!("transactionalId={id} ")),
+            "{id}: {out}"
+        );
+    }
+    assert!(out.contains("# __transaction_state-5"), "{out}");
+    let (st, _, err) = run_cli(&[
+        "dump-log",
+        "--config",
+        conf,
+        "--set",
+        "transaction.state.log.num.partitions=50",
+    ]);
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is 50") && err.contains("written with 60"),
+        "{err}"
+    );
+}

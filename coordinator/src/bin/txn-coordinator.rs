@@ -384,9 +384,18 @@ fn main() -> ExitCode {
         .iter()
         .map(|(k, default, what)| format!("  {k} (default {default}): {what}\n"))
         .collect();
+    let flag_keys: String = server::SERVE_KEYS
+        .iter()
+        .map(|(k, default, what)| {
+            let default = if default.is_empty() { "none" } else { default };
+            format!("  {k} (default {default}): {what}\n")
+        })
+        .collect();
     let command = Cli::command().mut_subcommand("serve", |c| {
         c.after_help(format!(
-            "Configuration keys (--config FILE or --set KEY=VALUE):\n{keys}"
+            "Configuration keys (--config FILE or --set KEY=VALUE):\n{keys}\n\
+             The flags as keys (a flag on the command line wins over --set, which wins over \
+             the file):\n{flag_keys}"
         ))
     });
     let matches = command.get_matches();

@@ -128,7 +128,7 @@ pub const SERVE_KEYS: &[(&str, &str, &str)] = &[
     (
         "advertised-listener",
         "",
-        "address Metadata and FindCoordinator give clients (default: the bound address)",
+        "address Metadata and FindCoordinator give clients (none: the bound address)",
     ),
     (
         "data-dir",
@@ -148,7 +148,7 @@ pub const SERVE_KEYS: &[(&str, &str, &str)] = &[
     (
         "metrics-listen",
         "",
-        "serve /metrics, /health and /ready on HOST:PORT (default: off)",
+        "serve /metrics, /health and /ready on HOST:PORT (none: off)",
     ),
     (
         "log-format",
