@@ -117,3 +117,90 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     assert!(text.contains("\"transactionalId\":\"app\""), "{text}");
     assert!(text.contains("\"transactionalId\":\"other\""), "{text}");
 }
+
+/// `GET path` on `addr`: (status code, body).
+async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.ok()?;
+    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_string(&mut out))
+        .await
+        .ok()?
+        .ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// `/ready` on etcd: each daemon is ready once the partitions it owns in its view are loaded;
+/// with two daemons settled, both are ready and the log partitions they serve (their
+/// `partition_coordinator_epoch` series) are disjoint and cover all 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_means_this_daemons_share_is_loaded() {
+    let etcd = EtcdCluster::start(1).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let endpoints = etcd.endpoints_arg();
+    let mut metrics = Vec::new();
+    let mut daemons = Vec::new();
+    for node in [1, 2] {
+        let m = format!("127.0.0.1:{}", free_port().expect("port"));
+        let extra = [
+            "--set",
+            "transaction.state.log.num.partitions=8",
+            "--metrics-listen",
+            m.as_str(),
+        ];
+        daemons.push(daemon_on_etcd(node, &endpoints, dir.path(), &extra).expect("daemon"));
+        metrics.push(m);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    loop {
+        assert!(std::time::Instant::now() < deadline, "not settled: {last}");
+        let mut served: Vec<Vec<u32>> = Vec::new();
+        let mut all_ready = true;
+        last.clear();
+        for m in &metrics {
+            let ready = http_get(m, "/ready").await;
+            match &ready {
+                Some((200, body)) => assert_eq!(body, "ready\n"),
+                Some((503, body)) => {
+                    assert!(body.starts_with("not ready: "), "{body}");
+                    all_ready = false;
+                }
+                other => panic!("/ready answered {other:?}"),
+            }
+            let (status, text) = http_get(m, "/metrics").await.expect("metrics");
+            assert_eq!(status, 200);
+            let parts: Vec<u32> = text
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("txn_coordinator_partition_coordinator_epoch{partition=\"")?
+                        .split('"')
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            last.push_str(&format!("{m}: {ready:?} serves {parts:?}; "));
+            served.push(parts);
+        }
+        let mut union: Vec<u32> = served.concat();
+        union.sort_unstable();
+        if all_ready
+            && union == (0..8).collect::<Vec<u32>>()
+            && served.iter().all(|s| !s.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // /health answers throughout.
+    for m in &metrics {
+        assert_eq!(http_get(m, "/health").await, Some((200, "ok\n".to_owned())));
+    }
+    drop(daemons);
+}
