@@ -207,7 +207,10 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         );
     }
     assert!(
-        metrics.contains("txn_coordinator_build_info{version=\"0.1.0\"} 1"),
+        metrics.contains(&format!(
+            "txn_coordinator_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{metrics}"
     );
     // Nothing cumulative is typed as a gauge.
