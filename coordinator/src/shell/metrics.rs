@@ -111,6 +111,10 @@ pub struct Metrics {
     pub producers_fenced: Counter,
     /// Transactional ids removed by expiry.
     pub transactional_ids_expired: Counter,
+    /// Requests parked until their id's previous transaction completed (`txn.park.max.ms`).
+    pub requests_parked: Counter,
+    /// Parked requests answered CONCURRENT_TRANSACTIONS after the whole wait.
+    pub parked_requests_timed_out: Counter,
     /// Marker jobs submitted and not yet reported.
     pub markers_pending: Gauge,
     /// Marker request retries (as reported by the marker sink; a counter).
@@ -163,6 +167,8 @@ impl Metrics {
             transactions_timed_out: Counter::default(),
             producers_fenced: Counter::default(),
             transactional_ids_expired: Counter::default(),
+            requests_parked: Counter::default(),
+            parked_requests_timed_out: Counter::default(),
             markers_pending: Gauge::default(),
             marker_retries: MirroredCounter::default(),
             marker_jobs: Counter::default(),
@@ -221,6 +227,16 @@ impl Metrics {
             "transactions_timed_out",
             "Transactions aborted by the timeout reaper",
             self.transactions_timed_out.clone(),
+        );
+        r.register(
+            "requests_parked",
+            "Requests held until their transactional id's previous transaction completed",
+            self.requests_parked.clone(),
+        );
+        r.register(
+            "parked_requests_timed_out",
+            "Held requests answered CONCURRENT_TRANSACTIONS after txn.park.max.ms",
+            self.parked_requests_timed_out.clone(),
         );
         r.register(
             "producers_fenced",
@@ -366,6 +382,12 @@ impl Metrics {
         self.transactional_ids_expired.inc_by(d(
             before.transactional_ids_expired,
             after.transactional_ids_expired,
+        ));
+        self.requests_parked
+            .inc_by(d(before.requests_parked, after.requests_parked));
+        self.parked_requests_timed_out.inc_by(d(
+            before.parked_requests_timed_out,
+            after.parked_requests_timed_out,
         ));
     }
 

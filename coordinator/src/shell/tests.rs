@@ -414,3 +414,56 @@ async fn a_log_written_with_another_partition_count_fails_to_load_as_corrupt() {
     }
     c.shutdown().await;
 }
+
+/// Parking through the shell: the next transaction's AddPartitionsToTxn waits while the
+/// markers are held, is answered NONE once they complete, and a parked request whose markers
+/// never come is answered CONCURRENT_TRANSACTIONS when the clock passes `txn.park.max.ms`.
+#[tokio::test]
+async fn an_add_after_commit_waits_for_the_markers_then_for_the_clock() {
+    let h = harness(false);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "park").await;
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    let a = h
+        .coordinator
+        .add_partitions_to_txn(add("park", pid, epoch, "t"))
+        .await;
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    let e = h.coordinator.end_txn(end("park", pid, epoch, true)).await;
+    assert_eq!(e.error, ErrorCode::NONE);
+
+    let c = h.coordinator.clone();
+    let next =
+        tokio::spawn(async move { c.add_partitions_to_txn(add("park", pid, epoch, "u")).await });
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!next.is_finished(), "answered while the markers are out");
+    assert_eq!(h.coordinator.metrics().requests_parked.get(), 1);
+    assert_eq!(h.markers.complete_held(MarkerJobOutcome::Completed), 1);
+    let a = next.await.expect("join");
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+
+    // The second transaction's markers are never completed: the next add waits out the park.
+    let e = h.coordinator.end_txn(end("park", pid, epoch, false)).await;
+    assert_eq!(e.error, ErrorCode::NONE);
+    let c = h.coordinator.clone();
+    let next =
+        tokio::spawn(async move { c.add_partitions_to_txn(add("park", pid, epoch, "v")).await });
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!next.is_finished());
+    h.clock.advance(Config::default().park_max_ms - 1);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!next.is_finished(), "answered before the wait ran out");
+    h.clock.advance(1);
+    let a = next.await.expect("join");
+    assert_eq!(
+        a.results[0].partitions[0].1,
+        ErrorCode::CONCURRENT_TRANSACTIONS
+    );
+    assert_eq!(h.coordinator.metrics().parked_requests_timed_out.get(), 1);
+}
