@@ -2,7 +2,8 @@
 # Scenario runner for txn-bench (see docs/performance.md).
 #
 #   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
-#                                     crabka etcd parking plots
+#                                     crabka etcd parking plots; ab (not in the default list:
+#                                     OLD_DAEMON=<old txn-coordinator> against this tree's)
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -135,7 +136,7 @@ start_daemon_null() {
         --create-partitions "$TOPIC_PARTITIONS" >"$d/null.out" 2>"$d/null.err" &
     local npid=$!
     PIDS+=("$npid")
-    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
+    RUST_LOG=warn "${DAEMON:-$BIN/txn-coordinator}" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
         --bootstrap-servers "127.0.0.1:$nport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
     local dpid=$!
     PIDS+=("$dpid")
@@ -229,6 +230,20 @@ scenario_parking() {
     done
     kill -TERM "$epid" 2>/dev/null || true
     wait "$epid" 2>/dev/null || true
+}
+
+# An older daemon binary against this tree's, alternating, coordinator alone (null broker), sled:
+# 64 producers, TV1, one partition per transaction. OLD_DAEMON=path/to/old/txn-coordinator.
+scenario_ab() {
+    local d="$OUT/data/ab" which
+    [ -x "${OLD_DAEMON:-}" ] || { log "ab needs OLD_DAEMON=<an older txn-coordinator binary>"; return 1; }
+    mkdir -p "$d"
+    for which in old new old new; do
+        if [ $which = old ]; then DAEMON=$OLD_DAEMON; else DAEMON=$BIN/txn-coordinator; fi
+        DAEMON=$DAEMON start_daemon_null "$d/$which-$RANDOM"
+        bench "$which" "$OUT/ab-$which.json" --producers 64 || true
+        stop_servers
+    done
 }
 
 scenario_ceiling() {

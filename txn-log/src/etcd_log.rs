@@ -61,8 +61,8 @@ use crate::codec;
 use crate::log::next_epoch;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
-    ProducerIdBlock, TxnLog,
+    Appending, CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
+    ProducerId, ProducerIdBlock, TxnLog, append_failed,
 };
 
 /// Settings of an [`EtcdTxnLog`].
@@ -450,24 +450,29 @@ impl TxnLog for EtcdTxnLog {
             .await
     }
 
-    async fn append(
+    fn append(
         &self,
         partition: LogPartition,
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
-    ) -> Result<(), LogError> {
+    ) -> Appending {
         let (done, rx) = oneshot::channel();
-        let call = self.encode(partition, epoch, &batch, done)?;
+        let call = match self.encode(partition, epoch, &batch, done) {
+            Ok(call) => call,
+            Err(e) => return append_failed(e),
+        };
         if !Round::default().fits(&self.config, &call) {
-            return Err(LogError::InvalidArgument(format!(
+            return append_failed(LogError::InvalidArgument(format!(
                 "an append of {} entries exceeds one etcd transaction ({} operations, {} bytes)",
                 batch.len(),
                 self.config.max_txn_ops,
                 self.config.max_txn_bytes
             )));
         }
-        self.writer().send(call).map_err(|_| LogError::Closed)?;
-        rx.await.unwrap_or(Err(LogError::Closed))
+        if self.writer().send(call).is_err() {
+            return append_failed(LogError::Closed);
+        }
+        Box::pin(async move { rx.await.unwrap_or(Err(LogError::Closed)) })
     }
 
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {

@@ -51,7 +51,7 @@ pub use ids::{
     CoordinatorEpoch, InvalidTransactionalId, LogPartition, ProducerEpoch, ProducerId,
     TopicPartition, TransactionalId, java_string_hash, kafka_partition_for,
 };
-pub use log::TxnLog;
+pub use log::{Appending, TxnLog, append_failed};
 pub use mem::MemTxnLog;
 pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
 #[cfg(feature = "sled")]

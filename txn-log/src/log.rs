@@ -1,5 +1,8 @@
 //! The `TxnLog` trait: the storage seam of the coordinator.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 
 use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerIdBlock};
@@ -25,8 +28,9 @@ use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition,
 ///    append with epoch `c` lands.
 /// 3. **Atomic batches.** An `append` batch is applied entirely or not at all, also across a
 ///    crash.
-/// 4. **Ordered per partition.** Appends to one partition are applied in the order their calls
-///    were made; a later entry for an id replaces an earlier one.
+/// 4. **Ordered per partition.** Appends to one partition are applied in the order of their
+///    `append` calls (the call, not the first poll of its future, fixes the order); a later
+///    entry for an id replaces an earlier one.
 /// 5. **Faithful load.** `load` returns, for every id whose last entry is an upsert, exactly that
 ///    record, plus the stored coordinator epoch. A record that fails verification is reported as
 ///    `Corrupt` naming the partition and key; it is never skipped silently.
@@ -49,19 +53,32 @@ pub trait TxnLog: Send + Sync + 'static {
     /// `Ok`.
     async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError>;
 
-    /// Appends `batch` to `partition` as coordinator `epoch`. Durable on `Ok`.
-    async fn append(
+    /// Starts appending `batch` to `partition` as coordinator `epoch` and returns the
+    /// [`Appending`] that resolves when it is durable (`Ok`) or failed. The call queues the
+    /// append: it proceeds whether or not the future is polled, and its place among the
+    /// partition's appends is the place of this call (guarantee 4), so a caller may start
+    /// several appends and await them in any order. It must not block.
+    fn append(
         &self,
         partition: LogPartition,
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
-    ) -> Result<(), LogError>;
+    ) -> Appending;
 
     /// Reads the live state of `partition`.
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError>;
 
     /// Reserves `len` fresh producer ids. Durable on `Ok`.
     async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError>;
+}
+
+/// An append started by [`TxnLog::append`]: resolves once it is durable, or with the error
+/// that stopped it.
+pub type Appending = Pin<Box<dyn Future<Output = Result<(), LogError>> + Send + 'static>>;
+
+/// An [`Appending`] that has already failed with `err`.
+pub fn append_failed(err: LogError) -> Appending {
+    Box::pin(std::future::ready(Err(err)))
 }
 
 /// The epoch [`TxnLog::claim_next`] claims after `stored`: 0 for a partition never claimed.

@@ -45,8 +45,8 @@ use async_trait::async_trait;
 use crate::log::next_epoch;
 use crate::sync::{Arc, Mutex};
 use crate::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
-    ProducerIdBlock, TransactionalId, TxnLog, TxnRecord,
+    Appending, CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
+    ProducerId, ProducerIdBlock, TransactionalId, TxnLog, TxnRecord, append_failed,
 };
 
 /// When writes to a [`MemTxnLog`] become durable.
@@ -554,14 +554,16 @@ impl TxnLog for MemTxnLog {
         Ok(epoch)
     }
 
-    async fn append(
+    fn append(
         &self,
         partition: LogPartition,
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
-    ) -> Result<(), LogError> {
-        let ticket = self.append_sync(partition, epoch, batch)?;
-        self.wait_durable(ticket).await
+    ) -> Appending {
+        match self.append_sync(partition, epoch, batch) {
+            Ok(ticket) => Box::pin(self.wait_durable(ticket)),
+            Err(e) => append_failed(e),
+        }
     }
 
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {

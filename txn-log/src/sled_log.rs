@@ -2,8 +2,9 @@
 //!
 //! # Write path
 //!
-//! Every write (`claim`, `append`, `allocate_block`) is queued (bounded, [`SledConfig::queue_capacity`])
-//! to one writer thread. The writer takes up to [`SledConfig::max_batch`] queued requests and,
+//! Every write (`claim`, `append`, `allocate_block`) is queued, in call order, to one writer
+//! thread. The queue is not bounded: `append` must not block (see [`TxnLog::append`]), and its
+//! callers bound it (the coordinator has at most one append in flight per transactional id). The writer takes up to [`SledConfig::max_batch`] queued requests and,
 //! in queue order:
 //!
 //! 1. checks each request against the coordinator epochs it holds (loaded at open, updated only
@@ -40,8 +41,8 @@ use crate::codec;
 use crate::log::next_epoch;
 use crate::sync::{Arc, Mutex};
 use crate::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerId,
-    ProducerIdBlock, TxnLog,
+    Appending, CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
+    ProducerId, ProducerIdBlock, TxnLog, append_failed,
 };
 
 /// How a committed batch is made durable.
@@ -67,8 +68,6 @@ pub struct SledConfig {
     /// Most write requests coalesced into one batch, flush and fsync (default 512). `1` gives
     /// one fsync per request (no group commit), for comparison.
     pub max_batch: usize,
-    /// Capacity of the queue in front of the writer (default 4096); callers wait for room.
-    pub queue_capacity: usize,
     /// How long `open` retries while the database's file lock is held (default 5 s). sled
     /// releases the lock of a dropped database only when its background work and deferred
     /// (epoch-based) destruction have finished, which can lag a `drop` by milliseconds; a
@@ -88,7 +87,6 @@ impl SledConfig {
             path: path.into(),
             sync_mode: SyncMode::Fsync,
             max_batch: 512,
-            queue_capacity: 4096,
             lock_wait: Duration::from_secs(5),
             cache_capacity: Self::DEFAULT_CACHE_BYTES,
         }
@@ -189,7 +187,7 @@ struct Request {
 pub struct SledTxnLog {
     tree: sled::Tree,
     shared: Arc<Shared>,
-    tx: Mutex<Option<mpsc::Sender<Request>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -242,9 +240,9 @@ impl SledTxnLog {
     /// are verified when loaded ([`TxnLog::load`]) or by [`SledTxnLog::verify_all`]. Blocking
     /// (file I/O); from async code call it inside `spawn_blocking`.
     pub fn open(config: SledConfig) -> Result<Self, LogError> {
-        if config.max_batch == 0 || config.queue_capacity == 0 {
+        if config.max_batch == 0 {
             return Err(LogError::InvalidArgument(
-                "max_batch and queue_capacity must be positive".into(),
+                "max_batch must be positive".into(),
             ));
         }
         std::fs::create_dir_all(&config.path)?;
@@ -290,7 +288,7 @@ impl SledTxnLog {
             File::open(parent)?.sync_all()?;
         }
 
-        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let (tx, rx) = mpsc::unbounded_channel();
         let handle = std::thread::Builder::new()
             .name("txn-log-writer".into())
             .spawn(move || writer.run(rx))?;
@@ -343,13 +341,19 @@ impl SledTxnLog {
         Ok(n)
     }
 
-    async fn submit(&self, op: Op) -> Result<Reply, LogError> {
+    /// Queues `op` for the writer (in call order); the receiver gets its answer.
+    fn enqueue(&self, op: Op) -> Result<oneshot::Receiver<Result<Reply, LogError>>, LogError> {
         self.shared.check_poisoned()?;
-        let tx = self.tx.lock().clone().ok_or(LogError::Closed)?;
         let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock();
+        let tx = tx.as_ref().ok_or(LogError::Closed)?;
         tx.send(Request { op, reply })
-            .await
             .map_err(|_| LogError::Closed)?;
+        Ok(rx)
+    }
+
+    async fn submit(&self, op: Op) -> Result<Reply, LogError> {
+        let rx = self.enqueue(op)?;
         rx.await.map_err(|_| LogError::Closed)?
     }
 }
@@ -370,15 +374,16 @@ impl TxnLog for SledTxnLog {
         self.submit(Op::Claim(partition, epoch)).await.map(|_| ())
     }
 
-    async fn append(
+    fn append(
         &self,
         partition: LogPartition,
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
-    ) -> Result<(), LogError> {
-        self.submit(Op::Append(partition, epoch, batch))
-            .await
-            .map(|_| ())
+    ) -> Appending {
+        match self.enqueue(Op::Append(partition, epoch, batch)) {
+            Ok(rx) => Box::pin(async move { rx.await.map_err(|_| LogError::Closed)?.map(|_| ()) }),
+            Err(e) => append_failed(e),
+        }
     }
 
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {
@@ -471,7 +476,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+    fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
         let mut group = Vec::with_capacity(self.max_batch);
         while let Some(first) = rx.blocking_recv() {
             group.push(first);

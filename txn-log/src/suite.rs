@@ -87,6 +87,7 @@ pub async fn run_all<L: TxnLog, F: FnMut() -> L>(mut make: F) {
     batches_apply_entirely_and_the_last_entry_for_an_id_wins(&make()).await;
     tombstones_remove_ids(&make()).await;
     appends_apply_in_call_order(&make()).await;
+    the_call_orders_appends_not_the_poll(&make()).await;
     partitions_are_independent(&make()).await;
     producer_id_blocks_never_overlap(&make()).await;
     zero_length_block_is_invalid(&make()).await;
@@ -292,6 +293,51 @@ pub async fn appends_apply_in_call_order<L: TxnLog + ?Sized>(log: &L) {
         let loaded = log.load(P).await.expect("load");
         assert_eq!(loaded.records, vec![(tid("t"), record(i, s, parts))]);
     }
+}
+
+/// `append` queues at the call: appends started one after the other apply in that order even
+/// when their futures are awaited the other way round, and an append whose future is dropped
+/// unpolled still applies (before the ones started after it).
+pub async fn the_call_orders_appends_not_the_poll<L: TxnLog + ?Sized>(log: &L) {
+    log.claim(P, E1).await.expect("claim");
+    let first = log.append(
+        P,
+        E1,
+        vec![LogEntry::upsert(tid("t"), record(1, TxnState::Empty, 0))],
+    );
+    let second = log.append(
+        P,
+        E1,
+        vec![LogEntry::upsert(tid("t"), record(2, TxnState::Ongoing, 1))],
+    );
+    second.await.expect("second");
+    first.await.expect("first");
+    let loaded = log.load(P).await.expect("load");
+    assert_eq!(
+        loaded.records,
+        vec![(tid("t"), record(2, TxnState::Ongoing, 1))]
+    );
+    drop(log.append(
+        P,
+        E1,
+        vec![LogEntry::upsert(tid("u"), record(3, TxnState::Empty, 0))],
+    ));
+    log.append(
+        P,
+        E1,
+        vec![LogEntry::upsert(tid("v"), record(4, TxnState::Ongoing, 1))],
+    )
+    .await
+    .expect("after the dropped one");
+    let loaded = log.load(P).await.expect("load");
+    assert_eq!(
+        loaded.records,
+        vec![
+            (tid("t"), record(2, TxnState::Ongoing, 1)),
+            (tid("u"), record(3, TxnState::Empty, 0)),
+            (tid("v"), record(4, TxnState::Ongoing, 1)),
+        ]
+    );
 }
 
 /// Epochs and records of one partition do not leak into another.

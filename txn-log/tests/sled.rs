@@ -461,7 +461,6 @@ fn group_commit_respects_max_batch_and_counts() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = SledConfig::new(dir.path());
     config.max_batch = 4;
-    config.queue_capacity = 8;
     let log = SledTxnLog::open(config).unwrap();
     block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
     for i in 0..5 {

@@ -1,16 +1,18 @@
 //! One driver task per owned log partition: owns the [`Engine`], feeds it inputs and executes
 //! its effects in order (house style §11.3 rule 7).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
-use txn_log::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition};
+use txn_log::{Appending, CoordinatorEpoch, LoadedPartition, LogError, LogPartition};
 
 use super::metrics::LogPartitionLabels;
 use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared, trail};
@@ -44,10 +46,6 @@ pub(crate) enum Msg {
         result: Result<(CoordinatorEpoch, LoadedPartition), LogError>,
         started: Instant,
     },
-    AppendDone {
-        io: IoId,
-        result: Result<(), LogError>,
-    },
     Markers(MarkerJobDone),
     Unload {
         done: oneshot::Sender<()>,
@@ -63,11 +61,12 @@ pub(crate) struct Driver {
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Msg>,
     tx: mpsc::UnboundedSender<Msg>,
-    appends: mpsc::UnboundedSender<(IoId, CoordinatorEpoch, Vec<LogEntry>)>,
+    /// The appends started and not yet finished, in any order of completion (the log
+    /// orders them by the `append` calls, made in the engine's order).
+    appends: FuturesUnordered<InFlight>,
     markers: mpsc::UnboundedSender<MarkerJob>,
     waiting: HashMap<RequestId, oneshot::Sender<Response>>,
     next_request: u64,
-    appends_in_flight: usize,
     /// Bumped on every load and unload, so that a stale load result is ignored.
     generation: u64,
     load_waiters: Vec<oneshot::Sender<Result<CoordinatorEpoch, LogError>>>,
@@ -88,7 +87,6 @@ impl Driver {
         // Unloading a fresh engine only emits `Unloaded`; nothing to execute.
         let _ = engine.drain_effects();
         let shared_for_watch = shared.clone();
-        let appends = spawn_appender(partition, shared.clone(), tx.clone());
         let markers = spawn_marker_submitter(shared.clone());
         let driver = Self {
             partition,
@@ -96,11 +94,10 @@ impl Driver {
             shared,
             rx,
             tx: tx.clone(),
-            appends,
+            appends: FuturesUnordered::new(),
             markers,
             waiting: HashMap::new(),
             next_request: 1,
-            appends_in_flight: 0,
             generation: 0,
             load_waiters: Vec::new(),
             loaded_gauge: false,
@@ -130,23 +127,28 @@ impl Driver {
             } else {
                 self.engine.poll_timeout()
             };
-            let timer = deadline.map(|d| self.shared.clock.sleep_until(d));
-            let msg = match timer {
-                Some(t) => tokio::select! {
-                    m = self.rx.recv() => m,
-                    () = t => {
-                        let now = self.shared.clock.now_ms();
-                        self.engine.handle_timeout(now);
-                        self.execute();
-                        continue;
-                    }
-                },
-                None => self.rx.recv().await,
+            let sleep = deadline.map(|d| self.shared.clock.sleep_until(d));
+            let timer = async move {
+                match sleep {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
+                }
             };
-            let Some(msg) = msg else { break };
-            self.handle(msg);
+            tokio::select! {
+                msg = self.rx.recv() => {
+                    let Some(msg) = msg else { break };
+                    self.handle(msg);
+                }
+                Some(done) = self.appends.next(), if !self.appends.is_empty() => {
+                    self.append_finished(done);
+                }
+                () = timer => {
+                    let now = self.shared.clock.now_ms();
+                    self.engine.handle_timeout(now);
+                }
+            }
             self.execute();
-            if self.shutdown.is_some() && self.appends_in_flight == 0 {
+            if self.shutdown.is_some() && self.appends.is_empty() {
                 break;
             }
         }
@@ -161,6 +163,30 @@ impl Driver {
                 .remove(&LogPartitionLabels::of(self.partition));
         }
         tracing::debug!("driver stopped");
+    }
+
+    /// An append finished: metrics, the trail, then the engine.
+    fn append_finished(&mut self, (io, result, started, trail): AppendOutcome) {
+        self.shared
+            .metrics
+            .log_append_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {
+                if let Some(t) = trail {
+                    t.emit(self.shared.clock.now_ms().0);
+                }
+                self.engine.handle_append_done(io);
+            }
+            Err(e) => {
+                self.shared.metrics.log_append_failures.inc();
+                tracing::warn!(error = %e, "log append failed");
+                if matches!(e, LogError::Poisoned { .. }) {
+                    self.shared.log_poisoned(&e);
+                }
+                self.engine.handle_append_failed(io, e);
+            }
+        }
     }
 
     fn now(&self) -> Millis {
@@ -235,20 +261,6 @@ impl Driver {
                         for w in waiters {
                             let _ = w.send(Err(e.clone()));
                         }
-                    }
-                }
-            }
-            Msg::AppendDone { io, result } => {
-                self.appends_in_flight = self.appends_in_flight.saturating_sub(1);
-                match result {
-                    Ok(()) => self.engine.handle_append_done(io),
-                    Err(e) => {
-                        self.shared.metrics.log_append_failures.inc();
-                        tracing::warn!(error = %e, "log append failed");
-                        if matches!(e, LogError::Poisoned { .. }) {
-                            self.shared.log_poisoned(&e);
-                        }
-                        self.engine.handle_append_failed(io, e);
                     }
                 }
             }
@@ -341,11 +353,20 @@ impl Driver {
                     entries,
                 } => {
                     debug_assert_eq!(partition, self.partition);
-                    self.appends_in_flight += 1;
-                    if self.appends.send((io, coordinator_epoch, entries)).is_err() {
-                        self.appends_in_flight -= 1;
-                        self.engine.handle_append_failed(io, LogError::Closed);
-                    }
+                    // The call queues the append in the log: its order among this partition's
+                    // appends is fixed here, in the engine's order.
+                    let started = Instant::now();
+                    let trail = trail::capture(&*self.shared.clock, coordinator_epoch, &entries);
+                    let appending = self
+                        .shared
+                        .log
+                        .append(partition, coordinator_epoch, entries);
+                    self.appends.push(InFlight {
+                        io,
+                        started,
+                        trail,
+                        appending,
+                    });
                 }
                 Effect::Respond { to, response } => {
                     if let Some(w) = self.waiting.remove(&to) {
@@ -427,80 +448,27 @@ impl Driver {
     }
 }
 
-type AppendFuture = Pin<Box<dyn Future<Output = AppendOutcome> + Send>>;
-
 /// A finished append: its id, result, start, and its entries if the trail is on.
 type AppendOutcome = (IoId, Result<(), LogError>, Instant, Option<trail::Pending>);
 
-/// Appends of one partition, pipelined: each append is started (polled once) as soon as it
-/// arrives, in arrival order, so the log sees the calls in the order the engine made them
-/// (its ordering obligation) while several are in flight and can share a group commit.
-fn spawn_appender(
-    partition: LogPartition,
-    shared: Arc<Shared>,
-    driver: mpsc::UnboundedSender<Msg>,
-) -> mpsc::UnboundedSender<(IoId, CoordinatorEpoch, Vec<LogEntry>)> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(IoId, CoordinatorEpoch, Vec<LogEntry>)>();
-    tokio::spawn(async move {
-        let mut inflight: VecDeque<AppendFuture> = VecDeque::new();
-        let mut finished: Vec<AppendOutcome> = Vec::new();
-        let mut closed = false;
-        loop {
-            let batch = std::future::poll_fn(|cx| {
-                while !closed {
-                    match rx.poll_recv(cx) {
-                        Poll::Ready(Some((io, epoch, entries))) => {
-                            let log = shared.log.clone();
-                            let started = Instant::now();
-                            let trail = trail::capture(&*shared.clock, epoch, &entries);
-                            let mut f: AppendFuture = Box::pin(async move {
-                                let result = log.append(partition, epoch, entries).await;
-                                (io, result, started, trail)
-                            });
-                            match f.as_mut().poll(cx) {
-                                Poll::Ready(out) => finished.push(out),
-                                Poll::Pending => inflight.push_back(f),
-                            }
-                        }
-                        Poll::Ready(None) => closed = true,
-                        Poll::Pending => break,
-                    }
-                }
-                let mut i = 0;
-                while i < inflight.len() {
-                    match inflight[i].as_mut().poll(cx) {
-                        Poll::Ready(out) => {
-                            finished.push(out);
-                            drop(inflight.remove(i));
-                        }
-                        Poll::Pending => i += 1,
-                    }
-                }
-                if !finished.is_empty() {
-                    Poll::Ready(Some(std::mem::take(&mut finished)))
-                } else if closed && inflight.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
-            let Some(batch) = batch else { break };
-            for (io, result, started, trail) in batch {
-                shared
-                    .metrics
-                    .log_append_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                if let (Ok(()), Some(t)) = (&result, trail) {
-                    t.emit(shared.clock.now_ms().0);
-                }
-                if driver.send(Msg::AppendDone { io, result }).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    tx
+/// An append in flight, with what its completion needs.
+struct InFlight {
+    io: IoId,
+    started: Instant,
+    trail: Option<trail::Pending>,
+    appending: Appending,
+}
+
+impl Future for InFlight {
+    type Output = AppendOutcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<AppendOutcome> {
+        let this = self.get_mut();
+        this.appending
+            .as_mut()
+            .poll(cx)
+            .map(|result| (this.io, result, this.started, this.trail.take()))
+    }
 }
 
 /// Submits marker jobs in order (the sink may apply backpressure without stalling the driver).

@@ -137,13 +137,13 @@ impl TxnLog for NodeScopedLog {
         self.inner.claim_next(partition).await
     }
 
-    async fn append(
+    fn append(
         &self,
         partition: LogPartition,
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
-    ) -> Result<(), LogError> {
-        self.inner.append(partition, epoch, batch).await
+    ) -> txn_log::Appending {
+        self.inner.append(partition, epoch, batch)
     }
 
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {
