@@ -1,0 +1,312 @@
+//! InitProducerId: the pre-checks that need no partition, the epoch bump or producer-id
+//! rotation, and the fence of an open transaction.
+
+use super::*;
+
+/// What the pre-checks of InitProducerId decided before any partition is involved.
+pub(super) enum InitPrecheck {
+    Answer(InitProducerIdResponse),
+    Continue(TransactionalId, Option<(ProducerId, ProducerEpoch)>),
+}
+
+/// Answers a request that needs no log partition, or returns `None` if it must be routed to
+/// the engine of `partition_for(id)`.
+///
+/// Covers InitProducerId with a null id (served from `allocator`, nothing persisted), with
+/// half an expectation or an empty id (INVALID_REQUEST) or an invalid timeout
+/// (INVALID_TRANSACTION_TIMEOUT, checked before ownership as Kafka does), and EndTxn /
+/// AddOffsetsToTxn / AddPartitionsToTxn v0-3 with an empty id (INVALID_REQUEST). When the
+/// answer is COORDINATOR_LOAD_IN_PROGRESS because the allocator is empty, the caller should
+/// refill it if [`ProducerIdAllocator::begin_refill`] says so.
+pub fn handle_unrouted(
+    config: &Config,
+    allocator: &ProducerIdAllocator,
+    request: &Request,
+) -> Option<Response> {
+    match request {
+        Request::InitProducerId(r) => match init_precheck(config, allocator, r) {
+            InitPrecheck::Answer(resp) => Some(Response::InitProducerId(resp)),
+            InitPrecheck::Continue(..) => None,
+        },
+        Request::EndTxn(r) if r.transactional_id.is_empty() => Some(Response::EndTxn(
+            EndTxnResponse::error(ErrorCode::INVALID_REQUEST),
+        )),
+        Request::AddOffsetsToTxn(r) if r.transactional_id.is_empty() => {
+            Some(Response::AddOffsetsToTxn(ErrorCode::INVALID_REQUEST))
+        }
+        Request::AddPartitionsToTxn(r)
+            if r.version < 4 && r.transactions.iter().all(|t| t.transactional_id.is_empty()) =>
+        {
+            Some(Response::AddPartitionsToTxn(
+                AddPartitionsToTxnResponse::all(r, ErrorCode::INVALID_REQUEST),
+            ))
+        }
+        _ => None,
+    }
+}
+
+pub(super) fn init_precheck(
+    config: &Config,
+    allocator: &ProducerIdAllocator,
+    r: &InitProducerIdRequest,
+) -> InitPrecheck {
+    let err = |e: ErrorCode| InitPrecheck::Answer(InitProducerIdResponse::error(e));
+    // KafkaApis: exactly one of (ProducerId, ProducerEpoch) set -> INVALID_REQUEST.
+    let expected = match (r.producer_id.is_some(), r.producer_epoch.is_some()) {
+        (false, false) => None,
+        (true, true) => Some((r.producer_id, r.producer_epoch)),
+        _ => return err(ErrorCode::INVALID_REQUEST),
+    };
+    let Some(raw) = r.transactional_id.as_deref() else {
+        return match allocator.next_id() {
+            Some(pid) => InitPrecheck::Answer(InitProducerIdResponse {
+                error: ErrorCode::NONE,
+                producer_id: pid,
+                producer_epoch: ProducerEpoch(0),
+            }),
+            None => err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
+        };
+    };
+    let Ok(id) = TransactionalId::new(raw) else {
+        return err(ErrorCode::INVALID_REQUEST);
+    };
+    if r.transaction_timeout_ms <= 0 || r.transaction_timeout_ms > config.transaction_max_timeout_ms
+    {
+        return err(ErrorCode::INVALID_TRANSACTION_TIMEOUT);
+    }
+    InitPrecheck::Continue(id, expected)
+}
+
+impl Engine {
+    /// The continuation of an InitProducerId's append.
+    pub(super) fn init_producer_id_done(
+        &mut self,
+        to: RequestId,
+        version: i16,
+        (pid, epoch): (ProducerId, ProducerEpoch),
+        error: Option<ErrorCode>,
+    ) {
+        let resp = match error {
+            None => {
+                self.metrics.producer_ids_initialized += 1;
+                InitProducerIdResponse {
+                    error: ErrorCode::NONE,
+                    producer_id: pid,
+                    producer_epoch: epoch,
+                }
+            }
+            Some(e) => InitProducerIdResponse::error(
+                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+            ),
+        };
+        self.respond(to, Response::InitProducerId(resp));
+    }
+
+    /// The continuation of a fence (an InitProducerId's, `to`, or the reaper's): answer the
+    /// caller CONCURRENT_TRANSACTIONS (it retries once the abort completed), write the markers.
+    pub(super) fn fence_abort_done(
+        &mut self,
+        id: &TransactionalId,
+        to: Option<RequestId>,
+        version: i16,
+        timed_out: bool,
+        error: Option<ErrorCode>,
+    ) {
+        if error.is_none() {
+            self.metrics.producers_fenced += 1;
+            if timed_out {
+                self.metrics.transactions_timed_out += 1;
+            }
+        }
+        if let Some(to) = to {
+            let code = error.unwrap_or(ErrorCode::CONCURRENT_TRANSACTIONS);
+            self.respond(
+                to,
+                Response::InitProducerId(InitProducerIdResponse::error(
+                    code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+                )),
+            );
+        }
+        if error.is_none() {
+            self.after_prepare(id);
+        }
+    }
+
+    pub(super) fn handle_init_producer_id(
+        &mut self,
+        to: RequestId,
+        r: InitProducerIdRequest,
+        park_until: Option<Millis>,
+    ) {
+        let version = r.version;
+        let reply = |e: ErrorCode| {
+            Response::InitProducerId(InitProducerIdResponse::error(
+                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+            ))
+        };
+        let (id, expected) = match init_precheck(&self.config, &self.allocator, &r) {
+            InitPrecheck::Answer(resp) => {
+                if resp.error == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+                    && self.allocator.begin_refill()
+                {
+                    self.effects.push_back(Effect::NeedProducerIds {
+                        block_size: self.config.producer_id_block_size,
+                    });
+                }
+                self.respond(to, Response::InitProducerId(resp));
+                return;
+            }
+            InitPrecheck::Continue(id, expected) => (id, expected),
+        };
+        if let Err(e) = self.owner_check(&id) {
+            return self.respond(to, reply(e));
+        }
+        let now = self.now.0;
+        if self.has_pending(&id) {
+            return self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until);
+        }
+        let current = match self.txns.get(&id) {
+            Some(e) => e.record.clone(),
+            None => {
+                let Some(pid) = self.allocate_pid() else {
+                    return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
+                };
+                let fresh = TxnRecord {
+                    producer_id: pid,
+                    prev_producer_id: ProducerId::NONE,
+                    next_producer_id: ProducerId::NONE,
+                    producer_epoch: ProducerEpoch::NONE,
+                    last_producer_epoch: ProducerEpoch::NONE,
+                    next_producer_epoch: ProducerEpoch::NONE,
+                    timeout_ms: r.transaction_timeout_ms,
+                    state: TxnState::Empty,
+                    partitions: BTreeSet::new(),
+                    txn_start_ms: -1,
+                    txn_last_update_ms: now,
+                    client_txn_version: 0,
+                };
+                self.txns.insert(
+                    id.clone(),
+                    Entry {
+                        record: fresh.clone(),
+                        durable: false,
+                        pending: None,
+                    },
+                );
+                fresh
+            }
+        };
+        if let Some((epid, eepoch)) = expected {
+            let valid = current.producer_epoch == ProducerEpoch::NONE
+                || epid == current.producer_id
+                || (epid == current.prev_producer_id && is_epoch_exhausted(eepoch));
+            if !valid {
+                self.drop_if_fresh(&id);
+                return self.respond(to, reply(ErrorCode::PRODUCER_FENCED));
+            }
+        }
+        match current.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until)
+            }
+            TxnState::Ongoing => self.fence_and_abort(&id, Some(to), version, false),
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                let mut next = current.clone();
+                let exhausted = is_epoch_exhausted(current.producer_epoch);
+                if exhausted && expected.is_none_or(|(_, e)| e == current.producer_epoch) {
+                    // Rotation (prepareProducerIdRotation).
+                    let Some(pid) = self.allocate_pid() else {
+                        return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
+                    };
+                    next.prev_producer_id = current.producer_id;
+                    next.producer_id = pid;
+                    next.producer_epoch = ProducerEpoch(0);
+                    next.last_producer_epoch = if expected.is_some() {
+                        current.producer_epoch
+                    } else {
+                        ProducerEpoch::NONE
+                    };
+                } else {
+                    // prepareIncrementProducerEpoch.
+                    match expected {
+                        None => {
+                            next.producer_epoch = ProducerEpoch(current.producer_epoch.0 + 1);
+                            next.last_producer_epoch = ProducerEpoch::NONE;
+                        }
+                        Some((_, e))
+                            if !exhausted
+                                && (e == current.producer_epoch
+                                    || current.producer_epoch == ProducerEpoch::NONE) =>
+                        {
+                            next.producer_epoch = ProducerEpoch(current.producer_epoch.0 + 1);
+                            next.last_producer_epoch = current.producer_epoch;
+                        }
+                        // A retry of a call that already bumped: same epoch, no second bump.
+                        Some((_, e)) if e == current.last_producer_epoch => {}
+                        Some(_) => {
+                            self.drop_if_fresh(&id);
+                            return self.respond(to, reply(ErrorCode::PRODUCER_FENCED));
+                        }
+                    }
+                }
+                assert_transition(&id, current.state, TxnState::Empty);
+                next.state = TxnState::Empty;
+                next.partitions.clear();
+                next.txn_start_ms = -1;
+                next.timeout_ms = r.transaction_timeout_ms;
+                next.txn_last_update_ms = now;
+                next.next_producer_id = ProducerId::NONE;
+                let (pid, epoch) = (next.producer_id, next.producer_epoch);
+                self.begin_one(
+                    &id,
+                    next,
+                    Purpose::InitProducerId {
+                        to,
+                        version,
+                        pid,
+                        epoch,
+                    },
+                );
+            }
+            TxnState::Dead | TxnState::PrepareEpochFence => {
+                panic!("{id}: pending-only state {} in a record", current.state)
+            }
+        }
+    }
+
+    pub(super) fn drop_if_fresh(&mut self, id: &TransactionalId) {
+        if self.txns.get(id).is_some_and(|e| !e.durable) {
+            self.txns.remove(id);
+        }
+    }
+
+    /// Kafka's `prepareFenceProducerEpoch` + `endTransaction(ABORT, isFromClient = false)`:
+    /// one PrepareAbort record with the epoch bumped once (trunk behaviour, also for TV2) and
+    /// last epoch -1. The PrepareEpochFence state is pending-only and never persisted.
+    pub(super) fn fence_and_abort(
+        &mut self,
+        id: &TransactionalId,
+        to: Option<RequestId>,
+        version: i16,
+        timed_out: bool,
+    ) {
+        let current = self.txns.get(id).expect("exists").record.clone();
+        assert_transition(id, current.state, TxnState::PrepareEpochFence);
+        assert_transition(id, TxnState::PrepareEpochFence, TxnState::PrepareAbort);
+        let mut next = current.clone();
+        next.producer_epoch = ProducerEpoch(current.producer_epoch.0.saturating_add(1));
+        next.last_producer_epoch = ProducerEpoch::NONE;
+        next.state = TxnState::PrepareAbort;
+        next.txn_last_update_ms = self.now.0;
+        next.client_txn_version = self.config.transaction_version;
+        self.begin_one(
+            id,
+            next,
+            Purpose::FenceAbort {
+                to,
+                version,
+                timed_out,
+            },
+        );
+    }
+}
