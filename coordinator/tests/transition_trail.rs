@@ -53,7 +53,7 @@ fn init_logged(filter: &str) -> String {
             .build()
             .expect("runtime");
         rt.block_on(async {
-            let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+            let (done_tx, done_rx) = tokio::sync::mpsc::channel(1024);
             let coordinator = Coordinator::start(CoordinatorOptions {
                 config: Config::default(),
                 log: Arc::new(MemTxnLog::new()),

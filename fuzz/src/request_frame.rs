@@ -36,7 +36,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 pub fn request_frame(data: &[u8]) {
     runtime().block_on(async {
         let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (done_tx, done_rx) = tokio::sync::mpsc::channel(1024);
         let config = Config {
             transaction_state_log_num_partitions: LOG_PARTITIONS,
             ..Config::default()

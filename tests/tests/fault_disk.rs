@@ -21,7 +21,7 @@ use txn_log::{
 };
 
 fn start(log: Arc<dyn TxnLog>) -> Coordinator {
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::channel(1024);
     Coordinator::start(CoordinatorOptions {
         config: Config {
             transaction_state_log_num_partitions: 1,

@@ -30,7 +30,9 @@ pub use settings::{
     KEYS, LogBackend, LogFormat, SERVE_KEYS, ServeConfig, ServeKeys, Settings, SettingsError,
 };
 
-use crate::shell::{Coordinator, CoordinatorOptions, Metrics, SystemClock, WriterSink};
+use crate::shell::{
+    Coordinator, CoordinatorOptions, MARKER_COMPLETIONS_CAPACITY, Metrics, SystemClock, WriterSink,
+};
 
 /// Default `--listen` address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9093";
@@ -211,7 +213,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         .iter()
         .filter_map(|b| split_host_port(b).ok())
         .collect();
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::channel(MARKER_COMPLETIONS_CAPACITY);
     let sink = Arc::new(WriterSink::spawn(
         Arc::new(MetadataLeaderResolver::new(
             bootstrap,

@@ -15,7 +15,9 @@ use tracing::Instrument;
 use txn_log::{Appending, CoordinatorEpoch, LoadedPartition, LogError, LogPartition};
 
 use super::metrics::LogPartitionLabels;
-use super::{MarkerJob, MarkerJobDone, MarkerJobOutcome, Shared, trail};
+use markers::writer::{MarkerCompletion, TxnMarkerRequest};
+
+use super::{Shared, trail};
 use crate::{
     Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
     Response, UnloadReason,
@@ -46,7 +48,7 @@ pub(crate) enum Msg {
         result: Result<(CoordinatorEpoch, LoadedPartition), LogError>,
         started: Instant,
     },
-    Markers(MarkerJobDone),
+    Markers(MarkerCompletion),
     Unload {
         done: oneshot::Sender<()>,
     },
@@ -64,7 +66,7 @@ pub(crate) struct Driver {
     /// The appends started and not yet finished, in any order of completion (the log
     /// orders them by the `append` calls, made in the engine's order).
     appends: FuturesUnordered<InFlight>,
-    markers: mpsc::UnboundedSender<MarkerJob>,
+    markers: mpsc::UnboundedSender<TxnMarkerRequest>,
     waiting: HashMap<RequestId, oneshot::Sender<Response>>,
     next_request: u64,
     /// Bumped on every load and unload, so that a stale load result is ignored.
@@ -266,10 +268,20 @@ impl Driver {
             }
             Msg::Markers(done) => {
                 self.shared.metrics.markers_pending.dec();
+                if !done.dropped_partitions.is_empty() {
+                    tracing::warn!(
+                        transactional_id = %done.transactional_id,
+                        dropped = ?done.dropped_partitions,
+                        "markers skipped for partitions whose topic is gone"
+                    );
+                }
                 let outcome = match done.outcome {
-                    MarkerJobOutcome::Completed => MarkerOutcome::Written,
-                    MarkerJobOutcome::CoordinatorFenced => MarkerOutcome::CoordinatorFenced,
-                    MarkerJobOutcome::Cancelled | MarkerJobOutcome::Superseded => return,
+                    markers::writer::MarkerOutcome::Completed => MarkerOutcome::Written,
+                    markers::writer::MarkerOutcome::CoordinatorFenced => {
+                        MarkerOutcome::CoordinatorFenced
+                    }
+                    markers::writer::MarkerOutcome::Cancelled
+                    | markers::writer::MarkerOutcome::Superseded => return,
                 };
                 let now = self.now();
                 self.engine.handle_markers_done(
@@ -394,7 +406,7 @@ impl Driver {
                     );
                     self.shared.metrics.markers_pending.inc();
                     self.shared.metrics.marker_jobs.inc();
-                    let _ = self.markers.send(MarkerJob {
+                    let _ = self.markers.send(TxnMarkerRequest {
                         transactional_id,
                         producer_id,
                         producer_epoch,
@@ -472,8 +484,8 @@ impl Future for InFlight {
 }
 
 /// Submits marker jobs in order (the sink may apply backpressure without stalling the driver).
-fn spawn_marker_submitter(shared: Arc<Shared>) -> mpsc::UnboundedSender<MarkerJob> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<MarkerJob>();
+fn spawn_marker_submitter(shared: Arc<Shared>) -> mpsc::UnboundedSender<TxnMarkerRequest> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<TxnMarkerRequest>();
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {
             shared.markers.submit(job).await;

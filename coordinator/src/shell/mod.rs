@@ -13,7 +13,7 @@
 //! use coordinator::{Config, InitProducerIdRequest};
 //! use txn_log::{LogPartition, MemTxnLog, ProducerEpoch, ProducerId};
 //!
-//! let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+//! let (done_tx, done_rx) = tokio::sync::mpsc::channel(1024);
 //! let markers = Arc::new(RecordingMarkerSink::new(done_tx, true));
 //! let coordinator = Coordinator::start(CoordinatorOptions {
 //!     config: Config::default(),
@@ -56,11 +56,13 @@ use tracing::Instrument;
 use txn_log::sync::Mutex;
 use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog};
 
+/// The marker writer's decision, completion and outcome types, which the sinks take and report.
+pub use ::markers::writer::{
+    MarkerCompletion, MarkerOutcome as MarkerWriteOutcome, TxnMarkerRequest,
+};
 pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
-pub use markers::{
-    MarkerJob, MarkerJobDone, MarkerJobOutcome, MarkerSink, MarkerSinkStats, RecordingMarkerSink,
-};
+pub use markers::{MarkerSink, MarkerSinkStats, RecordingMarkerSink};
 pub use metrics::{ApiErrorLabels, ApiLabels, LogPartitionLabels, Metrics};
 pub use trail::TRANSITION_TARGET;
 pub use writer::WriterSink;
@@ -75,6 +77,10 @@ use crate::{
     handle_unrouted, merge_list_responses,
 };
 
+/// A good capacity for the channel of marker completions ([`CoordinatorOptions::marker_completions`]):
+/// while it is full the writer holds completions back and stops taking new decisions.
+pub const MARKER_COMPLETIONS_CAPACITY: usize = 1024;
+
 /// What a [`Coordinator`] is built from.
 pub struct CoordinatorOptions {
     /// Engine configuration (validated by [`Coordinator::start`]'s caller).
@@ -86,7 +92,7 @@ pub struct CoordinatorOptions {
     /// Where marker jobs go.
     pub markers: Arc<dyn MarkerSink>,
     /// Where the sink reports the end of each job.
-    pub marker_completions: mpsc::UnboundedReceiver<MarkerJobDone>,
+    pub marker_completions: mpsc::Receiver<MarkerCompletion>,
     /// Which participant partitions exist (consulted before AddPartitionsToTxn).
     pub catalog: Arc<dyn PartitionCatalog>,
     /// Metrics to update (register them in your registry).

@@ -19,7 +19,7 @@ struct Harness {
 }
 
 fn harness_with(log: Arc<MemTxnLog>, auto_markers: bool) -> Harness {
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::channel(1024);
     let markers = RecordingMarkerSink::new(done_tx, auto_markers);
     let clock = ManualClock::new(1_000_000);
     let coordinator = Coordinator::start(CoordinatorOptions {
@@ -372,7 +372,7 @@ async fn a_log_written_with_another_partition_count_fails_to_load_as_corrupt() {
     h.coordinator.shutdown().await;
 
     // The same log under 3 log partitions instead of 4: some ids sit in the wrong partition.
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::channel(1024);
     let config = Config {
         transaction_state_log_num_partitions: 3,
         ..Config::default()
@@ -440,7 +440,10 @@ async fn an_add_after_commit_waits_for_the_markers_then_for_the_clock() {
     }
     assert!(!next.is_finished(), "answered while the markers are out");
     assert_eq!(h.coordinator.metrics().requests_parked.get(), 1);
-    assert_eq!(h.markers.complete_held(MarkerJobOutcome::Completed), 1);
+    assert_eq!(
+        h.markers.complete_held(MarkerWriteOutcome::Completed).await,
+        1
+    );
     let a = next.await.expect("join");
     assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
 

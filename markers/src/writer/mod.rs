@@ -116,6 +116,22 @@ pub struct MarkerCompletion {
     pub dropped_partitions: Vec<TopicPartition>,
 }
 
+impl MarkerCompletion {
+    /// The completion of `request` with `outcome` (no partition dropped).
+    pub fn of(request: &TxnMarkerRequest, outcome: MarkerOutcome) -> Self {
+        Self {
+            transactional_id: request.transactional_id.clone(),
+            producer_id: request.producer_id,
+            producer_epoch: request.producer_epoch,
+            coordinator_epoch: request.coordinator_epoch,
+            log_partition: request.log_partition,
+            result: request.result,
+            outcome,
+            dropped_partitions: Vec::new(),
+        }
+    }
+}
+
 /// Where a broker can be reached.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BrokerEndpoint {

@@ -271,7 +271,8 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let resolver = Arc::new(ClusterResolver {
         broker: weak.clone(),
     });
-    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (done_tx, done_rx) =
+        tokio::sync::mpsc::channel(coordinator::shell::MARKER_COMPLETIONS_CAPACITY);
     let sink = WriterSink::spawn(resolver, transport, WriterConfig::default(), done_tx);
     let n = config.transaction_state_log_num_partitions;
     let coordinator = Coordinator::start(CoordinatorOptions {
