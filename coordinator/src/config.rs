@@ -1,5 +1,6 @@
 //! Coordinator configuration: one public field per Kafka property (units in the name),
-//! `Default` = Kafka's defaults (reference §7), and the partition functions.
+//! `Default` = Kafka's defaults (`TransactionLog` and `TransactionStateManagerConfig`), and the
+//! partition functions.
 
 use txn_log::{
     LoadedPartition, LogError, LogPartition, TopicPartition, TransactionalId, java_string_hash,

@@ -1,5 +1,5 @@
 //! Kafka error codes as data (`Errors.java`), and the append-error translation of
-//! `TransactionStateManager.appendTransactionToLog` (reference §2.10).
+//! `TransactionStateManager.appendTransactionToLog`.
 //!
 //! Error codes travel inside [`crate::Response`]s; they are never Rust `Err`s. `Display` texts
 //! may change; match on the code.
@@ -105,7 +105,8 @@ impl ErrorCode {
         self == Self::NONE
     }
 
-    /// Kafka's append-error translation (reference §2.10) for a log that reports Kafka codes.
+    /// Kafka's append-error translation (`TransactionStateManager.appendTransactionToLog`) for a log
+    /// that reports Kafka codes.
     pub fn translate_append_error(self) -> Self {
         match self {
             Self::UNKNOWN_TOPIC_OR_PARTITION

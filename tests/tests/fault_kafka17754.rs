@@ -1,4 +1,4 @@
-//! KAFKA-17754 reproducer (issue 9; Jepsen, Bufstream 0.1.0 §5.4): an EndTxn(abort) is held in
+//! KAFKA-17754 reproducer (issue 9; found by Jepsen in its Bufstream 0.1.0 analysis): an EndTxn(abort) is held in
 //! the network while the client's retry of it succeeds over a new connection, and the client
 //! starts its next transaction. The stale abort then reaches the coordinator.
 //!

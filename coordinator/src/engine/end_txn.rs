@@ -76,7 +76,7 @@ impl Engine {
         };
         // A new decision (Ongoing, Empty) follows the request's TV: v5+ on a TV2 cluster. A
         // request that meets a decision already made (Prepare*, Complete*) is judged by the TV
-        // that decision was made under, as Kafka [S] judges by the metadata's TV (S54, S55).
+        // that decision was made under, as Kafka's `TransactionCoordinator` judges by the stored metadata's TV (scenarios S54, S55).
         let request_tv2 = version >= 5 && self.config.transaction_version >= 2;
         let tv2 = match cur.state {
             Ongoing | Empty => request_tv2,
@@ -106,7 +106,8 @@ impl Engine {
             }
             return;
         }
-        // TV2 ([C25] table, [CTn] refinements, KAFKA-20785).
+        // TV2 (KIP-890's EndTxn table as Kafka 4.1's `TransactionCoordinator.endTransaction` applies it,
+        // and KAFKA-20785).
         let retry_overflow = cur.prev_producer_id == r.producer_id
             && r.producer_epoch == ProducerEpoch::MAX
             && cur.producer_epoch == ProducerEpoch(0);

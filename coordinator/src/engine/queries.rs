@@ -3,7 +3,7 @@
 use super::*;
 
 impl Engine {
-    /// DescribeTransactions for one id (reference §2.8).
+    /// DescribeTransactions for one id (Kafka's `TransactionCoordinator.handleDescribeTransactions`).
     pub fn describe(&self, raw: &str) -> DescribedTxn {
         let Ok(id) = TransactionalId::new(raw) else {
             return DescribedTxn::error(raw, ErrorCode::INVALID_REQUEST);
@@ -26,7 +26,7 @@ impl Engine {
         }
     }
 
-    /// ListTransactions over this partition (reference §2.9); merge engines with
+    /// ListTransactions over this partition (Kafka's `TransactionStateManager.listTransactionStates`); merge engines with
     /// [`crate::merge_list_responses`].
     pub fn list_transactions(
         &self,

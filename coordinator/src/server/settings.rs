@@ -1,5 +1,7 @@
-//! Daemon settings under Kafka's key names: parsed from a TOML file and `--set KEY=VALUE`
-//! overrides, checked at start (unknown keys and bad values are errors naming the key).
+//! Daemon settings: parsed from a TOML file and `--set KEY=VALUE` overrides, checked at start
+//! (unknown keys and bad values are errors naming the key). Keys that Kafka also has keep
+//! Kafka's names (`transaction.max.timeout.ms`, ...); our own are `txn.*`, `etcd.*`,
+//! `producer.id.block.size` and the `serve` flags.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

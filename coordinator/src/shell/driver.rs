@@ -1,5 +1,5 @@
 //! One driver task per owned log partition: owns the [`Engine`], feeds it inputs and executes
-//! its effects in order (house style §11.3 rule 7).
+//! its effects in order.
 
 use std::collections::HashMap;
 use std::future::Future;

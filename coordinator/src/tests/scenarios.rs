@@ -1,4 +1,5 @@
-//! The applicable scenarios of the reference catalogue (§6), one test per S-number, with
+//! The applicable scenarios, one test per S-number (each doc comment states the scenario; most
+//! follow a case of Kafka's `TransactionCoordinatorTest`), with
 //! Kafka's fixtures (txnId "known", pid 10, epoch 1, timeout 1, partitions {topic1-0};
 //! the pid generator yields 0, 1, 2, ...; coordinator epoch 0).
 

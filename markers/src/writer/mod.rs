@@ -1,10 +1,10 @@
 //! The coordinator-side marker writer: delivers one COMMIT/ABORT decision to every participant
 //! partition until each has it (or is gone), then reports exactly one [`MarkerCompletion`].
 //!
-//! Two layers (house style §11.3 rule 9):
+//! Two layers:
 //! - [`MarkerPlanner`] (always compiled, no tokio): groups pending partitions by leader broker,
 //!   builds one `WriteTxnMarkers` request per broker carrying the markers of many transactions,
-//!   keeps one request in flight per broker, applies Kafka's response table (reference §3.3)
+//!   keeps one request in flight per broker, applies Kafka's response table (`TransactionMarkerRequestCompletionHandler`)
 //!   and decides retries with backoff. Time is passed in as [`Millis`]; it is deterministic.
 //! - `MarkerWriter` (feature `net`): a tokio task that owns a planner and performs its effects
 //!   through a `LeaderResolver` and a `MarkerTransport`.

@@ -18,7 +18,7 @@ use super::{BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, TxnMa
 /// Milliseconds on the caller's monotonic clock.
 pub type Millis = u64;
 
-/// Kafka error codes the planner distinguishes (reference §2.0).
+/// Kafka error codes the planner distinguishes.
 pub mod codes {
     /// No error.
     pub const NONE: i16 = 0;
@@ -46,7 +46,7 @@ pub mod codes {
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
 }
 
-/// What the planner does with one partition's error code (reference §3.3).
+/// What the planner does with one partition's error code (Kafka's `TransactionMarkerRequestCompletionHandler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
     /// The partition has the marker (or cannot take one): done.

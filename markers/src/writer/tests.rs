@@ -1,4 +1,5 @@
-//! Planner scenarios (reference §6.7, S92-S101) with explicit time.
+//! Planner scenarios (S92-S101: the marker cases of Kafka's `TransactionMarkerChannelManagerTest`)
+//! with explicit time.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! One test per participant rule (Kafka's `ProducerAppendInfo` / `ProducerStateManager`
-//! behaviour, reference §3.5 and scenario S102). Each test names the rule it guards.
+//! behaviour, as Kafka's `ProducerStateManager` and `UnifiedLog` apply it; scenario S102). Each test names the rule it guards.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
