@@ -200,10 +200,23 @@ impl Engine {
         let Some(entry) = self.txns.get(id).filter(|e| e.durable) else {
             return AddDecision::Reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         };
-        let r = &entry.record;
-        if entry.pending.is_some()
-            || (r.state.is_prepare() && r.next_producer_id.is_some() && pid == r.next_producer_id)
-        {
+        if entry.pending.is_some() {
+            return AddDecision::Busy;
+        }
+        self.add_to(id, &entry.record, pid, epoch, parts)
+    }
+
+    /// The add path from `r`, the id's record with no transition in flight: the Ongoing record
+    /// to write, or the answer.
+    pub(super) fn add_to(
+        &self,
+        id: &TransactionalId,
+        r: &TxnRecord,
+        pid: ProducerId,
+        epoch: ProducerEpoch,
+        parts: &BTreeSet<TopicPartition>,
+    ) -> AddDecision {
+        if r.state.is_prepare() && r.next_producer_id.is_some() && pid == r.next_producer_id {
             return AddDecision::Busy;
         }
         if pid != r.producer_id {

@@ -30,7 +30,12 @@ impl Engine {
 
     /// The continuation of a Complete* append: the transaction is over (its parked requests
     /// run again), or the append is retried after `complete_retry_backoff_ms`.
-    pub(super) fn complete_done(&mut self, id: TransactionalId, error: Option<ErrorCode>) {
+    pub(super) fn complete_done(
+        &mut self,
+        id: TransactionalId,
+        completed: TxnState,
+        error: Option<ErrorCode>,
+    ) {
         if error.is_some() {
             // Never leave a decided transaction stuck (unlike Kafka, which leaves it to the
             // next load): retry.
@@ -40,10 +45,10 @@ impl Engine {
             return;
         }
         self.markers.remove(&id);
-        match self.txns.get(&id).map(|e| e.record.state) {
-            Some(TxnState::CompleteCommit) => self.metrics.transactions_committed += 1,
-            Some(TxnState::CompleteAbort) => self.metrics.transactions_aborted += 1,
-            other => panic!("{id}: Complete append applied as {other:?}"),
+        match completed {
+            TxnState::CompleteCommit => self.metrics.transactions_committed += 1,
+            TxnState::CompleteAbort => self.metrics.transactions_aborted += 1,
+            other => panic!("{id}: Complete append wrote {other}"),
         }
         self.wake_parked(&id);
     }
@@ -265,6 +270,15 @@ impl Engine {
             coordinator_epoch: self.coordinator_epoch().expect("loaded"),
         };
         self.markers.entry(id.clone()).or_insert(work);
-        self.begin_one(id, next, Purpose::Complete);
+        match self.take_parked_add(id, &next) {
+            Some((ongoing, add)) => {
+                let ops = vec![
+                    (id.clone(), LogOp::Upsert(next)),
+                    (id.clone(), LogOp::Upsert(ongoing)),
+                ];
+                self.begin(ops, Purpose::CompleteThenAdd(Box::new(add)));
+            }
+            None => self.begin_one(id, next, Purpose::Complete),
+        }
     }
 }

@@ -32,9 +32,17 @@ mod init_producer_id;
 mod parking;
 mod queries;
 
-use add_partitions::BatchReply;
+use add_partitions::{AddDecision, BatchReply};
 pub use init_producer_id::handle_unrouted;
 use parking::{Parked, ParkedRequest};
+
+/// The state a Complete* append writes (its first operation).
+fn completed(ops: &[(TransactionalId, LogOp)]) -> TxnState {
+    match ops.first() {
+        Some((_, LogOp::Upsert(r))) => r.state,
+        other => panic!("a Complete append without its record: {other:?}"),
+    }
+}
 
 /// Kafka's `isEpochExhausted`: `epoch >= Short.MaxValue - 1`.
 pub fn is_epoch_exhausted(epoch: ProducerEpoch) -> bool {
@@ -114,6 +122,9 @@ enum Purpose {
         epoch: ProducerEpoch,
     },
     Complete,
+    /// Complete* and, in the same append, the next transaction's first add: a parked
+    /// AddPartitionsToTxn or AddOffsetsToTxn of the same producer (see `start_complete`).
+    CompleteThenAdd(Box<Self>),
     Expire,
 }
 
@@ -308,9 +319,13 @@ impl Engine {
         let Some(inflight) = self.inflight.remove(&io) else {
             return;
         };
-        for (id, op) in &inflight.ops {
+        for (i, (id, op)) in inflight.ops.iter().enumerate() {
             let entry = self.txns.get_mut(id).expect("a pending id has an entry");
-            assert_eq!(entry.pending, Some(io), "{id}: pending io mismatch");
+            // An id may appear twice in one append (Complete* then the next add).
+            let again = inflight.ops[..i].iter().any(|(earlier, _)| earlier == id);
+            if !again {
+                assert_eq!(entry.pending, Some(io), "{id}: pending io mismatch");
+            }
             entry.pending = None;
             self.apply(id, op);
         }
@@ -578,7 +593,10 @@ impl Engine {
                 .txns
                 .get_mut(id)
                 .expect("an id is in the map before its append");
-            assert!(e.pending.is_none(), "{id}: second pending transition");
+            assert!(
+                e.pending.is_none() || e.pending == Some(io),
+                "{id}: second pending transition"
+            );
             e.pending = Some(io);
         }
         let entries = ops
@@ -612,6 +630,7 @@ impl Engine {
                 .map(|(id, _)| id.clone())
                 .expect("one op")
         };
+        let completed = || completed(&inflight.ops);
         match inflight.purpose {
             Purpose::InitProducerId {
                 to,
@@ -636,7 +655,12 @@ impl Engine {
                 pid,
                 epoch,
             } => self.end_txn_done(&first_id(), to, version, (pid, epoch), error),
-            Purpose::Complete => self.complete_done(first_id(), error),
+            Purpose::Complete => self.complete_done(first_id(), completed(), error),
+            Purpose::CompleteThenAdd(add) => {
+                self.complete_done(first_id(), completed(), error);
+                let ops = inflight.ops;
+                self.finish(Inflight { ops, purpose: *add }, error);
+            }
             Purpose::Expire => self.expire_done(inflight.ops.len(), error),
         }
     }
@@ -645,39 +669,7 @@ impl Engine {
     fn reset(&mut self, code: ErrorCode) {
         let inflight = std::mem::take(&mut self.inflight);
         for (_, f) in inflight {
-            match f.purpose {
-                Purpose::InitProducerId { to, version, .. }
-                | Purpose::FenceAbort {
-                    to: Some(to),
-                    version,
-                    ..
-                } => {
-                    self.respond(
-                        to,
-                        Response::InitProducerId(InitProducerIdResponse::error(
-                            code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-                        )),
-                    );
-                }
-                Purpose::AddPartitions { to, index, .. } => self.batch_fill(to, index, code),
-                Purpose::AddOffsets { to, version, .. } => {
-                    self.respond(
-                        to,
-                        Response::AddOffsetsToTxn(
-                            code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-                        ),
-                    );
-                }
-                Purpose::EndTxn { to, version, .. } => {
-                    self.respond(
-                        to,
-                        Response::EndTxn(EndTxnResponse::error(
-                            code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-                        )),
-                    );
-                }
-                Purpose::FenceAbort { to: None, .. } | Purpose::Complete | Purpose::Expire => {}
-            }
+            self.abandon(f.purpose, code);
         }
         assert!(
             self.batches.is_empty(),
@@ -695,6 +687,44 @@ impl Engine {
         self.complete_retry_at = None;
         self.reap_cursor = None;
         self.expire_cursor = None;
+    }
+
+    /// Answers the request waiting for an append that will not finish with `code`.
+    fn abandon(&mut self, purpose: Purpose, code: ErrorCode) {
+        match purpose {
+            Purpose::InitProducerId { to, version, .. }
+            | Purpose::FenceAbort {
+                to: Some(to),
+                version,
+                ..
+            } => {
+                self.respond(
+                    to,
+                    Response::InitProducerId(InitProducerIdResponse::error(
+                        code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
+                    )),
+                );
+            }
+            Purpose::AddPartitions { to, index, .. } => self.batch_fill(to, index, code),
+            Purpose::AddOffsets { to, version, .. } => {
+                self.respond(
+                    to,
+                    Response::AddOffsetsToTxn(
+                        code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                    ),
+                );
+            }
+            Purpose::EndTxn { to, version, .. } => {
+                self.respond(
+                    to,
+                    Response::EndTxn(EndTxnResponse::error(
+                        code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                    )),
+                );
+            }
+            Purpose::CompleteThenAdd(add) => self.abandon(*add, code),
+            Purpose::FenceAbort { to: None, .. } | Purpose::Complete | Purpose::Expire => {}
+        }
     }
 
     fn unload(&mut self, reason: UnloadReason) {

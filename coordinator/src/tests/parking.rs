@@ -50,17 +50,22 @@ fn add_partitions_after_end_txn_is_answered_when_the_commit_completes() {
     assert_eq!(fx.effects(), vec![], "parked: no answer, no write");
     assert_eq!(fx.eng.poll_timeout(), Some(Millis(fx.now + PARK_MS)));
 
-    // Markers written: CompleteCommit is appended; the add still waits for it to be durable.
+    // Markers written: CompleteCommit and, in the same append, the parked add's Ongoing.
     let complete = fx.markers_done(&markers);
     assert!(responses(&complete).is_empty(), "{complete:?}");
-    let after = fx.ack(&complete);
-    // Durable: the parked add runs again and writes the next transaction's Ongoing.
-    let written = appended(&after);
-    assert_eq!(written.len(), 1, "{after:?}");
-    let ongoing = written[0].1.as_ref().expect("upsert");
-    assert_eq!(ongoing.state, TxnState::Ongoing);
-    assert!(responses(&after).is_empty(), "answered only once durable");
-    let evs = fx.ack(&after);
+    let written: Vec<_> = appended(&complete)
+        .into_iter()
+        .map(|(id, r)| (id, r.expect("upsert").state))
+        .collect();
+    assert_eq!(
+        written,
+        vec![
+            ("t".to_owned(), TxnState::CompleteCommit),
+            ("t".to_owned(), TxnState::Ongoing)
+        ]
+    );
+    // Answered only once that append is durable.
+    let evs = fx.ack(&complete);
     assert_eq!(
         add_reply(&evs, add),
         vec![(tp("topic1", 1), ErrorCode::NONE)]
@@ -120,9 +125,15 @@ fn add_offsets_parks_too() {
     }));
     assert_eq!(fx.effects(), vec![]);
     let complete = fx.markers_done(&markers);
-    let after = fx.ack(&complete);
-    let evs = fx.ack(&after);
+    assert_eq!(
+        appended(&complete).len(),
+        2,
+        "Complete* and the add in one append"
+    );
+    let evs = fx.ack(&complete);
     assert!(evs.contains(&Ev::Respond(to, Response::AddOffsetsToTxn(ErrorCode::NONE))));
+    assert_eq!(fx.eng.metrics().transactions_committed, 1);
+    assert_eq!(fx.eng.metrics().transactions_begun, 2);
 }
 
 #[test]
@@ -213,10 +224,45 @@ fn tv2_next_transaction_at_the_bumped_epoch_waits_for_the_commit() {
     let add = fx.add("t", 10, 2, &[tp("topic1", 0)]);
     assert_eq!(fx.effects(), vec![]);
     let complete = fx.markers_done(&markers);
-    let after = fx.ack(&complete);
-    let evs = fx.ack(&after);
+    let evs = fx.ack(&complete);
     assert_eq!(
         add_reply(&evs, add),
         vec![(tp("topic1", 0), ErrorCode::NONE)]
+    );
+    let r = fx.record("t").expect("record");
+    assert_eq!(
+        (r.state, r.producer_epoch),
+        (TxnState::Ongoing, ProducerEpoch(2))
+    );
+}
+
+/// The Complete* and the parked add share an append; if it fails the Complete* is retried and
+/// the add gets Kafka's answer for a failed append (the client retries it).
+#[test]
+fn a_failed_shared_append_retries_the_complete_and_answers_the_add() {
+    let mut fx = parking();
+    let markers = prepared(&mut fx);
+    let add = fx.add("t", 10, 1, &[tp("topic1", 1)]);
+    let complete = fx.markers_done(&markers);
+    assert_eq!(appended(&complete).len(), 2);
+    let evs = fx.fail(&complete, io_error());
+    assert_eq!(
+        add_reply(&evs, add),
+        vec![(tp("topic1", 1), ErrorCode::COORDINATOR_NOT_AVAILABLE)]
+    );
+    assert_eq!(
+        fx.record("t").map(|r| r.state),
+        Some(TxnState::PrepareCommit)
+    );
+    let retried = fx.tick(fx.now + Config::default().complete_retry_backoff_ms);
+    let written: Vec<_> = appended(&retried)
+        .into_iter()
+        .map(|(_, r)| r.expect("upsert").state)
+        .collect();
+    assert_eq!(written, vec![TxnState::CompleteCommit]);
+    fx.ack(&retried);
+    assert_eq!(
+        fx.record("t").map(|r| r.state),
+        Some(TxnState::CompleteCommit)
     );
 }
