@@ -36,6 +36,7 @@ pub mod etcd_log;
 mod ids;
 mod log;
 pub mod mem;
+mod node_scoped;
 mod record;
 #[cfg(feature = "sled")]
 pub mod sled_log;
@@ -53,6 +54,7 @@ pub use ids::{
 };
 pub use log::{Appending, TxnLog, append_failed};
 pub use mem::MemTxnLog;
+pub use node_scoped::NodeScopedLog;
 pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
 #[cfg(feature = "sled")]
 pub use sled_log::{GroupCommitStats, SledConfig, SledTxnLog, SyncMode};

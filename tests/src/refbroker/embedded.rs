@@ -43,10 +43,7 @@ use markers::writer::{
     LocalMarkerHandler, MarkerTransport, ResolveError, RoutingTransport, TransportError,
     WireTransportConfig, WriterConfig,
 };
-use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerId,
-    ProducerIdBlock, TopicPartition, TxnLog, java_string_hash, kafka_partition_for,
-};
+use txn_log::{LogPartition, TopicPartition, TxnLog, java_string_hash, kafka_partition_for};
 
 use super::server::Broker;
 use super::{Config, TRANSACTION_STATE};
@@ -92,77 +89,6 @@ pub(crate) fn coordinator_node(
                 .cluster
                 .leader(TRANSACTION_STATE, i32::try_from(p).unwrap_or(0)),
         ),
-    }
-}
-
-/// Bits of a producer id below the node id: node `n` hands out ids in
-/// `[n << NODE_PID_SHIFT, (n + 1) << NODE_PID_SHIFT)`.
-const NODE_PID_SHIFT: u32 = 40;
-
-/// The node's own sled log, with producer-id blocks moved into the node's id range.
-///
-/// Each node of an embedded cluster has its own transaction log, and each log counts producer
-/// ids from 0; without this, two coordinators would give the same producer id to different
-/// transactional ids, and one's COMMIT marker would commit the other's records. Kafka gets
-/// cluster-wide unique ids from its controller (`AllocateProducerIds`); a broker embedding the
-/// coordinator on several nodes needs an equivalent. Everything else is delegated unchanged.
-struct NodeScopedLog {
-    inner: Arc<dyn TxnLog>,
-    base: i64,
-}
-
-impl NodeScopedLog {
-    fn new(inner: Arc<dyn TxnLog>, node_id: i32) -> anyhow::Result<Self> {
-        if !(0..(1 << 20)).contains(&node_id) {
-            anyhow::bail!("embedded mode needs a node id in 0..2^20, got {node_id}");
-        }
-        Ok(Self {
-            inner,
-            base: i64::from(node_id) << NODE_PID_SHIFT,
-        })
-    }
-}
-
-#[async_trait]
-impl TxnLog for NodeScopedLog {
-    async fn claim(
-        &self,
-        partition: LogPartition,
-        epoch: CoordinatorEpoch,
-    ) -> Result<(), LogError> {
-        self.inner.claim(partition, epoch).await
-    }
-
-    async fn claim_next(&self, partition: LogPartition) -> Result<CoordinatorEpoch, LogError> {
-        self.inner.claim_next(partition).await
-    }
-
-    fn append(
-        &self,
-        partition: LogPartition,
-        epoch: CoordinatorEpoch,
-        batch: Vec<LogEntry>,
-    ) -> txn_log::Appending {
-        self.inner.append(partition, epoch, batch)
-    }
-
-    async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError> {
-        self.inner.load(partition).await
-    }
-
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
-        let block = self.inner.allocate_block(len).await?;
-        let end = block.first.0.saturating_add(i64::from(block.len));
-        if block.first.0 < 0 || end > (1 << NODE_PID_SHIFT) {
-            return Err(LogError::InvalidArgument(format!(
-                "producer id block {}+{} leaves this node's range",
-                block.first.0, block.len
-            )));
-        }
-        Ok(ProducerIdBlock {
-            first: ProducerId(self.base + block.first.0),
-            len: block.len,
-        })
     }
 }
 
@@ -252,9 +178,10 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
     // out blocks unique across the nodes already.
     let txn_log: Arc<dyn TxnLog> = match &log {
-        DaemonLog::Sled(_) => {
-            Arc::new(NodeScopedLog::new(log.as_txn_log(), broker.config.node_id)?)
-        }
+        DaemonLog::Sled(_) => Arc::new(txn_log::NodeScopedLog::new(
+            log.as_txn_log(),
+            broker.config.node_id,
+        )?),
         _ => log.as_txn_log(),
     };
     let config = settings.engine.clone();
