@@ -153,8 +153,8 @@ pub struct DescribedTxn {
     pub error: ErrorCode,
     /// `TransactionalId`.
     pub transactional_id: String,
-    /// State name (empty on error).
-    pub state: String,
+    /// State (None on error; the wire carries its name, empty on error).
+    pub state: Option<TxnState>,
     /// Timeout (0 on error).
     pub timeout_ms: i32,
     /// Start timestamp (-1 on error or not started).
@@ -246,7 +246,7 @@ impl DescribedTxn {
         Self {
             error,
             transactional_id: id.to_owned(),
-            state: String::new(),
+            state: None,
             timeout_ms: 0,
             start_time_ms: -1,
             producer_id: ProducerId::NONE,

@@ -17,7 +17,7 @@ impl Engine {
         DescribedTxn {
             error: ErrorCode::NONE,
             transactional_id: raw.to_owned(),
-            state: r.state.name().to_owned(),
+            state: Some(r.state),
             timeout_ms: r.timeout_ms,
             start_time_ms: r.txn_start_ms,
             producer_id: r.producer_id,

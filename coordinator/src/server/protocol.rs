@@ -269,7 +269,7 @@ pub fn describe_response(list: &[DescribedTxn]) -> ResponseKind {
             TransactionState::default()
                 .with_error_code(d.error.0)
                 .with_transactional_id(km::TransactionalId(s(&d.transactional_id)))
-                .with_transaction_state(s(&d.state))
+                .with_transaction_state(s(d.state.map_or("", |st| st.name())))
                 .with_transaction_timeout_ms(d.timeout_ms)
                 .with_transaction_start_time_ms(d.start_time_ms)
                 .with_producer_id(km::ProducerId(d.producer_id.0))

@@ -97,7 +97,9 @@ async fn state_of(c: &Coordinator, id: &str) -> String {
             transactional_ids: vec![id.into()],
         })
         .await;
-    d[0].state.clone()
+    d[0].state
+        .map(|st| st.name().to_owned())
+        .unwrap_or_default()
 }
 
 #[tokio::test]

@@ -497,13 +497,8 @@ fn describe_and_list_getters() {
     )]);
     let d = fx.eng.describe("known");
     assert_eq!(
-        (
-            d.error,
-            d.state.as_str(),
-            d.producer_id.0,
-            d.producer_epoch.0
-        ),
-        (ErrorCode::NONE, "Ongoing", 10, 1)
+        (d.error, d.state, d.producer_id.0, d.producer_epoch.0),
+        (ErrorCode::NONE, Some(TxnState::Ongoing), 10, 1)
     );
     assert_eq!(d.partitions, vec![tp("topic1", 0)]);
     assert_eq!(fx.eng.describe("").error, ErrorCode::INVALID_REQUEST);

@@ -1476,7 +1476,7 @@ fn s103_describe() {
         DescribedTxn {
             error: ErrorCode::NONE,
             transactional_id: "known".into(),
-            state: "Ongoing".into(),
+            state: Some(TxnState::Ongoing),
             timeout_ms: 1,
             start_time_ms: 5,
             producer_id: ProducerId(10),
