@@ -283,18 +283,12 @@ impl ServeConfig {
 
     /// Applies a TOML document (see [`Settings::apply_toml`]).
     pub fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), SettingsError> {
-        for (k, v) in toml_pairs(path, text)? {
-            self.set(&k, &v)?;
-        }
-        Ok(())
+        apply_toml_with(path, text, |k, v| self.set(k, v))
     }
 
     /// Applies one `KEY=VALUE` override.
     pub fn apply_override(&mut self, kv: &str) -> Result<(), SettingsError> {
-        let Some((k, v)) = kv.split_once('=') else {
-            return Err(SettingsError::NotKeyValue(kv.to_owned()));
-        };
-        self.set(k.trim(), v.trim())
+        apply_override_with(kv, |k, v| self.set(k, v))
     }
 
     /// Whether `key` was given in the file or with `--set`.
@@ -530,18 +524,12 @@ impl Settings {
     /// Applies a TOML document. Keys may be written quoted (`"transaction.version" = 2`) or as
     /// TOML dotted keys (`transaction.version = 2`); both name the same Kafka key.
     pub fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), SettingsError> {
-        for (k, v) in toml_pairs(path, text)? {
-            self.set(&k, &v)?;
-        }
-        Ok(())
+        apply_toml_with(path, text, |k, v| self.set(k, v))
     }
 
     /// Applies one `KEY=VALUE` override.
     pub fn apply_override(&mut self, kv: &str) -> Result<(), SettingsError> {
-        let Some((k, v)) = kv.split_once('=') else {
-            return Err(SettingsError::NotKeyValue(kv.to_owned()));
-        };
-        self.set(k.trim(), v.trim())
+        apply_override_with(kv, |k, v| self.set(k, v))
     }
 
     /// Checks the whole configuration.
@@ -630,6 +618,29 @@ fn sync_mode_name(m: SyncMode) -> &'static str {
 
 /// Every key of a TOML document with its value as a string: dotted keys joined with `.`,
 /// arrays joined with `,`.
+/// Calls `set` for every key of a TOML document, in key order.
+fn apply_toml_with(
+    path: &str,
+    text: &str,
+    mut set: impl FnMut(&str, &str) -> Result<(), SettingsError>,
+) -> Result<(), SettingsError> {
+    for (k, v) in toml_pairs(path, text)? {
+        set(&k, &v)?;
+    }
+    Ok(())
+}
+
+/// Calls `set` for one `KEY=VALUE` override (both sides trimmed).
+fn apply_override_with(
+    kv: &str,
+    set: impl FnOnce(&str, &str) -> Result<(), SettingsError>,
+) -> Result<(), SettingsError> {
+    let Some((k, v)) = kv.split_once('=') else {
+        return Err(SettingsError::NotKeyValue(kv.to_owned()));
+    };
+    set(k.trim(), v.trim())
+}
+
 fn toml_pairs(path: &str, text: &str) -> Result<BTreeMap<String, String>, SettingsError> {
     let table: toml::Table = text
         .parse()

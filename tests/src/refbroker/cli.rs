@@ -360,26 +360,6 @@ mod tests {
     }
 
     #[test]
-    fn help_names_every_flag() {
-        let e = parse_args(args("--help")).expect_err("help is not a configuration");
-        let help = e.to_string();
-        for flag in [
-            "--listen",
-            "--data-dir",
-            "--topics",
-            "--node-id",
-            "--cluster",
-            "--embedded-coordinator",
-            "--coordinator ",
-            "--coordinator-node-id",
-            "--offsets-partitions",
-            "--set",
-        ] {
-            assert!(help.contains(flag), "{flag}: {help}");
-        }
-    }
-
-    #[test]
     fn contradictory_or_incomplete_command_lines_are_refused() {
         for bad in [
             "--listen 127.0.0.1:1 --data-dir d --topics a:1",
