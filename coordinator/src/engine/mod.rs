@@ -321,8 +321,9 @@ impl Engine {
         };
         for (i, (id, op)) in inflight.ops.iter().enumerate() {
             let entry = self.txns.get_mut(id).expect("a pending id has an entry");
-            // An id may appear twice in one append (Complete* then the next add).
-            let again = inflight.ops[..i].iter().any(|(earlier, _)| earlier == id);
+            // An id appears twice in one append only as Complete* then the next add, side by
+            // side (`start_complete`).
+            let again = i > 0 && inflight.ops[i - 1].0 == *id;
             if !again {
                 assert_eq!(entry.pending, Some(io), "{id}: pending io mismatch");
             }
