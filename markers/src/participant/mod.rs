@@ -105,7 +105,7 @@ pub use error::{
 pub use metrics::ParticipantMetrics;
 pub use offsets::{OffsetCommitRecord, PendingTxnOffsets, merge_committed};
 pub use producer::{
-    BATCHES_RETAINED, BatchMetadata, ProducerEntry, in_sequence, increment_sequence,
+    ActiveProducer, BATCHES_RETAINED, BatchMetadata, ProducerEntry, in_sequence, increment_sequence,
 };
 pub use state::{
     AppendedBatch, DuplicateBatch, Marker, MarkerApplied, ParticipantConfig, PartitionState,

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use txn_log::{CoordinatorEpoch, ProducerEpoch};
+use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId};
 
 /// Batches remembered per producer for duplicate detection (`ProducerStateEntry.NUM_BATCHES_TO_RETAIN`;
 /// a client has at most 5 requests in flight).
@@ -115,6 +115,43 @@ impl ProducerEntry {
             self.batches.pop_front();
         }
         self.batches.push_back(batch);
+    }
+}
+
+/// What DescribeProducers (KIP-664) reports for one producer on one partition, in Kafka's
+/// encoding: `-1` where Kafka writes `-1` for "none". See
+/// [`PartitionState::active_producers`](super::PartitionState::active_producers).
+///
+/// Kafka's broker builds the same row from its `ProducerStateEntry` in
+/// `UnifiedLog.activeProducers`:
+/// <https://github.com/apache/kafka/blob/4.1/storage/src/main/java/org/apache/kafka/storage/internals/log/ProducerStateManager.java>.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// The producer id.
+    pub producer_id: ProducerId,
+    /// Its current epoch on this partition (`-1` if only a marker without epoch was seen).
+    pub producer_epoch: ProducerEpoch,
+    /// Last sequence appended in the current epoch (`-1` if none is retained).
+    pub last_sequence: i32,
+    /// Largest timestamp seen from it, data or marker (ms; `-1` if none).
+    pub last_timestamp_ms: i64,
+    /// Coordinator epoch of the last marker applied for it (`-1` if none yet).
+    pub coordinator_epoch: CoordinatorEpoch,
+    /// First offset of its transaction open on this partition (`-1` if none): the start
+    /// offset `kafka-transactions.sh abort --start-offset` takes.
+    pub current_txn_start_offset: i64,
+}
+
+impl ActiveProducer {
+    pub(crate) fn of(producer_id: ProducerId, e: &ProducerEntry) -> Self {
+        Self {
+            producer_id,
+            producer_epoch: e.producer_epoch,
+            last_sequence: e.last_sequence(),
+            last_timestamp_ms: e.last_timestamp_ms,
+            coordinator_epoch: e.coordinator_epoch,
+            current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use super::batch::{BatchHeader, LogBatch};
 use super::control::{ControlBatch, ControlRecord};
 use super::error::{AppendError, MarkerError, ProduceError, ReplayError};
 use super::metrics::ParticipantMetrics;
-use super::producer::{BatchMetadata, ProducerEntry, in_sequence, next_sequence};
+use super::producer::{ActiveProducer, BatchMetadata, ProducerEntry, in_sequence, next_sequence};
 use super::txn_index::{AbortedTxn, CompletedTxn, TxnIndex};
 
 /// What to do with the first batch of a producer the partition has no state for.
@@ -640,9 +640,32 @@ impl PartitionState {
         self.producers.get(&producer_id)
     }
 
-    /// Every producer with state here (in no particular order; DescribeProducers).
+    /// Every producer with state here (in no particular order).
     pub fn producers(&self) -> impl Iterator<Item = (ProducerId, &ProducerEntry)> {
         self.producers.iter().map(|(&p, e)| (p, e))
+    }
+
+    /// The answer to DescribeProducers (KIP-664) for this partition: one row per producer the
+    /// partition has state for (until [`PartitionState::expire_producers`] removes it), ordered
+    /// by producer id, with Kafka's `-1` for "none".
+    ///
+    /// A broker answers DescribeProducers from the partition's leader with these rows
+    /// (`producer_id`, `producer_epoch`, `last_sequence`, `last_timestamp`,
+    /// `coordinator_epoch`, `current_txn_start_offset`); for a partition that does not exist
+    /// it answers UNKNOWN_TOPIC_OR_PARTITION (3), for one it does not lead
+    /// NOT_LEADER_OR_FOLLOWER (6). A row with `current_txn_start_offset >= 0` is a
+    /// transaction open on this partition: `kafka-transactions.sh find-hanging` compares it
+    /// with what the coordinator knows, and `kafka-transactions.sh abort --start-offset`
+    /// takes the producer id, epoch and coordinator epoch from it for the ABORT marker it
+    /// sends (WriteTxnMarkers to this partition).
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        let mut rows: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&p, e)| ActiveProducer::of(p, e))
+            .collect();
+        rows.sort_by_key(|r| r.producer_id);
+        rows
     }
 
     /// Open transactions as `(first_offset, producer_id)`, oldest first.

@@ -698,3 +698,65 @@ fn idle_producers_expire_but_not_those_with_an_open_transaction() {
     assert!(p.producer(ProducerId(2)).is_some());
     assert_eq!(p.metrics().producers_expired, 1);
 }
+
+// ===== DescribeProducers =====
+
+#[test]
+fn active_producers_reports_what_describe_producers_needs_in_kafkas_encoding() {
+    let mut p = state();
+    assert!(p.active_producers().is_empty());
+    append(&mut p, BatchHeader::plain(2));
+    // an idempotent producer: sequence and timestamp, no transaction, no marker yet
+    append(&mut p, idem(3, 0, 4).with_max_timestamp_ms(5_000));
+    // a transactional one with a transaction open at offset 6
+    let other = ProducerId(7);
+    append(
+        &mut p,
+        BatchHeader::transactional(other, ProducerEpoch(1), 0, 2).with_max_timestamp_ms(6_000),
+    );
+    let rows = p.active_producers();
+    assert_eq!(
+        rows,
+        vec![
+            ActiveProducer {
+                producer_id: other,
+                producer_epoch: ProducerEpoch(1),
+                last_sequence: 1,
+                last_timestamp_ms: 6_000,
+                coordinator_epoch: CoordinatorEpoch(-1),
+                current_txn_start_offset: 6,
+            },
+            ActiveProducer {
+                producer_id: PID,
+                producer_epoch: ProducerEpoch(3),
+                last_sequence: 3,
+                last_timestamp_ms: 5_000,
+                coordinator_epoch: CoordinatorEpoch(-1),
+                current_txn_start_offset: -1,
+            },
+        ],
+        "ordered by producer id; -1 for none"
+    );
+    // the ABORT marker kafka-transactions.sh abort sends: epoch and coordinator epoch taken
+    // from the row (coordinator epoch -1 becomes 0, as the tool does)
+    let row = rows[0];
+    let m = Marker {
+        producer_id: row.producer_id,
+        producer_epoch: row.producer_epoch,
+        coordinator_epoch: CoordinatorEpoch(row.coordinator_epoch.0.max(0)),
+        result: TxnResult::Abort,
+        txn_version: TxnVersion::V0,
+    };
+    let pending = p.check_marker(&m).expect("accepted");
+    let at = p.next_offset();
+    p.complete_marker(pending, at, 9_000).expect("recorded");
+    p.advance_high_watermark(p.next_offset());
+    let after = p.active_producers();
+    assert_eq!(after[0].current_txn_start_offset, -1);
+    assert_eq!(after[0].coordinator_epoch, CoordinatorEpoch(0));
+    assert_eq!(after[0].last_timestamp_ms, 9_000);
+    assert_eq!(p.last_stable_offset(), p.next_offset());
+    // expired producers are no longer reported
+    p.expire_producers(100_000, 1_000);
+    assert!(p.active_producers().is_empty());
+}
