@@ -1,12 +1,12 @@
 //! One driver task per owned log partition: owns the [`Engine`], feeds it inputs and executes
 //! its effects in order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -22,6 +22,9 @@ use crate::{
     Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
     Response, UnloadReason,
 };
+
+/// How long a driver waits before offering refused marker decisions to the sink again.
+const MARKER_RETRY_INTERVAL: Duration = Duration::from_millis(2);
 
 /// How the epoch of a load is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +69,9 @@ pub(crate) struct Driver {
     /// The appends started and not yet finished, in any order of completion (the log
     /// orders them by the `append` calls, made in the engine's order).
     appends: FuturesUnordered<InFlight>,
-    markers: mpsc::UnboundedSender<TxnMarkerRequest>,
+    /// Marker decisions the sink refused (full), oldest first; offered again before any newer
+    /// one, so a partition's decisions reach the writer in the engine's order.
+    deferred_markers: VecDeque<TxnMarkerRequest>,
     waiting: HashMap<RequestId, oneshot::Sender<Response>>,
     next_request: u64,
     /// Bumped on every load and unload, so that a stale load result is ignored.
@@ -89,7 +94,6 @@ impl Driver {
         // Unloading a fresh engine only emits `Unloaded`; nothing to execute.
         let _ = engine.drain_effects();
         let shared_for_watch = shared.clone();
-        let markers = spawn_marker_submitter(shared.clone());
         let driver = Self {
             partition,
             engine,
@@ -97,7 +101,7 @@ impl Driver {
             rx,
             tx: tx.clone(),
             appends: FuturesUnordered::new(),
-            markers,
+            deferred_markers: VecDeque::new(),
             waiting: HashMap::new(),
             next_request: 1,
             generation: 0,
@@ -136,6 +140,7 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            let deferred = !self.deferred_markers.is_empty();
             tokio::select! {
                 msg = self.rx.recv() => {
                     let Some(msg) = msg else { break };
@@ -148,7 +153,9 @@ impl Driver {
                     let now = self.shared.clock.now_ms();
                     self.engine.handle_timeout(now);
                 }
+                () = tokio::time::sleep(MARKER_RETRY_INTERVAL), if deferred => {}
             }
+            self.offer_deferred_markers();
             self.execute();
             if self.shutdown.is_some() && self.appends.is_empty() {
                 break;
@@ -354,6 +361,39 @@ impl Driver {
         );
     }
 
+    /// Hands a marker decision to the sink, behind any it refused earlier.
+    fn submit_markers(&mut self, request: TxnMarkerRequest) {
+        if self.deferred_markers.is_empty() {
+            match self.shared.markers.try_submit(request) {
+                Ok(()) => {}
+                Err(refused) => self.defer_markers(refused),
+            }
+        } else {
+            self.defer_markers(request);
+        }
+    }
+
+    fn defer_markers(&mut self, request: TxnMarkerRequest) {
+        self.shared.metrics.marker_submissions_deferred.inc();
+        self.shared.metrics.markers_deferred.inc();
+        self.deferred_markers.push_back(request);
+    }
+
+    /// Offers the refused decisions again, oldest first, until the sink refuses one.
+    fn offer_deferred_markers(&mut self) {
+        while let Some(request) = self.deferred_markers.pop_front() {
+            match self.shared.markers.try_submit(request) {
+                Ok(()) => {
+                    self.shared.metrics.markers_deferred.dec();
+                }
+                Err(refused) => {
+                    self.deferred_markers.push_front(refused);
+                    break;
+                }
+            }
+        }
+    }
+
     /// Executes every queued effect, in order.
     fn execute(&mut self) {
         while let Some(effect) = self.engine.poll_effect() {
@@ -406,7 +446,7 @@ impl Driver {
                     );
                     self.shared.metrics.markers_pending.inc();
                     self.shared.metrics.marker_jobs.inc();
-                    let _ = self.markers.send(TxnMarkerRequest {
+                    self.submit_markers(TxnMarkerRequest {
                         transactional_id,
                         producer_id,
                         producer_epoch,
@@ -436,6 +476,11 @@ impl Driver {
                         ),
                     }
                     self.shared.markers.cancel_log_partition(partition);
+                    // Decisions of the old epoch; the next owner re-drives them from the log.
+                    let dropped = self.deferred_markers.len();
+                    self.deferred_markers.clear();
+                    self.shared.metrics.markers_deferred.dec_by(dropped as i64);
+                    self.shared.metrics.markers_pending.dec_by(dropped as i64);
                     let _ = self.shared.unloads.send(super::PartitionUnloaded {
                         partition,
                         coordinator_epoch,
@@ -481,15 +526,4 @@ impl Future for InFlight {
             .poll(cx)
             .map(|result| (this.io, result, this.started, this.trail.take()))
     }
-}
-
-/// Submits marker jobs in order (the sink may apply backpressure without stalling the driver).
-fn spawn_marker_submitter(shared: Arc<Shared>) -> mpsc::UnboundedSender<TxnMarkerRequest> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<TxnMarkerRequest>();
-    tokio::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            shared.markers.submit(job).await;
-        }
-    });
-    tx
 }

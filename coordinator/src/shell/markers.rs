@@ -2,14 +2,15 @@
 //! comes back.
 //!
 //! A [`MarkerSink`] receives one [`TxnMarkerRequest`] per decision and reports exactly one
-//! [`MarkerCompletion`] per request on the completion channel handed to
-//! [`crate::shell::Coordinator::start`]. These are the marker writer's own types: the real sink
+//! [`MarkerCompletion`] per accepted request on the completion channel handed to
+//! [`crate::shell::Coordinator::start`]. Submission never waits: a full sink hands the request
+//! back and the partition's driver keeps it, in order, until the sink has room (see
+//! `docs/markers.md`, "Backpressure"). These are the marker writer's own types: the real sink
 //! ([`crate::shell::WriterSink`]) hands them to `markers::writer::MarkerWriter` and its
 //! completions reach the coordinator unchanged. [`RecordingMarkerSink`] is the test double.
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use markers::writer::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 use tokio::sync::mpsc;
 use txn_log::LogPartition;
@@ -25,11 +26,11 @@ pub struct MarkerSinkStats {
 }
 
 /// Where the shell sends marker work.
-#[async_trait]
 pub trait MarkerSink: Send + Sync + 'static {
-    /// Accepts `request`; may wait for room (backpressure). Its end is reported on the
-    /// completion channel exactly once.
-    async fn submit(&self, request: TxnMarkerRequest);
+    /// Accepts `request` without waiting, or hands it back (`Err`) when the sink is full; the
+    /// caller offers it again later, in the same order. An accepted request's end is reported
+    /// on the completion channel exactly once.
+    fn try_submit(&self, request: TxnMarkerRequest) -> Result<(), TxnMarkerRequest>;
 
     /// Drops every decision of `partition` (unload); their reports may be `Cancelled` or absent.
     fn cancel_log_partition(&self, partition: LogPartition);
@@ -53,6 +54,7 @@ struct Recording {
     held: Mutex<Vec<TxnMarkerRequest>>,
     cancelled: Mutex<Vec<LogPartition>>,
     auto_complete: Mutex<bool>,
+    refusals: Mutex<usize>,
     done: mpsc::Sender<MarkerCompletion>,
 }
 
@@ -65,6 +67,7 @@ impl RecordingMarkerSink {
                 held: Mutex::new(Vec::new()),
                 cancelled: Mutex::new(Vec::new()),
                 auto_complete: Mutex::new(auto_complete),
+                refusals: Mutex::new(0),
                 done,
             }),
         }
@@ -85,6 +88,11 @@ impl RecordingMarkerSink {
         *self.inner.auto_complete.lock() = on;
     }
 
+    /// Refuses the next `offers` submissions, as a full writer does.
+    pub fn refuse_next(&self, offers: usize) {
+        *self.inner.refusals.lock() = offers;
+    }
+
     /// Reports every held decision with `outcome`; returns how many. Waits for room in the
     /// completion channel.
     pub async fn complete_held(&self, outcome: MarkerOutcome) -> usize {
@@ -101,17 +109,30 @@ impl RecordingMarkerSink {
     }
 }
 
-#[async_trait]
 impl MarkerSink for RecordingMarkerSink {
-    async fn submit(&self, request: TxnMarkerRequest) {
-        self.inner.jobs.lock().push(request.clone());
+    fn try_submit(&self, request: TxnMarkerRequest) -> Result<(), TxnMarkerRequest> {
+        {
+            let mut refusals = self.inner.refusals.lock();
+            if *refusals > 0 {
+                *refusals -= 1;
+                return Err(request);
+            }
+        }
         let auto = *self.inner.auto_complete.lock();
         if auto {
             let done = MarkerCompletion::of(&request, MarkerOutcome::Completed);
-            let _ = self.inner.done.send(done).await;
+            match self.inner.done.try_send(done) {
+                // A closed channel means the coordinator is gone; nothing to report to.
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                // No room for the completion: refuse, as a full writer would.
+                Err(mpsc::error::TrySendError::Full(_)) => return Err(request),
+            }
+            self.inner.jobs.lock().push(request);
         } else {
+            self.inner.jobs.lock().push(request.clone());
             self.inner.held.lock().push(request);
         }
+        Ok(())
     }
 
     fn cancel_log_partition(&self, partition: LogPartition) {

@@ -121,6 +121,10 @@ pub struct Metrics {
     pub marker_retries: MirroredCounter,
     /// Marker jobs submitted.
     pub marker_jobs: Counter,
+    /// Marker decisions the writer had no room for at once (backpressure); each counted once.
+    pub marker_submissions_deferred: Counter,
+    /// Marker decisions waiting in the partition drivers for room in the writer.
+    pub markers_deferred: Gauge,
     /// Log partitions currently loaded.
     pub partitions_loaded: Gauge,
     /// The coordinator epoch of each log partition this node serves (a partition it does not
@@ -172,6 +176,8 @@ impl Metrics {
             markers_pending: Gauge::default(),
             marker_retries: MirroredCounter::default(),
             marker_jobs: Counter::default(),
+            marker_submissions_deferred: Counter::default(),
+            markers_deferred: Gauge::default(),
             partitions_loaded: Gauge::default(),
             partition_coordinator_epoch: Family::default(),
             partition_load_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -262,6 +268,16 @@ impl Metrics {
             "marker_jobs",
             "Marker jobs submitted",
             self.marker_jobs.clone(),
+        );
+        r.register(
+            "marker_submissions_deferred",
+            "Marker decisions that waited for room in the marker writer (backpressure)",
+            self.marker_submissions_deferred.clone(),
+        );
+        r.register(
+            "markers_deferred",
+            "Marker decisions waiting for room in the marker writer",
+            self.markers_deferred.clone(),
         );
         r.register(
             "partitions_loaded",

@@ -472,3 +472,60 @@ async fn an_add_after_commit_waits_for_the_markers_then_for_the_clock() {
     );
     assert_eq!(h.coordinator.metrics().parked_requests_timed_out.get(), 1);
 }
+
+#[tokio::test]
+async fn refused_marker_decisions_wait_in_the_driver_and_keep_their_order() {
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    // Two ids of one log partition, so one driver holds both decisions.
+    let first = TransactionalId::new("bp-0").expect("id");
+    let second = (1..1000)
+        .map(|i| TransactionalId::new(format!("bp-{i}")).expect("id"))
+        .find(|id| crate::partition_for(id, 4) == crate::partition_for(&first, 4))
+        .expect("an id of the same log partition");
+    let mut producers = Vec::new();
+    for id in [&first, &second] {
+        let r = init_ok(&h.coordinator, id.as_str()).await;
+        let a = h
+            .coordinator
+            .add_partitions_to_txn(add(id.as_str(), r.producer_id, r.producer_epoch, "t"))
+            .await;
+        assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+        producers.push((id.clone(), r.producer_id, r.producer_epoch));
+    }
+    // The writer is "full" for the next 5 offers: both decisions wait in the driver.
+    h.markers.refuse_next(5);
+    for (id, pid, epoch) in &producers {
+        let e = h
+            .coordinator
+            .end_txn(end(id.as_str(), *pid, *epoch, true))
+            .await;
+        assert_eq!(e.error, ErrorCode::NONE);
+    }
+    for (id, _, _) in &producers {
+        let mut state = String::new();
+        for _ in 0..500 {
+            state = state_of(&h.coordinator, id.as_str()).await;
+            if state == "CompleteCommit" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(state, "CompleteCommit", "{id}");
+    }
+    let order: Vec<_> = h
+        .markers
+        .jobs()
+        .into_iter()
+        .map(|j| j.transactional_id)
+        .collect();
+    assert_eq!(
+        order,
+        vec![first, second],
+        "decisions reach the sink in order"
+    );
+    let m = h.coordinator.metrics();
+    assert_eq!(m.marker_submissions_deferred.get(), 2);
+    assert_eq!(m.markers_deferred.get(), 0);
+    assert_eq!(m.markers_pending.get(), 0);
+}

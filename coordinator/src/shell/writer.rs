@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use markers::writer::{
-    LeaderResolver, MarkerCompletion, MarkerTransport, MarkerWriter, TxnMarkerRequest, WriterConfig,
+    LeaderResolver, MarkerCompletion, MarkerTransport, MarkerWriter, TrySubmitError,
+    TxnMarkerRequest, WriterConfig,
 };
 use tokio::sync::mpsc;
 use txn_log::LogPartition;
@@ -38,11 +38,17 @@ impl WriterSink {
     }
 }
 
-#[async_trait]
 impl MarkerSink for WriterSink {
-    async fn submit(&self, request: TxnMarkerRequest) {
-        if let Err(closed) = self.writer.submit(request).await {
-            tracing::error!(transactional_id = %closed.0.transactional_id, "marker writer stopped; decision not delivered");
+    fn try_submit(&self, request: TxnMarkerRequest) -> Result<(), TxnMarkerRequest> {
+        match self.writer.try_submit(request) {
+            Ok(()) => Ok(()),
+            Err(TrySubmitError::Full(request)) => Err(*request),
+            Err(TrySubmitError::Closed(request)) => {
+                // Only at shutdown: the partition is re-driven from its Prepare* record when it
+                // is loaded again.
+                tracing::error!(transactional_id = %request.transactional_id, "marker writer stopped; decision not delivered");
+                Ok(())
+            }
         }
     }
 
