@@ -1,9 +1,20 @@
 //! The Kafka transaction coordinator.
 //!
 //! Without default features this crate is the pure engine: Kafka's transaction state machine as
-//! a synchronous, deterministic core (requests, log outcomes and time in; effects out). The
-//! `shell` feature (on by default) adds the tokio shell, the Kafka wire server and the
-//! `txn-coordinator` daemon.
+//! a synchronous, deterministic core (requests, log outcomes and time in; effects out). Features:
+//!
+//! - `embed`: what a broker embedding the coordinator needs: the tokio [`shell`] (with the
+//!   marker writer of the `markers` crate) and the Kafka message conversions of
+//!   `server::protocol`. It re-exports [`kafka_protocol`] (the workspace's copy with bounded
+//!   decoders), [`async_trait`] (for implementing [`shell::PartitionCatalog`]) and
+//!   [`prometheus_client`] (the types of [`shell::Metrics`]), so a broker needs none of them as
+//!   its own dependency.
+//! - `daemon` (default, implies `embed`): the Kafka wire server, settings, command line, logging
+//!   and metrics endpoint of the `txn-coordinator` binary, and the sled log.
+//! - `etcd` (default, implies `daemon`): the daemon's etcd log backend (needs `protoc`).
+//!
+//! A broker depends on `coordinator = { ..., default-features = false, features = ["embed"] }`;
+//! see `docs/broker-integration.md`.
 //!
 //! # Driving an [`Engine`]
 //!
@@ -90,7 +101,28 @@ pub use request::{
     merge_list_responses, unknown_state_filters,
 };
 
-#[cfg(feature = "shell")]
+#[cfg(feature = "daemon")]
 pub mod server;
-#[cfg(feature = "shell")]
+/// The daemon's Kafka protocol surface, without the daemon (feature `daemon` adds the rest of
+/// the module: the wire server, its settings and admin commands).
+#[cfg(all(feature = "embed", not(feature = "daemon")))]
+pub mod server {
+    pub mod protocol;
+}
+#[cfg(feature = "embed")]
 pub mod shell;
+
+/// The Kafka protocol library the crate speaks (crates.io's kafka-protocol 0.18.0 with bounded
+/// decoders, vendored as the package `txn-kafka-protocol`). Also `markers::kafka_protocol`.
+#[cfg(feature = "embed")]
+pub use kafka_protocol;
+
+/// The attribute macro of the async traits a broker implements ([`shell::PartitionCatalog`], and
+/// `txn_log::TxnLog`, `markers::writer::{LeaderResolver, MarkerTransport, LocalMarkerHandler}`).
+#[cfg(feature = "embed")]
+pub use async_trait::async_trait;
+
+/// The metric types of [`shell::Metrics`]: register them with
+/// [`shell::Metrics::register`] in a `prometheus_client::registry::Registry`.
+#[cfg(feature = "embed")]
+pub use prometheus_client;

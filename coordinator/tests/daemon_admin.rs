@@ -1,5 +1,5 @@
 //! Admin commands against the running daemon, `dump-log` offline, and the metrics endpoint.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

@@ -1,6 +1,6 @@
 //! The real `txn-coordinator` binary over TCP: every served API, error paths, markers to a
 //! fake broker, unsupported APIs answered rather than dropped.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

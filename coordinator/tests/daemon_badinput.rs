@@ -1,7 +1,7 @@
 //! Hostile input against the running daemon: thousands of random and mutated frames (seeded,
 //! bounded), the 14-byte huge-array frame, oversized frames and stalled clients; afterwards a
 //! valid request is still answered and the process is alive.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

@@ -1,6 +1,6 @@
 //! Configuration errors are refused at start naming the key; a valid file is applied and the
 //! effective configuration is logged.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

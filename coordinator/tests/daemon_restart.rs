@@ -1,6 +1,6 @@
 //! Restart after SIGKILL: durable states intact, PrepareCommit completed after restart (markers
 //! delivered to a fake broker), producer ids never reused; SIGTERM exits 0.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

@@ -1,7 +1,7 @@
 //! Many concurrent transactional clients against the real daemon (sled, fsync): every cycle
 //! (InitProducerId once, then AddPartitionsToTxn + EndTxn per transaction) must succeed and
 //! end in CompleteCommit. Throughput and the group-commit batch size are printed, not asserted.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

@@ -1,6 +1,6 @@
 //! Every advertised API at every advertised version, against the real daemon: each answer
 //! decodes at the request's version and carries the expected result.
-#![cfg(feature = "shell")]
+#![cfg(feature = "daemon")]
 
 mod daemon_support;
 

@@ -2,7 +2,8 @@
 //! when its target is enabled, nothing when it is not. Its own test binary with one test, so
 //! that no other test's thread races tracing's per-callsite interest cache while the scoped
 //! subscribers are swapped.
-#![cfg(feature = "shell")]
+// Uses tracing-subscriber, a dependency of the `daemon` feature only.
+#![cfg(feature = "daemon")]
 
 use std::io::Write;
 use std::sync::Arc;

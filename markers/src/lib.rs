@@ -7,7 +7,25 @@
 //!   fencing, control batches in Kafka's exact format, the last stable offset and the
 //!   aborted-transaction index for read_committed fetches, rebuild by replay, and staged
 //!   transactional offset commits for `__consumer_offsets`. See `docs/markers.md`.
+//!
+//! Re-exports, so a broker implementing the writer's traits needs neither crate itself:
+//! [`kafka_protocol`] (crates.io's kafka-protocol 0.18.0 with decoders that check every claimed
+//! length against the bytes left, vendored as the package `txn-kafka-protocol`: the types of
+//! `WriteTxnMarkers` in `LocalMarkerHandler` and of `wire`) and, with `net`, the
+//! [`async_trait`](macro@async_trait) attribute of `LeaderResolver`, `MarkerTransport` and
+//! `LocalMarkerHandler` (and of `txn_log::TxnLog`).
 #![forbid(unsafe_code)]
+
+/// The Kafka protocol library of this crate's messages: crates.io's kafka-protocol 0.18.0 with
+/// bounded decoders, vendored by this workspace as the package `txn-kafka-protocol`. Use it (or
+/// `coordinator::kafka_protocol`, the same crate) rather than depending on kafka-protocol from
+/// crates.io, whose 0.18.0 aborts the process on a 14-byte frame claiming a huge array.
+pub use kafka_protocol;
+
+/// The attribute macro of the async traits a broker implements (`writer::LeaderResolver`,
+/// `writer::MarkerTransport`, `writer::LocalMarkerHandler`, `txn_log::TxnLog`).
+#[cfg(feature = "net")]
+pub use async_trait::async_trait;
 
 pub mod participant;
 
