@@ -90,7 +90,9 @@ impl ProducerEntry {
         self.batches.back().map_or(-1, |b| b.last_sequence)
     }
 
-    /// Largest timestamp seen from this producer (ms; `-1` if none).
+    /// Timestamp of this producer's last batch (its max timestamp) or marker here (ms; `-1` if
+    /// none), as Kafka's `ProducerStateEntry.lastTimestamp`: it may go back when a client's
+    /// clock does.
     pub fn last_timestamp_ms(&self) -> i64 {
         self.last_timestamp_ms
     }
@@ -133,7 +135,7 @@ pub struct ActiveProducer {
     pub producer_epoch: ProducerEpoch,
     /// Last sequence appended in the current epoch (`-1` if none is retained).
     pub last_sequence: i32,
-    /// Largest timestamp seen from it, data or marker (ms; `-1` if none).
+    /// Timestamp of its last batch or marker here (ms; `-1` if none).
     pub last_timestamp_ms: i64,
     /// Coordinator epoch of the last marker applied for it (`-1` if none yet).
     pub coordinator_epoch: CoordinatorEpoch,

@@ -386,7 +386,8 @@ impl PartitionState {
                 max_timestamp_ms: b.max_timestamp_ms,
             });
         }
-        e.last_timestamp_ms = e.last_timestamp_ms.max(b.max_timestamp_ms);
+        // Kafka's ProducerStateEntry.addBatch: the last batch's timestamp, not the largest.
+        e.last_timestamp_ms = b.max_timestamp_ms;
         if b.is_transactional && e.current_txn_first_offset.is_none() {
             e.current_txn_first_offset = Some(first_offset);
             self.txns.open(first_offset, b.producer_id);
@@ -503,7 +504,7 @@ impl PartitionState {
             .or_insert_with(ProducerEntry::new);
         e.update_epoch(producer_epoch);
         e.coordinator_epoch = coordinator_epoch;
-        e.last_timestamp_ms = e.last_timestamp_ms.max(timestamp_ms);
+        e.last_timestamp_ms = timestamp_ms;
         let first_offset = e.current_txn_first_offset.take()?;
         let txn = CompletedTxn {
             producer_id,
@@ -710,8 +711,9 @@ impl PartitionState {
         }
     }
 
-    /// Removes producers with no open transaction whose last timestamp is at least
-    /// `expiration_ms` before `now_ms` (Kafka's `producer.id.expiration.ms`, default 1 day).
+    /// Removes producers with no open transaction whose last timestamp (that of their last
+    /// batch or marker) is at least `expiration_ms` before `now_ms` (Kafka's
+    /// `producer.id.expiration.ms`, default 1 day).
     /// Returns how many were removed.
     pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();

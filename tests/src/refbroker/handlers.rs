@@ -1,15 +1,16 @@
 //! Request handlers for the data path: ApiVersions, Metadata, FindCoordinator, Produce,
-//! Fetch, ListOffsets and WriteTxnMarkers. Group and transaction APIs are delegated.
+//! Fetch, ListOffsets, WriteTxnMarkers and DescribeProducers. Group and transaction APIs are
+//! delegated.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, RequestKind, ResponseKind, TopicName, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    BrokerId, DescribeProducersRequest, DescribeProducersResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind,
+    TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
@@ -53,6 +54,9 @@ pub(crate) async fn dispatch(
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(broker, &r, v).await),
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers(broker, &r, &[]).await)
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers(broker, &r).await)
         }
         RequestKind::OffsetCommit(r) => {
             ResponseKind::OffsetCommit(super::groups::offset_commit(broker, r, v).await)
@@ -605,4 +609,59 @@ pub(crate) async fn write_txn_markers(
         broker.appended.notify_waiters();
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+// ===== DescribeProducers =====
+
+/// DescribeProducers (KIP-664, what `kafka-transactions.sh describe-producers`, `find-hanging`
+/// and `abort --start-offset` ask the partition leader): the participant's producer state of
+/// each partition this node leads ([`markers::participant::PartitionState::active_producers`]).
+/// A partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION, one led by another node
+/// NOT_LEADER_OR_FOLLOWER, as Kafka's `ReplicaManager.activeProducerState` answers (with one
+/// replica per partition there is no follower to ask).
+pub(crate) async fn describe_producers(
+    broker: &Broker,
+    r: &DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    use kafka_protocol::messages::describe_producers_response::{
+        PartitionResponse, ProducerState, TopicResponse,
+    };
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+        for &p in &t.partition_indexes {
+            let mut out = PartitionResponse::default().with_partition_index(p);
+            match broker.partition(&name, p) {
+                Some(part) => {
+                    let rows = part.lock().await.active_producers();
+                    out.active_producers = rows
+                        .into_iter()
+                        .map(|a| {
+                            ProducerState::default()
+                                .with_producer_id(kafka_protocol::messages::ProducerId(
+                                    a.producer_id.0,
+                                ))
+                                .with_producer_epoch(i32::from(a.producer_epoch.0))
+                                .with_last_sequence(a.last_sequence)
+                                .with_last_timestamp(a.last_timestamp_ms)
+                                .with_coordinator_epoch(a.coordinator_epoch.0)
+                                .with_current_txn_start_offset(a.current_txn_start_offset)
+                        })
+                        .collect();
+                }
+                None if broker.exists(&name, p) => {
+                    out.error_code = code(ResponseError::NotLeaderOrFollower);
+                }
+                None => out.error_code = code(ResponseError::UnknownTopicOrPartition),
+            }
+            partitions.push(out);
+        }
+        topics.push(
+            TopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions),
+        );
+    }
+    DescribeProducersResponse::default().with_topics(topics)
 }

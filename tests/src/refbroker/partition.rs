@@ -19,8 +19,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use markers::participant::{
-    BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState, ProduceDecision, TxnVersion,
-    increment_sequence,
+    ActiveProducer, BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState,
+    ProduceDecision, TxnVersion, increment_sequence,
 };
 use tokio::sync::Mutex;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
@@ -90,6 +90,11 @@ impl Partition {
     /// Last stable offset.
     pub(crate) fn last_stable_offset(&self) -> i64 {
         self.state.last_stable_offset()
+    }
+
+    /// The producers with state here, for DescribeProducers.
+    pub(crate) fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.state.active_producers()
     }
 
     /// Log start offset.

@@ -103,7 +103,8 @@ impl Broker {
     ///
     /// Embedded mode serves the coordinator APIs at the daemon's versions
     /// (`coordinator::server::protocol::SUPPORTED`: TV2's EndTxn v5 included); standalone mode
-    /// forwards what reaches it at the versions below.
+    /// forwards what reaches it at the versions below, except ListTransactions, which it
+    /// answers itself with an empty list.
     pub(crate) fn supported(&self, key: ApiKey) -> Option<VersionRange> {
         if self.txn.is_embedded() && is_coordinator_api(key) {
             return super::embedded::supported(key);
@@ -127,6 +128,11 @@ impl Broker {
             ApiKey::AddPartitionsToTxn => (0, 3),
             ApiKey::AddOffsetsToTxn => (0, 3),
             ApiKey::EndTxn => (0, 3),
+            // Standalone: no transactional id is coordinated here, so the list is empty (the
+            // Admin client asks every broker in Metadata; the daemons answer for theirs). The
+            // daemon's versions.
+            ApiKey::ListTransactions => (0, 1),
+            ApiKey::DescribeProducers => (0, 0),
             _ => return None,
         };
         let codec = key.valid_versions();

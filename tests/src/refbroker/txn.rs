@@ -2,6 +2,8 @@
 //! EndTxn, DescribeTransactions, ListTransactions).
 //!
 //! Standalone mode: clients find the daemon with FindCoordinator and talk to it directly.
+//! ListTransactions, which Kafka's Admin client sends to every broker in Metadata, is
+//! answered here with an empty list: the daemons list their own.
 //! FindCoordinator(TRANSACTION) and what still reaches a broker (an idempotent producer's
 //! InitProducerId goes to any broker) are forwarded over the wire to one of the daemons
 //! (`--coordinator`, the next one when it cannot be reached) and its answer relayed: with
@@ -251,7 +253,18 @@ pub(crate) async fn dispatch(
         RequestKind::DescribeTransactions(r) => {
             ResponseKind::DescribeTransactions(t.forward(&r, v).await?)
         }
-        RequestKind::ListTransactions(r) => ResponseKind::ListTransactions(t.forward(&r, v).await?),
+        // This broker coordinates no transactional id: nothing to list (no error, as a Kafka
+        // broker that leads no `__transaction_state` partition answers). Forwarding would
+        // list the daemon's transactions twice, once under this broker's id.
+        RequestKind::ListTransactions(r) => {
+            use coordinator::server::protocol as p;
+            let req = p::list(v, &r);
+            p::list_response(&coordinator::ListTransactionsResponse {
+                error: coordinator::ErrorCode::NONE,
+                unknown_state_filters: coordinator::unknown_state_filters(&req.state_filters),
+                transactions: Vec::new(),
+            })
+        }
         other => anyhow::bail!("request {other:?} is not served"),
     })
 }

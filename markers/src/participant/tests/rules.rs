@@ -760,3 +760,37 @@ fn active_producers_reports_what_describe_producers_needs_in_kafkas_encoding() {
     p.expire_producers(100_000, 1_000);
     assert!(p.active_producers().is_empty());
 }
+
+#[test]
+fn last_timestamp_is_the_last_batchs_even_when_older_than_a_marker() {
+    // Kafka's ProducerStateEntry.lastTimestamp is that of the last batch or marker, not the
+    // largest seen: a transaction opened after an ABORT marker by a batch carrying an older
+    // timestamp (a late Produce, a client clock behind) reports that older timestamp, which is
+    // what `kafka-transactions.sh find-hanging` compares with its maximum transaction timeout.
+    let mut p = state();
+    let other = ProducerId(7);
+    append(
+        &mut p,
+        BatchHeader::transactional(other, ProducerEpoch(1), 0, 1).with_max_timestamp_ms(2_000),
+    );
+    let m = Marker {
+        producer_id: other,
+        producer_epoch: ProducerEpoch(1),
+        coordinator_epoch: CoordinatorEpoch(0),
+        result: TxnResult::Abort,
+        txn_version: TxnVersion::V0,
+    };
+    let pending = p.check_marker(&m).expect("accepted");
+    let at = p.next_offset();
+    p.complete_marker(pending, at, 50_000).expect("recorded");
+    assert_eq!(p.active_producers()[0].last_timestamp_ms, 50_000);
+    // the late batch of the same epoch, timestamped before the marker
+    let late_at = p.next_offset();
+    append(
+        &mut p,
+        BatchHeader::transactional(other, ProducerEpoch(1), 1, 1).with_max_timestamp_ms(3_000),
+    );
+    let row = p.active_producers()[0];
+    assert_eq!(row.last_timestamp_ms, 3_000);
+    assert_eq!(row.current_txn_start_offset, late_at);
+}
