@@ -39,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod builder;
 mod catalog;
 mod clock;
 mod driver;
@@ -60,6 +61,7 @@ use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog}
 pub use ::markers::writer::{
     MarkerCompletion, MarkerOutcome as MarkerWriteOutcome, TxnMarkerRequest,
 };
+pub use builder::{BuildError, CoordinatorBuilder};
 pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
 pub use markers::{MarkerSink, MarkerSinkStats, RecordingMarkerSink};

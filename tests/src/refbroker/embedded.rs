@@ -31,9 +31,7 @@ use async_trait::async_trait;
 use coordinator::server::membership::{self, Member, Membership};
 use coordinator::server::protocol as p;
 use coordinator::server::{DaemonLog, LogBackend};
-use coordinator::shell::{
-    CatalogUnavailable, Coordinator, CoordinatorOptions, PartitionCatalog, SystemClock, WriterSink,
-};
+use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
 use kafka_protocol::messages::{
     ApiKey, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
@@ -41,9 +39,9 @@ use kafka_protocol::protocol::VersionRange;
 use markers::writer::{
     BrokerEndpoint, InProcessTransport, KafkaWireTransport, LeaderLookup, LeaderResolver,
     LocalMarkerHandler, MarkerTransport, ResolveError, RoutingTransport, TransportError,
-    WireTransportConfig, WriterConfig,
+    WireTransportConfig,
 };
-use txn_log::{LogPartition, TopicPartition, TxnLog, java_string_hash, kafka_partition_for};
+use txn_log::{LogPartition, TopicPartition, java_string_hash, kafka_partition_for};
 
 use super::server::Broker;
 use super::{Config, TRANSACTION_STATE};
@@ -175,15 +173,6 @@ pub(crate) struct Embedded {
 pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let settings = coordinator_settings(&broker.config)?;
     let log = DaemonLog::open(&settings, &broker.config.data_dir.join("txn-log")).await?;
-    // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
-    // out blocks unique across the nodes already.
-    let txn_log: Arc<dyn TxnLog> = match &log {
-        DaemonLog::Sled(_) => Arc::new(txn_log::NodeScopedLog::new(
-            log.as_txn_log(),
-            broker.config.node_id,
-        )?),
-        _ => log.as_txn_log(),
-    };
     let config = settings.engine.clone();
     let weak = Arc::downgrade(broker);
     let local: Arc<dyn MarkerTransport> =
@@ -198,19 +187,16 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let resolver = Arc::new(ClusterResolver {
         broker: weak.clone(),
     });
-    let (done_tx, done_rx) =
-        tokio::sync::mpsc::channel(coordinator::shell::MARKER_COMPLETIONS_CAPACITY);
-    let sink = WriterSink::spawn(resolver, transport, WriterConfig::default(), done_tx);
     let n = config.transaction_state_log_num_partitions;
-    let coordinator = Coordinator::start(CoordinatorOptions {
-        config,
-        log: txn_log,
-        clock: Arc::new(SystemClock::new()),
-        markers: Arc::new(sink),
-        marker_completions: done_rx,
-        catalog: Arc::new(BrokerCatalog { broker: weak }),
-        metrics: Default::default(),
-    });
+    let mut builder = Coordinator::builder(config, log.as_txn_log())
+        .markers(resolver, transport)
+        .catalog(Arc::new(BrokerCatalog { broker: weak }));
+    // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
+    // out blocks unique across the nodes already.
+    if let DaemonLog::Sled(_) = &log {
+        builder = builder.node_scoped(broker.config.node_id);
+    }
+    let coordinator = builder.start()?;
     let membership = match settings.txn_log_backend {
         LogBackend::Etcd => {
             let me = broker

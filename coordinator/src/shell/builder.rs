@@ -1,0 +1,285 @@
+//! [`Coordinator::builder`]: a coordinator from a configuration and a log, with the marker
+//! writer, its completion channel and the defaults wired by the library.
+//!
+//! ```no_run
+//! # async fn demo(resolver: std::sync::Arc<dyn markers::writer::LeaderResolver>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use coordinator::shell::Coordinator;
+//! use markers::writer::WireTransportConfig;
+//! use txn_log::MemTxnLog;
+//!
+//! let coordinator = Coordinator::builder(coordinator::Config::default(), Arc::new(MemTxnLog::new()))
+//!     .markers_over_wire(resolver, WireTransportConfig::default())
+//!     .start()?;
+//! coordinator.load_all_partitions().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+use markers::writer::{
+    KafkaWireTransport, LeaderResolver, MarkerCompletion, MarkerTransport, WireTransportConfig,
+    WriterConfig,
+};
+use tokio::sync::mpsc;
+use txn_log::{LogError, NodeScopedLog, TxnLog};
+
+use super::{
+    Clock, Coordinator, CoordinatorOptions, EveryPartitionExists, MARKER_COMPLETIONS_CAPACITY,
+    MarkerSink, Metrics, PartitionCatalog, SystemClock, WriterSink,
+};
+use crate::{Config, ConfigError};
+
+/// Why [`CoordinatorBuilder::start`] refused to start a coordinator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The configuration is invalid ([`Config::validate`]).
+    #[error("invalid coordinator configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// No way to deliver markers was chosen: a coordinator without one would decide
+    /// transactions whose participants never learn the outcome.
+    #[error("no marker delivery: call markers_over_wire, markers or marker_sink")]
+    NoMarkerDelivery,
+    /// [`CoordinatorBuilder::node_scoped`] got a node id outside `0..NodeScopedLog::MAX_NODES`.
+    #[error("producer-id scoping: {0}")]
+    NodeId(LogError),
+    /// `start` was called outside a tokio runtime (the coordinator spawns its tasks on it).
+    #[error("the coordinator must be started inside a tokio runtime")]
+    NoRuntime,
+}
+
+type SinkFactory = Box<dyn FnOnce(mpsc::Sender<MarkerCompletion>) -> Arc<dyn MarkerSink> + Send>;
+
+enum Delivery {
+    Writer {
+        resolver: Arc<dyn LeaderResolver>,
+        transport: Arc<dyn MarkerTransport>,
+    },
+    Sink(SinkFactory),
+}
+
+/// Builds a [`Coordinator`] ([`Coordinator::builder`]). Defaults: [`SystemClock`], every
+/// partition exists ([`EveryPartitionExists`]), fresh [`Metrics`], [`WriterConfig::default`].
+/// Choosing how markers reach participants is required.
+pub struct CoordinatorBuilder {
+    config: Config,
+    log: Arc<dyn TxnLog>,
+    node_id: Option<i32>,
+    clock: Arc<dyn Clock>,
+    catalog: Arc<dyn PartitionCatalog>,
+    metrics: Metrics,
+    writer: WriterConfig,
+    delivery: Option<Delivery>,
+}
+
+impl std::fmt::Debug for CoordinatorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorBuilder")
+            .field("config", &self.config)
+            .field("node_id", &self.node_id)
+            .field("writer", &self.writer)
+            .field("delivery", &self.delivery.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// A builder for a coordinator over `log` with `config` (validated by
+    /// [`CoordinatorBuilder::start`]).
+    pub fn builder(config: Config, log: Arc<dyn TxnLog>) -> CoordinatorBuilder {
+        CoordinatorBuilder {
+            config,
+            log,
+            node_id: None,
+            clock: Arc::new(SystemClock::new()),
+            catalog: Arc::new(EveryPartitionExists),
+            metrics: Metrics::default(),
+            writer: WriterConfig::default(),
+            delivery: None,
+        }
+    }
+}
+
+impl CoordinatorBuilder {
+    /// The clock (default [`SystemClock`]; tests use a [`super::ManualClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Which participant partitions exist, consulted before AddPartitionsToTxn (default: all).
+    pub fn catalog(mut self, catalog: Arc<dyn PartitionCatalog>) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The metrics to update (register them in your registry first; default: fresh ones).
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The marker writer's settings (default [`WriterConfig::default`]).
+    pub fn writer_config(mut self, config: WriterConfig) -> Self {
+        self.writer = config;
+        self
+    }
+
+    /// For a cluster whose nodes each have a log of their own: hands out producer ids in this
+    /// node's range only, `[node_id << 40, (node_id + 1) << 40)` ([`NodeScopedLog`]), so no two
+    /// coordinators give the same producer id to different transactional ids. Not for a log
+    /// all nodes share (etcd), whose blocks are unique already.
+    pub fn node_scoped(mut self, node_id: i32) -> Self {
+        self.node_id = Some(node_id);
+        self
+    }
+
+    /// Markers go to the leaders `resolver` names through `transport` (any
+    /// [`MarkerTransport`]; the methods below build the usual ones).
+    pub fn markers(
+        mut self,
+        resolver: Arc<dyn LeaderResolver>,
+        transport: Arc<dyn MarkerTransport>,
+    ) -> Self {
+        self.delivery = Some(Delivery::Writer {
+            resolver,
+            transport,
+        });
+        self
+    }
+
+    /// Markers go to the leaders `resolver` names as `WriteTxnMarkers` v1 over Kafka's wire
+    /// protocol ([`KafkaWireTransport`]): a coordinator hosted apart from the data.
+    pub fn markers_over_wire(
+        self,
+        resolver: Arc<dyn LeaderResolver>,
+        config: WireTransportConfig,
+    ) -> Self {
+        self.markers(resolver, Arc::new(KafkaWireTransport::new(config)))
+    }
+
+    /// A sink of your own instead of the marker writer (a test double such as
+    /// [`super::RecordingMarkerSink`]): `make` gets the completion channel the coordinator
+    /// reads, on which the sink reports every accepted decision exactly once.
+    pub fn marker_sink(
+        mut self,
+        make: impl FnOnce(mpsc::Sender<MarkerCompletion>) -> Arc<dyn MarkerSink> + Send + 'static,
+    ) -> Self {
+        self.delivery = Some(Delivery::Sink(Box::new(make)));
+        self
+    }
+
+    /// Validates the configuration, spawns the marker writer and starts the coordinator. It
+    /// owns no log partition yet: load them ([`Coordinator::load_all_partitions`] on a single
+    /// node, or [`Coordinator::load_partition`] per partition this node owns). Call inside a tokio
+    /// runtime.
+    pub fn start(self) -> Result<Coordinator, BuildError> {
+        let config = self.config.validate()?;
+        let delivery = self.delivery.ok_or(BuildError::NoMarkerDelivery)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(BuildError::NoRuntime);
+        }
+        let log: Arc<dyn TxnLog> = match self.node_id {
+            Some(node_id) => {
+                Arc::new(NodeScopedLog::new(self.log, node_id).map_err(BuildError::NodeId)?)
+            }
+            None => self.log,
+        };
+        let (done_tx, done_rx) = mpsc::channel(MARKER_COMPLETIONS_CAPACITY);
+        let markers: Arc<dyn MarkerSink> = match delivery {
+            Delivery::Writer {
+                resolver,
+                transport,
+            } => Arc::new(WriterSink::spawn(resolver, transport, self.writer, done_tx)),
+            Delivery::Sink(make) => make(done_tx),
+        };
+        Ok(Coordinator::start(CoordinatorOptions {
+            config,
+            log,
+            clock: self.clock,
+            markers,
+            marker_completions: done_rx,
+            catalog: self.catalog,
+            metrics: self.metrics,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InitProducerIdRequest;
+    use crate::shell::RecordingMarkerSink;
+    use markers::writer::{BrokerEndpoint, StaticLeaderResolver};
+    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
+
+    fn init(id: &str) -> InitProducerIdRequest {
+        InitProducerIdRequest {
+            version: 4,
+            transactional_id: Some(id.into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_config_or_no_marker_delivery_is_refused() {
+        let log = || Arc::new(MemTxnLog::new()) as Arc<dyn TxnLog>;
+        let bad = Config {
+            transaction_state_log_num_partitions: 0,
+            ..Config::default()
+        };
+        let e = Coordinator::builder(bad, log())
+            .marker_sink(|tx| Arc::new(RecordingMarkerSink::new(tx, true)))
+            .start()
+            .unwrap_err();
+        assert!(
+            matches!(e, BuildError::Config(ConfigError::NotPositive { .. })),
+            "{e}"
+        );
+        let e = Coordinator::builder(Config::default(), log())
+            .start()
+            .unwrap_err();
+        assert!(matches!(e, BuildError::NoMarkerDelivery), "{e}");
+        let e = Coordinator::builder(Config::default(), log())
+            .node_scoped(-1)
+            .marker_sink(|tx| Arc::new(RecordingMarkerSink::new(tx, true)))
+            .start()
+            .unwrap_err();
+        assert!(matches!(e, BuildError::NodeId(_)), "{e}");
+    }
+
+    #[test]
+    fn start_outside_a_runtime_is_refused() {
+        let resolver = Arc::new(StaticLeaderResolver::single(BrokerEndpoint::new(
+            1,
+            "127.0.0.1",
+            1,
+        )));
+        let e = Coordinator::builder(Config::default(), Arc::new(MemTxnLog::new()))
+            .markers_over_wire(resolver, WireTransportConfig::default())
+            .start()
+            .unwrap_err();
+        assert!(matches!(e, BuildError::NoRuntime), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_node_scoped_coordinator_hands_out_ids_in_its_range() {
+        let config = Config {
+            transaction_state_log_num_partitions: 1,
+            ..Config::default()
+        };
+        let c = Coordinator::builder(config, Arc::new(MemTxnLog::new()))
+            .node_scoped(3)
+            .marker_sink(|tx| Arc::new(RecordingMarkerSink::new(tx, true)))
+            .start()
+            .unwrap();
+        c.load_all_partitions().await.unwrap();
+        let r = c.init_producer_id(init("app")).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.producer_id.0 >> NodeScopedLog::NODE_SHIFT, 3);
+        c.shutdown().await;
+    }
+}
