@@ -8,6 +8,10 @@
 //!   aborted-transaction index for read_committed fetches, rebuild by replay, and staged
 //!   transactional offset commits for `__consumer_offsets`. See `docs/markers.md`.
 //!
+//! - [`apply`]: markers in the participant's own types for a broker that hosts the coordinator
+//!   (`MarkerApplier` on `(TopicPartition, Marker)`, typed results), and the one conversion
+//!   from and to `WriteTxnMarkers`.
+//!
 //! Re-exports, so a broker implementing the writer's traits needs neither crate itself:
 //! [`kafka_protocol`] (crates.io's kafka-protocol 0.18.0 with decoders that check every claimed
 //! length against the bytes left, vendored as the package `txn-kafka-protocol`: the types of
@@ -27,6 +31,7 @@ pub use kafka_protocol;
 #[cfg(feature = "net")]
 pub use async_trait::async_trait;
 
+pub mod apply;
 pub mod participant;
 
 #[cfg(feature = "net")]

@@ -17,9 +17,10 @@
 
 use std::sync::Arc;
 
+use markers::apply::{ApplierTransport, MarkerApplier};
 use markers::writer::{
-    KafkaWireTransport, LeaderResolver, MarkerCompletion, MarkerTransport, WireTransportConfig,
-    WriterConfig,
+    BrokerEndpoint, KafkaWireTransport, LeaderResolver, MarkerCompletion, MarkerTransport,
+    RoutingTransport, StaticLeaderResolver, WireTransportConfig, WriterConfig,
 };
 use tokio::sync::mpsc;
 use txn_log::{LogError, NodeScopedLog, TxnLog};
@@ -39,7 +40,9 @@ pub enum BuildError {
     Config(#[from] ConfigError),
     /// No way to deliver markers was chosen: a coordinator without one would decide
     /// transactions whose participants never learn the outcome.
-    #[error("no marker delivery: call markers_over_wire, markers or marker_sink")]
+    #[error(
+        "no marker delivery: call markers_in_process, markers_routed, markers_over_wire, markers or marker_sink"
+    )]
     NoMarkerDelivery,
     /// [`CoordinatorBuilder::node_scoped`] got a node id outside `0..NodeScopedLog::MAX_NODES`.
     #[error("producer-id scoping: {0}")]
@@ -48,6 +51,10 @@ pub enum BuildError {
     #[error("the coordinator must be started inside a tokio runtime")]
     NoRuntime,
 }
+
+/// The broker id [`CoordinatorBuilder::markers_in_process`] addresses its markers to (any
+/// id: every request goes to the one applier).
+const IN_PROCESS_NODE: i32 = 0;
 
 type SinkFactory = Box<dyn FnOnce(mpsc::Sender<MarkerCompletion>) -> Arc<dyn MarkerSink> + Send>;
 
@@ -149,6 +156,37 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// Markers are applied by this broker, in process, to its own partitions: the
+    /// single-broker case, where it leads every partition a transaction can name (the
+    /// [`catalog`](Self::catalog) keeps the others out). `applier` gets `(TopicPartition,
+    /// Marker)` pairs and answers typed results ([`MarkerApplier`]).
+    pub fn markers_in_process(self, applier: Arc<dyn MarkerApplier>) -> Self {
+        let resolver = Arc::new(StaticLeaderResolver::single(BrokerEndpoint::new(
+            IN_PROCESS_NODE,
+            "in-process",
+            0,
+        )));
+        self.markers(resolver, Arc::new(ApplierTransport::new(applier)))
+    }
+
+    /// A broker of a cluster hosting the coordinator: markers for partitions this node
+    /// (`local_node_id`) leads go to `applier` in process, the others as `WriteTxnMarkers` v1
+    /// over the wire ([`KafkaWireTransport`]) to the leaders `resolver` names.
+    pub fn markers_routed(
+        self,
+        local_node_id: i32,
+        applier: Arc<dyn MarkerApplier>,
+        resolver: Arc<dyn LeaderResolver>,
+        wire: WireTransportConfig,
+    ) -> Self {
+        let transport = RoutingTransport::new(
+            local_node_id,
+            Arc::new(ApplierTransport::new(applier)),
+            Arc::new(KafkaWireTransport::new(wire)),
+        );
+        self.markers(resolver, Arc::new(transport))
+    }
+
     /// Markers go to the leaders `resolver` names as `WriteTxnMarkers` v1 over Kafka's wire
     /// protocol ([`KafkaWireTransport`]): a coordinator hosted apart from the data.
     pub fn markers_over_wire(
@@ -211,7 +249,6 @@ mod tests {
     use super::*;
     use crate::InitProducerIdRequest;
     use crate::shell::RecordingMarkerSink;
-    use markers::writer::{BrokerEndpoint, StaticLeaderResolver};
     use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
 
     fn init(id: &str) -> InitProducerIdRequest {
@@ -280,6 +317,109 @@ mod tests {
         let r = c.init_producer_id(init("app")).await;
         assert!(r.error.is_none(), "{:?}", r.error);
         assert_eq!(r.producer_id.0 >> NodeScopedLog::NODE_SHIFT, 3);
+        c.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod in_process_tests {
+    use std::time::Duration;
+
+    use markers::apply::ApplyError;
+    use markers::participant::{Marker, TxnVersion};
+    use txn_log::sync::Mutex;
+    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition, TxnResult, TxnState};
+
+    use super::*;
+    use crate::{
+        AddPartitionsToTxnRequest, AddPartitionsTxn, DescribeTransactionsRequest, EndTxnRequest,
+        InitProducerIdRequest,
+    };
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(TopicPartition, Marker)>>);
+
+    #[async_trait::async_trait]
+    impl MarkerApplier for Recorder {
+        async fn apply_markers(
+            &self,
+            markers: Vec<(TopicPartition, Marker)>,
+        ) -> Vec<Result<(), ApplyError>> {
+            self.0.lock().extend(markers.iter().cloned());
+            markers.iter().map(|_| Ok(())).collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn markers_reach_the_applier_as_typed_markers() {
+        let applier = Arc::new(Recorder::default());
+        let config = Config {
+            transaction_state_log_num_partitions: 1,
+            ..Config::default()
+        };
+        let c = Coordinator::builder(config, Arc::new(MemTxnLog::new()))
+            .markers_in_process(applier.clone())
+            .start()
+            .unwrap();
+        c.load_all_partitions().await.unwrap();
+        let init = c
+            .init_producer_id(InitProducerIdRequest {
+                version: 5,
+                transactional_id: Some("app".into()),
+                transaction_timeout_ms: 60_000,
+                producer_id: ProducerId::NONE,
+                producer_epoch: ProducerEpoch::NONE,
+            })
+            .await;
+        assert!(init.error.is_none());
+        let tp = TopicPartition::new("orders", 2);
+        let added = c
+            .add_partitions_to_txn(AddPartitionsToTxnRequest {
+                version: 3,
+                transactions: vec![AddPartitionsTxn {
+                    transactional_id: "app".into(),
+                    producer_id: init.producer_id,
+                    producer_epoch: init.producer_epoch,
+                    verify_only: false,
+                    partitions: vec![tp.clone()],
+                }],
+            })
+            .await;
+        assert!(added.results[0].partitions[0].1.is_none());
+        let end = c
+            .end_txn(EndTxnRequest {
+                version: 5,
+                transactional_id: "app".into(),
+                producer_id: init.producer_id,
+                producer_epoch: init.producer_epoch,
+                committed: true,
+            })
+            .await;
+        assert!(end.error.is_none());
+        let complete = async {
+            loop {
+                let d = c
+                    .describe_transactions(DescribeTransactionsRequest {
+                        transactional_ids: vec!["app".into()],
+                    })
+                    .await;
+                if d[0].state == Some(TxnState::CompleteCommit) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), complete)
+            .await
+            .unwrap();
+        let got = applier.0.lock().clone();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let (at, m) = &got[0];
+        assert_eq!(at, &tp);
+        assert_eq!(m.producer_id, init.producer_id);
+        assert_eq!(m.producer_epoch.0, init.producer_epoch.0 + 1, "TV2: bumped");
+        assert_eq!(m.result, TxnResult::Commit);
+        assert_eq!(m.txn_version, TxnVersion::V2);
         c.shutdown().await;
     }
 }

@@ -42,6 +42,7 @@
 mod builder;
 mod catalog;
 mod clock;
+mod codes;
 mod driver;
 mod markers;
 mod metrics;
