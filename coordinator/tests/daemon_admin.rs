@@ -37,6 +37,8 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
             &bs,
             "--metrics-listen",
             "127.0.0.1:0",
+            "--node-id",
+            "7",
             "--set",
             "transaction.state.log.num.partitions=6",
         ],
@@ -62,7 +64,32 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     let (st, out, err) = run_cli(&["list", "--bootstrap-server", &addr]);
     assert!(st.success(), "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("TransactionalId"), "{out}");
+    // Kafka's kafka-transactions.sh list columns, in its order.
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "TransactionalId",
+            "Coordinator",
+            "ProducerId",
+            "TransactionState"
+        ],
+        "{out}"
+    );
+    let node = "7".to_owned();
+    let fine_pid = p_ok.to_string();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["fine", node.as_str(), fine_pid.as_str(), "Ongoing"]),
+        "{out}"
+    );
+    // --duration-filter (Kafka's name; --duration-ms is the same flag): nothing has run an hour
+    for flag in ["--duration-filter", "--duration-ms"] {
+        let (st, out, err) = run_cli(&["list", "--bootstrap-server", &addr, flag, "3600000"]);
+        assert!(st.success(), "{err}");
+        assert_eq!(out.lines().count(), 1, "{flag}: {out}");
+    }
     assert!(
         lines
             .iter()
@@ -104,6 +131,47 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         out.contains("\"state\":\"Ongoing\"") && out.contains("\"partitions\":[\"t-0\"]"),
         "{out}"
     );
+    let (st, out, err) = run_cli(&[
+        "describe",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "fine",
+    ]);
+    assert!(st.success(), "{err}");
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // Kafka's kafka-transactions.sh describe columns, in its order.
+    assert_eq!(
+        lines[0],
+        [
+            "CoordinatorId",
+            "TransactionalId",
+            "ProducerId",
+            "ProducerEpoch",
+            "TransactionState",
+            "TransactionTimeoutMs",
+            "CurrentTransactionStartTimeMs",
+            "TransactionDurationMs",
+            "TopicPartitions"
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        lines[1][..6],
+        [
+            node.as_str(),
+            "fine",
+            fine_pid.as_str(),
+            &e_ok.to_string(),
+            "Ongoing",
+            "60000"
+        ],
+        "{out}"
+    );
+    assert_eq!(lines[1][8], "t-0", "{out}");
     let (st, _, err) = run_cli(&[
         "describe",
         "--bootstrap-server",
@@ -116,8 +184,53 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
 
     let (st, out, err) = run_cli(&["find-hanging", "--bootstrap-server", &addr]);
     assert!(st.success(), "{err}");
-    assert!(out.lines().any(|l| l.starts_with("hung ")), "{out}");
-    assert!(!out.lines().any(|l| l.starts_with("fine ")), "{out}");
+    let ids: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert!(ids.contains(&"hung") && !ids.contains(&"fine"), "{out}");
+
+    // force-terminate (Kafka 4.1's forceTerminateTransaction, also accepted under that name
+    // with --transactionalId): fences the producer and waits until the id is idle.
+    let (p_ft, e_ft) = init_ok(&mut c, "ft", 60_000).await;
+    let r = c
+        .call(&add_req_v3("ft", p_ft, e_ft, &[("t", 2)]), 0)
+        .await
+        .expect("add");
+    assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
+    let (st, out, err) = run_cli(&[
+        "force-terminate",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "ft",
+    ]);
+    assert!(st.success(), "{err}");
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert!(
+        row.get(1) == Some(&"ft") && matches!(row.get(4), Some(&"CompleteAbort" | &"Empty")),
+        "{out}"
+    );
+    let r = c
+        .call(&end_req("ft", p_ft, e_ft, true), 3)
+        .await
+        .expect("end");
+    assert_ne!(r.error_code, 0, "the old producer is fenced");
+    let (st, _, err) = run_cli(&[
+        "forceTerminateTransaction",
+        "--bootstrap-server",
+        &addr,
+        "--transactionalId",
+        "ft",
+    ]);
+    assert!(!st.success(), "nothing open any more");
+    assert!(err.contains("has no open transaction"), "{err}");
 
     let (st, out, err) = run_cli(&[
         "abort",
@@ -150,7 +263,7 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("txn_coordinator_producers_fenced_total 1"),
+        metrics.contains("txn_coordinator_producers_fenced_total 2"),
         "{metrics}"
     );
     assert!(

@@ -289,6 +289,70 @@ async fn await_state(
     panic!("{tid} did not reach {state} at {coordinator}: {last}");
 }
 
+/// What [`two_transactions`] left behind.
+struct TwoTransactions {
+    /// Node ids of the coordinators of kt-open and kt-late.
+    open_node: i32,
+    late_node: i32,
+    /// Leader node id of each partition of [`TOPIC`].
+    leaders: Vec<i32>,
+    /// Producer id and epoch of kt-open and kt-late.
+    open: (i64, i16),
+    late: (i64, i16),
+    /// Where kt-late's hanging transaction and kt-open's open one start.
+    late_offset: i64,
+    open_offset: i64,
+}
+
+/// The scenario's two transactions (see the module documentation): kt-open open on kt-0,
+/// kt-late hanging on kt-1.
+async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
+    let mut pool = Pool::new("kafka-tools-test", Duration::from_secs(3));
+    let leaders = leaders(&mut pool, bootstrap).await;
+    let open_node = coordinator_node(&mut pool, bootstrap, "kt-open").await;
+    let late_node = coordinator_node(&mut pool, bootstrap, "kt-late").await;
+    let within = Duration::from_secs(20);
+    let open_view = ClusterView::discover(bootstrap, TOPIC, "kt-open", within)
+        .await
+        .expect("discover");
+    let late_view = ClusterView::discover(bootstrap, TOPIC, "kt-late", within)
+        .await
+        .expect("discover");
+    let late_coordinator = late_view.coordinator;
+
+    let mut open = TxnProducer::new(open_view, "kt-open", 300_000, TxnVersion::Tv1);
+    open.init().await.expect("kt-open init");
+    open.add_partitions(&[0]).await.expect("kt-open add");
+    let open_offset = open
+        .produce(0, &["o-1".to_owned(), "o-2".to_owned()], true)
+        .await
+        .expect("kt-open produce");
+
+    let mut late = TxnProducer::new(late_view, "kt-late", 300_000, TxnVersion::Tv1);
+    late.init().await.expect("kt-late init");
+    late.add_partitions(&[1]).await.expect("kt-late add");
+    late.produce(1, &["l-1".to_owned()], true)
+        .await
+        .expect("kt-late produce");
+    late.end(false).await.expect("kt-late abort");
+    // The ABORT marker is on kt-1 once the coordinator completes the abort; only then
+    // does the late Produce open a transaction nobody will close.
+    await_state(&mut pool, late_coordinator, "kt-late", "CompleteAbort").await;
+    let late_offset = late
+        .produce(1, &["l-late".to_owned()], true)
+        .await
+        .expect("late produce");
+    TwoTransactions {
+        open_node,
+        late_node,
+        leaders,
+        open: open.pid_epoch(),
+        late: late.pid_epoch(),
+        late_offset,
+        open_offset,
+    }
+}
+
 fn scenario(mode: Mode) {
     let test = format!("kafka_transactions_sh_{}", mode.tag());
     let Some(classpath) = classpath_or_skip(&test) else {
@@ -304,53 +368,15 @@ fn scenario(mode: Mode) {
         .expect("runtime");
 
     // ----- the two transactions -----
-    let (open_node, late_node, leaders, open, late, late_offset, open_offset) =
-        rt.block_on(async {
-            let mut pool = Pool::new("kafka-tools-test", Duration::from_secs(3));
-            let leaders = leaders(&mut pool, bootstrap).await;
-            let open_node = coordinator_node(&mut pool, bootstrap, "kt-open").await;
-            let late_node = coordinator_node(&mut pool, bootstrap, "kt-late").await;
-            let within = Duration::from_secs(20);
-            let open_view = ClusterView::discover(bootstrap, TOPIC, "kt-open", within)
-                .await
-                .expect("discover");
-            let late_view = ClusterView::discover(bootstrap, TOPIC, "kt-late", within)
-                .await
-                .expect("discover");
-            let late_coordinator = late_view.coordinator;
-
-            let mut open = TxnProducer::new(open_view, "kt-open", 300_000, TxnVersion::Tv1);
-            open.init().await.expect("kt-open init");
-            open.add_partitions(&[0]).await.expect("kt-open add");
-            let open_offset = open
-                .produce(0, &["o-1".to_owned(), "o-2".to_owned()], true)
-                .await
-                .expect("kt-open produce");
-
-            let mut late = TxnProducer::new(late_view, "kt-late", 300_000, TxnVersion::Tv1);
-            late.init().await.expect("kt-late init");
-            late.add_partitions(&[1]).await.expect("kt-late add");
-            late.produce(1, &["l-1".to_owned()], true)
-                .await
-                .expect("kt-late produce");
-            late.end(false).await.expect("kt-late abort");
-            // The ABORT marker is on kt-1 once the coordinator completes the abort; only then
-            // does the late Produce open a transaction nobody will close.
-            await_state(&mut pool, late_coordinator, "kt-late", "CompleteAbort").await;
-            let late_offset = late
-                .produce(1, &["l-late".to_owned()], true)
-                .await
-                .expect("late produce");
-            (
-                open_node,
-                late_node,
-                leaders,
-                open.pid_epoch(),
-                late.pid_epoch(),
-                late_offset,
-                open_offset,
-            )
-        });
+    let TwoTransactions {
+        open_node,
+        late_node,
+        leaders,
+        open,
+        late,
+        late_offset,
+        open_offset,
+    } = rt.block_on(two_transactions(bootstrap));
     let (open_pid, open_epoch) = (open.0.to_string(), open.1.to_string());
     let late_pid = late.0.to_string();
 
@@ -722,4 +748,189 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
             .collect::<Vec<_>>(),
         ["NoSuchState"]
     );
+}
+
+/// Our own admin CLI (`txn-coordinator`) on the same scenario, no Java needed: `list` and
+/// `describe` print Kafka's columns in Kafka's order; `abort --topic --partition
+/// --start-offset` writes the ABORT marker for the hanging transaction on its partition, as
+/// Kafka's `abort` does (and refuses an offset where no transaction starts, with Kafka's
+/// message and exit 1); `force-terminate` fences an id. Standalone (asking the daemon) and
+/// embedded (asking a broker).
+fn our_cli(mode: Mode) {
+    let mut cluster = Cluster::start(ClusterSpec::new(mode, &["kt:2"]));
+    let bootstrap = cluster.brokers[0].addr;
+    let admin = match mode {
+        Mode::Standalone => cluster.coordinator_host("kt-open").addr,
+        Mode::Embedded => bootstrap,
+    }
+    .to_string();
+    let bin = std::env::var_os("TXN_COORDINATOR_BIN").map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("current_exe");
+            // target/<profile>/deps/<test> -> target/<profile>/txn-coordinator
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("profile dir")
+                .join("txn-coordinator")
+        },
+        PathBuf::from,
+    );
+    let run = |args: &[&str]| {
+        let out = Command::new(&bin)
+            .args(args)
+            .args(["--bootstrap-server", &admin])
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let cells = |out: &str, line: usize| -> Vec<String> {
+        out.lines()
+            .nth(line)
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tt = rt.block_on(two_transactions(bootstrap));
+    let (open_pid, late_pid) = (tt.open.0.to_string(), tt.late.0.to_string());
+
+    // list: Kafka's columns; the coordinator's node id
+    let (code, out, err) = run(&["list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        cells(&out, 0),
+        [
+            "TransactionalId",
+            "Coordinator",
+            "ProducerId",
+            "TransactionState"
+        ]
+    );
+    let open_row = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|r| r.first() == Some(&"kt-open"))
+        .unwrap_or_else(|| panic!("no kt-open in {out}"))
+        .join(" ");
+    assert_eq!(
+        open_row,
+        format!("kt-open {} {open_pid} Ongoing", tt.open_node),
+        "{out}"
+    );
+    // describe: Kafka's columns
+    let (code, out, err) = run(&["describe", "--transactional-id", "kt-open"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(cells(&out, 0)[0], "CoordinatorId", "{out}");
+    assert_eq!(cells(&out, 0)[8], "TopicPartitions", "{out}");
+    let row = cells(&out, 1);
+    assert_eq!(
+        (row[0].as_str(), row[1].as_str(), row[8].as_str()),
+        (tt.open_node.to_string().as_str(), "kt-open", "kt-0"),
+        "{out}"
+    );
+
+    // abort the hanging transaction on kt-1 by its start offset
+    let start = tt.late_offset.to_string();
+    let abort = [
+        "abort",
+        "--topic",
+        TOPIC,
+        "--partition",
+        "1",
+        "--start-offset",
+        &start,
+    ];
+    let (code, out, err) = run(&abort);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        cells(&out, 0),
+        [
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset"
+        ]
+    );
+    assert_eq!(
+        cells(&out, 1)[..3],
+        [TOPIC.to_owned(), "1".to_owned(), late_pid.clone()],
+        "{out}"
+    );
+    // kt-1's leader reports no open transaction any more
+    let leader = rt.block_on(async {
+        let mut pool = Pool::new("our-cli-test", Duration::from_secs(3));
+        let md = pool
+            .call(bootstrap, &MetadataRequest::default().with_topics(None), 9)
+            .await
+            .expect("metadata");
+        let b = md
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == tt.leaders[1])
+            .expect("leader in metadata");
+        let addr: std::net::SocketAddr = format!("{}:{}", b.host, b.port).parse().expect("address");
+        let r = pool
+            .call(
+                addr,
+                &DescribeProducersRequest::default().with_topics(vec![
+                    kafka_protocol::messages::describe_producers_request::TopicRequest::default()
+                        .with_name(TopicName(sb(TOPIC)))
+                        .with_partition_indexes(vec![1]),
+                ]),
+                0,
+            )
+            .await
+            .expect("describe producers");
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        assert!(
+            p.active_producers
+                .iter()
+                .all(|a| a.current_txn_start_offset == -1),
+            "{p:?}"
+        );
+        addr
+    });
+    // nothing starts there any more: Kafka's message, exit 1
+    let (code, out, err) = run(&abort);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("Could not find any open transactions starting at offset"),
+        "{err}"
+    );
+
+    // force-terminate kt-open: fenced, Empty or CompleteAbort, marker on kt-0
+    let (code, out, err) = run(&["force-terminate", "--transactional-id", "kt-open"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let row = cells(&out, 1);
+    assert_eq!(row[1], "kt-open", "{out}");
+    assert!(
+        matches!(row[4].as_str(), "Empty" | "CompleteAbort"),
+        "{out}"
+    );
+    assert!(
+        row[3].parse::<i16>().expect("epoch") > tt.open.1,
+        "the epoch was bumped: {out}"
+    );
+    eprintln!(
+        "our_cli_{}: abort on kt-1 via leader {leader}, force-terminate kt-open",
+        mode.tag()
+    );
+}
+
+#[test]
+fn our_cli_matches_kafkas_tool_standalone() {
+    our_cli(Mode::Standalone);
+}
+
+#[test]
+fn our_cli_matches_kafkas_tool_embedded() {
+    our_cli(Mode::Embedded);
 }

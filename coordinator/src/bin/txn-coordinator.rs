@@ -36,8 +36,13 @@ enum Command {
         /// Only these producer ids (repeatable).
         #[arg(long = "producer-id")]
         producer_ids: Vec<i64>,
-        /// Only transactions running longer than this (ms).
-        #[arg(long = "duration-ms")]
+        /// Only transactions running longer than this (ms). Kafka's name; `--duration-ms` is
+        /// the same flag.
+        #[arg(
+            long = "duration-filter",
+            visible_alias = "duration-ms",
+            value_name = "MS"
+        )]
         duration_ms: Option<i64>,
     },
     /// Describe one transactional id (DescribeTransactions).
@@ -53,13 +58,43 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
-    /// Abort the open transaction of an id by fencing its producer (like Admin.fenceProducers).
-    /// Waits until the id is idle, at most --timeout-ms; exits 1 if it is not idle by then.
+    /// With --transactional-id: force-terminate (the same command). With --topic, --partition
+    /// and --start-offset: write an ABORT marker for the transaction open on that partition at
+    /// that offset (a hanging one), as Kafka's `kafka-transactions.sh abort`.
     Abort {
         #[command(flatten)]
         target: Target,
+        /// The transactional id (force-terminate it).
+        #[arg(
+            long = "transactional-id",
+            required_unless_present = "topic",
+            conflicts_with_all = ["topic", "partition", "start_offset"]
+        )]
+        transactional_id: Option<String>,
+        /// Topic of the partition with the open transaction.
+        #[arg(long, requires_all = ["partition", "start_offset"])]
+        topic: Option<String>,
+        /// The partition.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+        /// Offset of the first record of the transaction (describe-producers'
+        /// CurrentTransactionStartOffset, find-hanging's StartOffset in Kafka's tool).
+        #[arg(long = "start-offset", requires = "topic")]
+        start_offset: Option<i64>,
+        /// With --transactional-id: how long to wait for the abort to complete (its markers
+        /// delivered) before giving up.
+        #[arg(long = "timeout-ms", default_value_t = admin::DEFAULT_ABORT_TIMEOUT_MS)]
+        timeout_ms: u64,
+    },
+    /// Abort the open transaction of an id by fencing its producer (Kafka 4.1's
+    /// forceTerminateTransaction, Admin.fenceProducers). Waits until the id is idle, at most
+    /// --timeout-ms; exits 1 if it is not idle by then.
+    #[command(alias = "forceTerminateTransaction")]
+    ForceTerminate {
+        #[command(flatten)]
+        target: Target,
         /// The transactional id.
-        #[arg(long = "transactional-id")]
+        #[arg(long = "transactional-id", alias = "transactionalId")]
         transactional_id: String,
         /// How long to wait for the abort to complete (its markers delivered) before giving up.
         #[arg(long = "timeout-ms", default_value_t = admin::DEFAULT_ABORT_TIMEOUT_MS)]
@@ -305,6 +340,12 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
         }
         Command::Abort {
             target,
+            transactional_id: Some(transactional_id),
+            timeout_ms,
+            ..
+        }
+        | Command::ForceTerminate {
+            target,
             transactional_id,
             timeout_ms,
         } => {
@@ -319,6 +360,32 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
                 .await
                 .map_err(fail)?;
             print!("{}", admin::render_rows(&[row], fmt_of(target.json), true));
+            Ok(())
+        }
+        Command::Abort {
+            target,
+            topic,
+            partition,
+            start_offset,
+            ..
+        } => {
+            let (Some(topic), Some(partition), Some(start_offset)) =
+                (topic, partition, start_offset)
+            else {
+                return Err((
+                    2,
+                    "abort needs --transactional-id, or --topic, --partition and --start-offset"
+                        .to_owned(),
+                ));
+            };
+            let mut c = AdminClient::connect(&target.bootstrap_server)
+                .await
+                .map_err(fail)?;
+            let row = c
+                .abort_partition(&topic, partition, start_offset)
+                .await
+                .map_err(fail)?;
+            print!("{}", admin::render_aborted(&row, fmt_of(target.json)));
             Ok(())
         }
         Command::DumpLog {

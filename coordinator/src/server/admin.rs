@@ -46,9 +46,11 @@ impl std::fmt::Debug for AdminClient {
     }
 }
 
-/// One row of `list` / `find-hanging`.
+/// One row of `list` / `describe` / `find-hanging`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnRow {
+    /// Node id of the coordinator that answered for it (-1 when unknown).
+    pub coordinator_id: i32,
     /// Transactional id.
     pub transactional_id: String,
     /// Producer id.
@@ -113,8 +115,9 @@ impl AdminClient {
         self.others.get_mut(addr).context("connection just made")
     }
 
-    /// The other nodes Metadata names, as `host:port` (the bootstrap daemon excluded).
-    async fn other_nodes(&mut self) -> anyhow::Result<Vec<String>> {
+    /// The nodes Metadata names: the bootstrap node's id (-1 if it is not named under the
+    /// address connected to) and the others as `(node id, host:port)`.
+    async fn nodes(&mut self) -> anyhow::Result<(i32, Vec<(i32, String)>)> {
         let r = self
             .conn
             .call(
@@ -122,15 +125,22 @@ impl AdminClient {
                 4,
             )
             .await?;
-        Ok(r.brokers
-            .iter()
-            .map(|b| format!("{}:{}", b.host, b.port))
-            .filter(|a| *a != self.me)
-            .collect())
+        let mut me = -1;
+        let mut others = Vec::new();
+        for b in &r.brokers {
+            let addr = format!("{}:{}", b.host, b.port);
+            if addr == self.me {
+                me = b.node_id.0;
+            } else {
+                others.push((b.node_id.0, addr));
+            }
+        }
+        Ok((me, others))
     }
 
-    /// The coordinator of `id` (`host:port`), or `None` for the bootstrap daemon.
-    async fn coordinator_of(&mut self, id: &str) -> anyhow::Result<Option<String>> {
+    /// The coordinator of `id`: its node id and `host:port`, the latter `None` for the
+    /// bootstrap node.
+    async fn coordinator_of(&mut self, id: &str) -> anyhow::Result<(i32, Option<String>)> {
         let req = km::FindCoordinatorRequest::default()
             .with_key(s(id))
             .with_key_type(1);
@@ -141,7 +151,7 @@ impl AdminClient {
             err_name(r.error_code)
         );
         let addr = format!("{}:{}", r.host, r.port);
-        Ok((addr != self.me).then_some(addr))
+        Ok((r.node_id.0, (addr != self.me).then_some(addr)))
     }
 
     /// ListTransactions v1 with filters.
@@ -164,25 +174,30 @@ impl AdminClient {
         if !r.unknown_state_filters.is_empty() {
             eprintln!("unknown states ignored: {:?}", r.unknown_state_filters);
         }
-        let mut states = r.transaction_states;
+        let (me, others) = self.nodes().await?;
+        let mut states: Vec<(i32, km::list_transactions_response::TransactionState)> =
+            r.transaction_states.into_iter().map(|t| (me, t)).collect();
         // The other coordinators' partitions; a node that is not a coordinator (a data
         // broker) or does not answer is skipped.
-        for addr in self.other_nodes().await? {
+        for (node, addr) in others {
             let Ok(conn) = self.to(&addr).await else {
                 continue;
             };
             match tokio::time::timeout(Duration::from_secs(10), conn.call(&req, 1)).await {
-                Ok(Ok(r)) if r.error_code == 0 => states.extend(r.transaction_states),
+                Ok(Ok(r)) if r.error_code == 0 => {
+                    states.extend(r.transaction_states.into_iter().map(|t| (node, t)));
+                }
                 _ => {
                     self.others.remove(&addr);
                 }
             }
         }
-        states.sort_by(|a, b| a.transactional_id.0.cmp(&b.transactional_id.0));
-        states.dedup_by(|a, b| a.transactional_id.0 == b.transactional_id.0);
+        states.sort_by(|a, b| a.1.transactional_id.0.cmp(&b.1.transactional_id.0));
+        states.dedup_by(|a, b| a.1.transactional_id.0 == b.1.transactional_id.0);
         Ok(states
             .iter()
-            .map(|t| TxnRow {
+            .map(|(node, t)| TxnRow {
+                coordinator_id: *node,
                 transactional_id: t.transactional_id.0.to_string(),
                 producer_id: t.producer_id.0,
                 producer_epoch: -1,
@@ -203,15 +218,16 @@ impl AdminClient {
         for id in ids {
             let req = km::DescribeTransactionsRequest::default()
                 .with_transactional_ids(vec![km::TransactionalId(s(id))]);
-            let r = match self.coordinator_of(id).await? {
+            let (node, addr) = self.coordinator_of(id).await?;
+            let r = match addr {
                 Some(addr) => self.to(&addr).await?.call(&req, 0).await?,
                 None => self.conn.call(&req, 0).await?,
             };
-            states.extend(r.transaction_states);
+            states.extend(r.transaction_states.into_iter().map(|t| (node, t)));
         }
         Ok(states
             .iter()
-            .map(|t| {
+            .map(|(node, t)| {
                 let id = t.transactional_id.0.to_string();
                 if t.error_code != 0 {
                     return (id, Err(err_name(t.error_code)));
@@ -228,6 +244,7 @@ impl AdminClient {
                 (
                     id.clone(),
                     Ok(TxnRow {
+                        coordinator_id: *node,
                         transactional_id: id,
                         producer_id: t.producer_id.0,
                         producer_epoch: t.producer_epoch,
@@ -299,7 +316,7 @@ impl AdminClient {
         let req = km::InitProducerIdRequest::default()
             .with_transactional_id(Some(km::TransactionalId(s(id))))
             .with_transaction_timeout_ms(row.timeout_ms.max(1));
-        let owner = self.coordinator_of(id).await?;
+        let (_, owner) = self.coordinator_of(id).await?;
         let started = Instant::now();
         loop {
             let r = match &owner {
@@ -339,6 +356,191 @@ impl AdminClient {
             None => anyhow::bail!("{id}: no answer"),
         }
     }
+
+    /// The leader of `topic`-`partition` as Metadata (through the bootstrap node) names it:
+    /// `(node id, host:port)`.
+    async fn leader_of(&mut self, topic: &str, partition: i32) -> anyhow::Result<(i32, String)> {
+        use km::metadata_request::MetadataRequestTopic;
+        let r = self
+            .conn
+            .call(
+                &km::MetadataRequest::default().with_topics(Some(vec![
+                    MetadataRequestTopic::default().with_name(Some(km::TopicName(s(topic)))),
+                ])),
+                4,
+            )
+            .await?;
+        let t = r
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .with_context(|| format!("Metadata has no topic {topic}"))?;
+        anyhow::ensure!(
+            t.error_code == 0,
+            "Metadata for topic {topic}: {}",
+            err_name(t.error_code)
+        );
+        let p = t
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)
+            .with_context(|| format!("topic {topic} has no partition {partition}"))?;
+        anyhow::ensure!(
+            p.error_code == 0 && p.leader_id.0 >= 0,
+            "{topic}-{partition} has no leader ({})",
+            err_name(p.error_code)
+        );
+        let leader = p.leader_id.0;
+        let b = r
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == leader)
+            .with_context(|| {
+                format!("the leader {leader} of {topic}-{partition} is not in Metadata")
+            })?;
+        Ok((leader, format!("{}:{}", b.host, b.port)))
+    }
+
+    /// Aborts the transaction open on `topic`-`partition` at `start_offset`, as Kafka's
+    /// `kafka-transactions.sh abort --topic T --partition P --start-offset O`
+    /// (`Admin.abortTransaction`) does: DescribeProducers on the partition's leader finds the
+    /// producer whose open transaction starts there, and WriteTxnMarkers sends that leader an
+    /// ABORT marker with the producer's epoch and last coordinator epoch (0 if none). This is
+    /// for a hanging transaction, one the coordinator does not know (or has completed): the
+    /// coordinator is not asked and not changed.
+    pub async fn abort_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        start_offset: i64,
+    ) -> anyhow::Result<HangingRow> {
+        let (_, leader) = self.leader_of(topic, partition).await?;
+        let conn = if leader == self.me {
+            &mut self.conn
+        } else {
+            self.to(&leader).await?
+        };
+        let req = km::DescribeProducersRequest::default().with_topics(vec![
+            km::describe_producers_request::TopicRequest::default()
+                .with_name(km::TopicName(s(topic)))
+                .with_partition_indexes(vec![partition]),
+        ]);
+        let r = conn.call(&req, 0).await?;
+        let part = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .with_context(|| format!("DescribeProducers: no answer for {topic}-{partition}"))?;
+        anyhow::ensure!(
+            part.error_code == 0,
+            "DescribeProducers {topic}-{partition} at {leader}: {}",
+            err_name(part.error_code)
+        );
+        let Some(p) = part
+            .active_producers
+            .iter()
+            .find(|p| p.current_txn_start_offset == start_offset)
+        else {
+            anyhow::bail!(
+                "Could not find any open transactions starting at offset {start_offset} on \
+                 partition {topic}-{partition}"
+            );
+        };
+        let epoch = i16::try_from(p.producer_epoch)
+            .with_context(|| format!("producer epoch {} out of range", p.producer_epoch))?;
+        let coordinator_epoch = p.coordinator_epoch.max(0);
+        let marker = km::write_txn_markers_request::WritableTxnMarker::default()
+            .with_producer_id(p.producer_id)
+            .with_producer_epoch(epoch)
+            .with_transaction_result(false)
+            .with_coordinator_epoch(coordinator_epoch)
+            .with_topics(vec![
+                km::write_txn_markers_request::WritableTxnMarkerTopic::default()
+                    .with_name(km::TopicName(s(topic)))
+                    .with_partition_indexes(vec![partition]),
+            ]);
+        let row = HangingRow {
+            topic: topic.to_owned(),
+            partition,
+            producer_id: p.producer_id.0,
+            producer_epoch: epoch,
+            coordinator_epoch,
+            start_offset,
+        };
+        let r = conn
+            .call(
+                &km::WriteTxnMarkersRequest::default().with_markers(vec![marker]),
+                1,
+            )
+            .await?;
+        let code = r
+            .markers
+            .iter()
+            .flat_map(|m| m.topics.iter())
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .map(|p| p.error_code)
+            .context("WriteTxnMarkers: no answer for the partition")?;
+        anyhow::ensure!(
+            code == 0,
+            "WriteTxnMarkers (ABORT) to {topic}-{partition} at {leader}: {}",
+            err_name(code)
+        );
+        Ok(row)
+    }
+}
+
+/// The transaction `abort --topic --partition --start-offset` aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HangingRow {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch the marker carried.
+    pub producer_epoch: i16,
+    /// Coordinator epoch the marker carried.
+    pub coordinator_epoch: i32,
+    /// Offset where the aborted transaction started.
+    pub start_offset: i64,
+}
+
+/// Renders the partition-level abort's row: Kafka's find-hanging columns that apply.
+pub fn render_aborted(r: &HangingRow, format: Format) -> String {
+    match format {
+        Format::Json => format!(
+            "{{\"topic\":{},\"partition\":{},\"producerId\":{},\"producerEpoch\":{},\"coordinatorEpoch\":{},\"startOffset\":{}}}\n",
+            json_str(&r.topic),
+            r.partition,
+            r.producer_id,
+            r.producer_epoch,
+            r.coordinator_epoch,
+            r.start_offset
+        ),
+        Format::Table => render_table(vec![
+            [
+                "Topic",
+                "Partition",
+                "ProducerId",
+                "ProducerEpoch",
+                "CoordinatorEpoch",
+                "StartOffset",
+            ]
+            .map(String::from)
+            .to_vec(),
+            vec![
+                r.topic.clone(),
+                r.partition.to_string(),
+                r.producer_id.to_string(),
+                r.producer_epoch.to_string(),
+                r.coordinator_epoch.to_string(),
+                r.start_offset.to_string(),
+            ],
+        ]),
+    }
 }
 
 fn json_str(v: &str) -> String {
@@ -364,8 +566,9 @@ pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
                 .map(|r| {
                     let parts: Vec<String> = r.partitions.iter().map(|p| json_str(p)).collect();
                     format!(
-                        "{{\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"state\":{},\"timeoutMs\":{},\"startTimeMs\":{},\"partitions\":[{}]}}",
+                        "{{\"transactionalId\":{},\"coordinatorId\":{},\"producerId\":{},\"producerEpoch\":{},\"state\":{},\"timeoutMs\":{},\"startTimeMs\":{},\"partitions\":[{}]}}",
                         json_str(&r.transactional_id),
+                        r.coordinator_id,
                         r.producer_id,
                         r.producer_epoch,
                         json_str(&r.state),
@@ -381,74 +584,88 @@ pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
             let now = now_ms();
             let mut table: Vec<Vec<String>> = Vec::new();
             if detailed {
-                table.push(
-                    [
-                        "TransactionalId",
-                        "ProducerId",
-                        "ProducerEpoch",
-                        "State",
-                        "TimeoutMs",
-                        "DurationMs",
-                        "Partitions",
-                    ]
-                    .map(String::from)
-                    .to_vec(),
-                );
+                table.push(DESCRIBE_COLUMNS.map(String::from).to_vec());
             } else {
-                table.push(
-                    ["TransactionalId", "ProducerId", "State"]
-                        .map(String::from)
-                        .to_vec(),
-                );
+                table.push(LIST_COLUMNS.map(String::from).to_vec());
             }
             for r in rows {
                 if detailed {
-                    let open = OPEN_STATES.contains(&r.state.as_str());
-                    let dur = if open && r.start_ms >= 0 {
-                        (now - r.start_ms).to_string()
+                    // As Kafka's tool: "None" when the transaction has no start time.
+                    let (start, dur) = if r.start_ms >= 0 {
+                        (r.start_ms.to_string(), (now - r.start_ms).to_string())
                     } else {
-                        "-".into()
+                        ("None".to_owned(), "None".to_owned())
                     };
                     table.push(vec![
+                        r.coordinator_id.to_string(),
                         r.transactional_id.clone(),
                         r.producer_id.to_string(),
                         r.producer_epoch.to_string(),
                         r.state.clone(),
                         r.timeout_ms.to_string(),
+                        start,
                         dur,
                         r.partitions.join(","),
                     ]);
                 } else {
                     table.push(vec![
                         r.transactional_id.clone(),
+                        r.coordinator_id.to_string(),
                         r.producer_id.to_string(),
                         r.state.clone(),
                     ]);
                 }
             }
-            let cols = table[0].len();
-            let widths: Vec<usize> = (0..cols)
-                .map(|c| {
-                    table
-                        .iter()
-                        .map(|row| row[c].chars().count())
-                        .max()
-                        .unwrap_or(0)
-                })
-                .collect();
-            let mut out = String::new();
-            for row in &table {
-                let line: Vec<String> = row
-                    .iter()
-                    .zip(&widths)
-                    .map(|(cell, w)| format!("{cell:<w$}"))
-                    .collect();
-                out.push_str(line.join("  ").trim_end());
-                out.push('\n');
-            }
-            out
+            render_table(table)
         }
     }
+}
+
+/// The columns of `list`, in order: those of Kafka's `kafka-transactions.sh list`.
+pub const LIST_COLUMNS: [&str; 4] = [
+    "TransactionalId",
+    "Coordinator",
+    "ProducerId",
+    "TransactionState",
+];
+
+/// The columns of `describe` (also `find-hanging`, `force-terminate`, `abort
+/// --transactional-id`), in order: those of Kafka's `kafka-transactions.sh describe`.
+pub const DESCRIBE_COLUMNS: [&str; 9] = [
+    "CoordinatorId",
+    "TransactionalId",
+    "ProducerId",
+    "ProducerEpoch",
+    "TransactionState",
+    "TransactionTimeoutMs",
+    "CurrentTransactionStartTimeMs",
+    "TransactionDurationMs",
+    "TopicPartitions",
+];
+
+/// Aligned columns, two spaces apart, the header first.
+fn render_table(table: Vec<Vec<String>>) -> String {
+    let cols = table.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            table
+                .iter()
+                .map(|row| row[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// Kafka's dump format of one record (the `TransactionLog` formatter of `kafka-dump-log.sh
@@ -640,6 +857,7 @@ mod tests {
     #[test]
     fn table_and_json_render_every_row() {
         let rows = vec![TxnRow {
+            coordinator_id: 3,
             transactional_id: "a\"b".into(),
             producer_id: 7,
             producer_epoch: 1,
@@ -649,10 +867,29 @@ mod tests {
             partitions: vec!["t-0".into()],
         }];
         let t = render_rows(&rows, Format::Table, true);
-        assert!(
-            t.lines().nth(1).is_some_and(|l| l.starts_with("a\"b")
-                && l.contains("Ongoing")
-                && l.contains("t-0")),
+        let cells = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(cells(lines[0]), DESCRIBE_COLUMNS.map(String::from), "{t}");
+        let row = cells(lines[1]);
+        assert_eq!(
+            [&row[..6], &row[6..7], &row[8..]].concat(),
+            ["3", "a\"b", "7", "1", "Ongoing", "1000", "5", "t-0"],
+            "{t}"
+        );
+        // list: Kafka's columns and order
+        let t = render_rows(&rows, Format::Table, false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(cells(lines[0]), LIST_COLUMNS.map(String::from), "{t}");
+        assert_eq!(cells(lines[1]), ["a\"b", "3", "7", "Ongoing"], "{t}");
+        // no start time: None, as Kafka's describe
+        let none = TxnRow {
+            start_ms: -1,
+            ..rows[0].clone()
+        };
+        let t = render_rows(&[none], Format::Table, true);
+        assert_eq!(
+            cells(t.lines().nth(1).unwrap_or(""))[6..8],
+            ["None", "None"],
             "{t}"
         );
         let j = render_rows(&rows, Format::Json, true);
