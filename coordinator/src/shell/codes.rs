@@ -47,10 +47,7 @@ mod tests {
             batch_epoch: ProducerEpoch(0),
             current_epoch: ProducerEpoch(1),
         };
-        assert_eq!(
-            ErrorCode::from(&zombie),
-            ErrorCode::INVALID_PRODUCER_EPOCH
-        );
+        assert_eq!(ErrorCode::from(&zombie), ErrorCode::INVALID_PRODUCER_EPOCH);
         assert_eq!(
             ErrorCode::from(&ApplyError::NotLeader),
             ErrorCode::NOT_LEADER_OR_FOLLOWER

@@ -43,6 +43,7 @@ mod builder;
 mod catalog;
 mod clock;
 mod codes;
+mod completion;
 mod driver;
 mod markers;
 mod metrics;
