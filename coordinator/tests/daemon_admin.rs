@@ -252,7 +252,35 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         .expect("end");
     assert_ne!(r.error_code, 0);
 
+    // A partly refused AddPartitionsToTxn ("t" is known, "nope" is not): counted once, under
+    // its cause, not the OPERATION_NOT_ATTEMPTED of the partition listed first.
+    let (p_pr, e_pr) = init_ok(&mut c, "partly", 60_000).await;
+    let r = c
+        .call(
+            &add_req_v3("partly", p_pr, e_pr, &[("t", 0), ("nope", 0)]),
+            0,
+        )
+        .await
+        .expect("add");
+    assert_eq!(
+        add_errors(&r),
+        vec![("nope".into(), 0, 3), ("t".into(), 0, 55)],
+        "UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED"
+    );
+
     let metrics = http_get(d.metrics_url.as_deref().expect("metrics url")).await;
+    // hung, fine, ft and partly: four AddPartitionsToTxn requests, one error answer
+    assert!(
+        metrics.contains("txn_coordinator_requests_total{api=\"AddPartitionsToTxn\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "txn_coordinator_errors_total{api=\"AddPartitionsToTxn\",error=\"UNKNOWN_TOPIC_OR_PARTITION\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("OPERATION_NOT_ATTEMPTED"), "{metrics}");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(
         metrics.contains("txn_coordinator_requests_total{api=\"InitProducerId\"}"),
