@@ -210,8 +210,8 @@ impl CoordinatorBuilder {
 
     /// Validates the configuration, spawns the marker writer and starts the coordinator. It
     /// owns no log partition yet: load them ([`Coordinator::load_all_partitions`] on a single
-    /// node, or [`Coordinator::load_partition`] per partition this node owns). Call inside a tokio
-    /// runtime.
+    /// node, or the ownership hook [`Coordinator::became_leader`] when the broker's replication
+    /// decides). Call inside a tokio runtime.
     pub fn start(self) -> Result<Coordinator, BuildError> {
         let config = self.config.validate()?;
         let delivery = self.delivery.ok_or(BuildError::NoMarkerDelivery)?;

@@ -47,6 +47,7 @@ mod completion;
 mod driver;
 mod markers;
 mod metrics;
+mod ownership;
 mod trail;
 mod writer;
 
@@ -122,6 +123,7 @@ pub(crate) struct Shared {
     drivers: Mutex<BTreeMap<LogPartition, mpsc::UnboundedSender<Msg>>>,
     poisoned: tokio::sync::watch::Sender<Option<String>>,
     unloads: tokio::sync::broadcast::Sender<PartitionUnloaded>,
+    leadership: ownership::Leadership,
 }
 
 /// A log partition this coordinator stopped serving (see [`Coordinator::subscribe_unloads`]).
@@ -252,6 +254,7 @@ impl Coordinator {
             drivers: Mutex::new(BTreeMap::new()),
             poisoned: tokio::sync::watch::Sender::new(None),
             unloads: tokio::sync::broadcast::Sender::new(1024),
+            leadership: ownership::Leadership::default(),
         });
         // Route marker completions to the driver of their partition.
         let router = Arc::downgrade(&shared);

@@ -1,0 +1,158 @@
+//! The ownership hook of a broker whose own replication decides who leads the
+//! `__transaction_state` partitions: [`Coordinator::became_leader`] and
+//! [`Coordinator::lost_leadership`].
+//!
+//! Kafka's rule (`TransactionCoordinator.onElection`/`onResignation`): the coordinator epoch of
+//! a log partition is the leader epoch of its `__transaction_state` partition. So the epoch the
+//! broker's replication gives the new leader is the one the coordinator claims in the log
+//! (`TxnLog::claim`, which fences every lower epoch) and stamps on every marker (which
+//! participants fence by). The hook keeps the notifications in order per partition:
+//!
+//! - `became_leader(p, e)` with `e` below the highest epoch seen for `p` is stale (a newer
+//!   election was already reported): refused with `LogError::Fenced`, nothing changes.
+//! - `became_leader(p, e)` again with the same `e` loads `p` again (claiming the same epoch
+//!   succeeds): how to take a partition back after a forced unload (see
+//!   [`Coordinator::subscribe_unloads`]) while still its leader.
+//! - `lost_leadership(p, Some(e))` unloads `p` unless a later election (`> e`) was reported;
+//!   `lost_leadership(p, None)` always unloads.
+//!
+//! A log shared by every node (etcd) claims epochs atomically on its own
+//! ([`Coordinator::load_partition_next_epoch`]) and needs no hook.
+
+use std::collections::BTreeMap;
+
+use txn_log::sync::Mutex;
+use txn_log::{CoordinatorEpoch, LogError, LogPartition};
+
+use super::Coordinator;
+
+/// The highest leader epoch reported per partition.
+#[derive(Debug, Default)]
+pub(crate) struct Leadership {
+    epochs: Mutex<BTreeMap<LogPartition, i32>>,
+}
+
+impl Coordinator {
+    /// This broker became the leader of `__transaction_state-<partition>` at `leader_epoch`:
+    /// claims the partition in the log at that coordinator epoch, loads it and serves it.
+    /// Resolves once serving, with the epoch. See the [module docs](self) for the order rules.
+    pub async fn became_leader(
+        &self,
+        partition: LogPartition,
+        leader_epoch: i32,
+    ) -> Result<CoordinatorEpoch, LogError> {
+        if leader_epoch < 0 {
+            return Err(LogError::InvalidArgument(format!(
+                "leader epoch {leader_epoch} of log partition {partition} is negative"
+            )));
+        }
+        {
+            let mut epochs = self.shared.leadership.epochs.lock();
+            let seen = epochs.entry(partition).or_insert(leader_epoch);
+            if leader_epoch < *seen {
+                return Err(LogError::Fenced {
+                    partition,
+                    current: CoordinatorEpoch(*seen),
+                });
+            }
+            *seen = leader_epoch;
+        }
+        self.load_partition(partition, CoordinatorEpoch(leader_epoch))
+            .await
+    }
+
+    /// This broker stopped leading `__transaction_state-<partition>` (its leadership at
+    /// `leader_epoch`, if known, ended): unloads it, unless a later election of this broker was
+    /// reported already. Waiting requests get NOT_COORDINATOR; marker work of the partition
+    /// is dropped (the new leader drives it from the log).
+    pub async fn lost_leadership(&self, partition: LogPartition, leader_epoch: Option<i32>) {
+        {
+            let epochs = self.shared.leadership.epochs.lock();
+            if let (Some(e), Some(&seen)) = (leader_epoch, epochs.get(&partition))
+                && seen > e
+            {
+                return;
+            }
+        }
+        self.unload_partition(partition).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TxnLog};
+
+    use crate::shell::RecordingMarkerSink;
+    use crate::{Config, ErrorCode, InitProducerIdRequest};
+
+    use super::*;
+
+    fn init() -> InitProducerIdRequest {
+        InitProducerIdRequest {
+            version: 4,
+            transactional_id: Some("app".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+        }
+    }
+
+    fn start(log: Arc<dyn TxnLog>) -> Coordinator {
+        let config = Config {
+            transaction_state_log_num_partitions: 1,
+            ..Config::default()
+        };
+        Coordinator::builder(config, log)
+            .marker_sink(|tx| Arc::new(RecordingMarkerSink::new(tx, true)))
+            .start()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_leader_epoch_is_the_coordinator_epoch_and_stale_notifications_change_nothing() {
+        let log: Arc<dyn TxnLog> = Arc::new(MemTxnLog::new());
+        let c = start(log.clone());
+        let p = LogPartition(0);
+        assert_eq!(c.became_leader(p, 5).await.unwrap(), CoordinatorEpoch(5));
+        assert!(c.init_producer_id(init()).await.error.is_none());
+        // An older election reported late: refused, the partition keeps serving.
+        assert!(matches!(
+            c.became_leader(p, 4).await,
+            Err(LogError::Fenced {
+                current: CoordinatorEpoch(5),
+                ..
+            })
+        ));
+        // The end of that older leadership: ignored.
+        c.lost_leadership(p, Some(4)).await;
+        assert!(c.init_producer_id(init()).await.error.is_none());
+        // The end of the current one: unloaded.
+        c.lost_leadership(p, Some(5)).await;
+        assert_eq!(
+            c.init_producer_id(init()).await.error,
+            ErrorCode::NOT_COORDINATOR
+        );
+        // Elected again: the log is claimed at the new epoch.
+        assert_eq!(c.became_leader(p, 7).await.unwrap(), CoordinatorEpoch(7));
+        assert!(c.init_producer_id(init()).await.error.is_none());
+        assert_eq!(log.claim_next(p).await.unwrap(), CoordinatorEpoch(8));
+        c.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_leader_epoch_below_the_logs_is_fenced() {
+        let log: Arc<dyn TxnLog> = Arc::new(MemTxnLog::new());
+        log.claim(LogPartition(0), CoordinatorEpoch(9))
+            .await
+            .unwrap();
+        let c = start(log);
+        assert!(matches!(
+            c.became_leader(LogPartition(0), 3).await,
+            Err(LogError::Fenced { .. })
+        ));
+        assert!(c.became_leader(LogPartition(0), -1).await.is_err());
+        c.shutdown().await;
+    }
+}
