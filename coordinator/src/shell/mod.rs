@@ -2,28 +2,22 @@
 //! owned log partition (each owning its [`crate::Engine`]), an injected [`TxnLog`], marker sink
 //! and [`Clock`].
 //!
-//! Embedding (a broker, or the `txn-coordinator` daemon):
+//! Embedding (a broker; `coordinator/examples/embed_minimal.rs` is a complete one, with markers
+//! applied in process through a `markers::apply::MarkerApplier`):
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), txn_log::LogError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use coordinator::shell::{
-//!     Coordinator, CoordinatorOptions, EveryPartitionExists, RecordingMarkerSink, SystemClock,
-//! };
+//! use coordinator::shell::Coordinator;
 //! use coordinator::{Config, InitProducerIdRequest};
-//! use txn_log::{LogPartition, MemTxnLog, ProducerEpoch, ProducerId};
+//! use markers::writer::{BrokerEndpoint, StaticLeaderResolver, WireTransportConfig};
+//! use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
 //!
-//! let (done_tx, done_rx) = tokio::sync::mpsc::channel(1024);
-//! let markers = Arc::new(RecordingMarkerSink::new(done_tx, true));
-//! let coordinator = Coordinator::start(CoordinatorOptions {
-//!     config: Config::default(),
-//!     log: Arc::new(MemTxnLog::new()),
-//!     clock: Arc::new(SystemClock::new()),
-//!     markers,
-//!     marker_completions: done_rx,
-//!     catalog: Arc::new(EveryPartitionExists),
-//!     metrics: Default::default(),
-//! });
+//! // Markers go as WriteTxnMarkers over the wire to the broker leading each partition.
+//! let leaders = Arc::new(StaticLeaderResolver::single(BrokerEndpoint::new(1, "broker1", 9092)));
+//! let coordinator = Coordinator::builder(Config::default(), Arc::new(MemTxnLog::new()))
+//!     .markers_over_wire(leaders, WireTransportConfig::default())
+//!     .start()?;
 //! coordinator.load_all_partitions().await?;
 //! let r = coordinator
 //!     .init_producer_id(InitProducerIdRequest {
