@@ -553,11 +553,17 @@ impl Coordinator {
         let span = tracing::info_span!("AddPartitionsToTxn", transactional_id = %first, transactions = r.transactions.len(), v = r.version);
         async {
             let out = self.add_partitions_inner(r).await;
-            let err = out
-                .results
-                .iter()
-                .flat_map(|t| t.partitions.iter().map(|(_, e)| *e))
-                .find(|e| !e.is_none())
+            // One count per request, labelled with the cause: OPERATION_NOT_ATTEMPTED is
+            // what the other partitions of a partly refused request get, never the reason.
+            let errors = || {
+                out.results
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|(_, e)| *e))
+                    .filter(|e| !e.is_none())
+            };
+            let err = errors()
+                .find(|e| *e != ErrorCode::OPERATION_NOT_ATTEMPTED)
+                .or_else(|| errors().next())
                 .unwrap_or(out.error);
             self.shared.metrics.record("AddPartitionsToTxn", err);
             out
