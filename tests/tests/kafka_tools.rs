@@ -754,8 +754,9 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
 /// `describe` print Kafka's columns in Kafka's order; `abort --topic --partition
 /// --start-offset` writes the ABORT marker for the hanging transaction on its partition, as
 /// Kafka's `abort` does (and refuses an offset where no transaction starts, with Kafka's
-/// message and exit 1); `force-terminate` fences an id. Standalone (asking the daemon) and
-/// embedded (asking a broker).
+/// message and exit 1); `find-hanging --topic` / `--broker-id` answer Kafka's question with
+/// Kafka's columns, before and after; `force-terminate` fences an id. Standalone (asking the
+/// daemon) and embedded (asking a broker).
 fn our_cli(mode: Mode) {
     let mut cluster = Cluster::start(ClusterSpec::new(mode, &["kt:2"]));
     let bootstrap = cluster.brokers[0].addr;
@@ -834,8 +835,49 @@ fn our_cli(mode: Mode) {
         "{out}"
     );
 
-    // abort the hanging transaction on kt-1 by its start offset
+    // find-hanging, Kafka's question (with --topic or --broker-id): kt-late's transaction on
+    // kt-1 only (kt-open's is in its coordinator's transaction)
+    let hanging_header = [
+        "Topic",
+        "Partition",
+        "ProducerId",
+        "ProducerEpoch",
+        "CoordinatorEpoch",
+        "StartOffset",
+        "LastTimestamp",
+        "Duration(min)",
+    ];
+    let broker = tt.leaders[1].to_string();
     let start = tt.late_offset.to_string();
+    for args in [
+        &[
+            "find-hanging",
+            "--topic",
+            TOPIC,
+            "--max-transaction-timeout",
+            "0",
+        ][..],
+        // the default 15 minutes; the records carry a 2023 timestamp
+        &["find-hanging", "--broker-id", &broker][..],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {out}{err}");
+        assert_eq!(cells(&out, 0), hanging_header, "{out}");
+        assert_eq!(out.lines().count(), 2, "{args:?}: only kt-late's: {out}");
+        let row = cells(&out, 1);
+        assert_eq!(
+            (
+                row[0].as_str(),
+                row[1].as_str(),
+                row[2].as_str(),
+                row[5].as_str()
+            ),
+            (TOPIC, "1", late_pid.as_str(), start.as_str()),
+            "{out}"
+        );
+    }
+
+    // abort the hanging transaction on kt-1 by its start offset
     let abort = [
         "abort",
         "--topic",
@@ -898,6 +940,19 @@ fn our_cli(mode: Mode) {
         );
         addr
     });
+    let (code, out, err) = run(&[
+        "find-hanging",
+        "--topic",
+        TOPIC,
+        "--max-transaction-timeout",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "nothing hangs after the abort: {out}"
+    );
     // nothing starts there any more: Kafka's message, exit 1
     let (code, out, err) = run(&abort);
     assert_eq!(code, Some(1), "{out}{err}");

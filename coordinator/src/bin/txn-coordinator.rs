@@ -54,9 +54,28 @@ enum Command {
         transactional_id: String,
     },
     /// Transactions open longer than their timeout (a Prepare* one holds its partitions' LSO).
+    /// With --topic or --broker-id: Kafka's question instead, transactions open on those
+    /// partitions that no coordinator will close (DescribeProducers on the leaders).
     FindHanging {
         #[command(flatten)]
         target: Target,
+        /// Search the partitions of this topic (Kafka's find-hanging).
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only this partition of --topic.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+        /// Search the partitions this broker leads (Kafka's find-hanging).
+        #[arg(long = "broker-id")]
+        broker_id: Option<i32>,
+        /// With --topic or --broker-id: only producers whose last write is older than this
+        /// many minutes (Kafka's default 15).
+        #[arg(
+            long = "max-transaction-timeout",
+            default_value_t = 15,
+            value_name = "MINUTES"
+        )]
+        max_transaction_timeout: i64,
     },
     /// With --transactional-id: force-terminate (the same command). With --topic, --partition
     /// and --start-offset: write an ABORT marker for the transaction open on that partition at
@@ -330,10 +349,29 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             print!("{}", admin::render_rows(&rows, fmt_of(target.json), true));
             Ok(())
         }
-        Command::FindHanging { target } => {
+        Command::FindHanging {
+            target,
+            topic,
+            partition,
+            broker_id,
+            max_transaction_timeout,
+        } => {
             let mut c = AdminClient::connect(&target.bootstrap_server)
                 .await
                 .map_err(fail)?;
+            if topic.is_some() || broker_id.is_some() {
+                let rows = c
+                    .find_hanging_on_partitions(
+                        topic.as_deref(),
+                        partition,
+                        broker_id,
+                        max_transaction_timeout.saturating_mul(60_000),
+                    )
+                    .await
+                    .map_err(fail)?;
+                print!("{}", admin::render_open_txns(&rows, fmt_of(target.json)));
+                return Ok(());
+            }
             let rows = c.find_hanging().await.map_err(fail)?;
             print!("{}", admin::render_rows(&rows, fmt_of(target.json), true));
             Ok(())

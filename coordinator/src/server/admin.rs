@@ -489,6 +489,218 @@ impl AdminClient {
         );
         Ok(row)
     }
+
+    /// Kafka's `find-hanging` question (`kafka-transactions.sh find-hanging`): transactions
+    /// open on a partition whose producer's last write is older than `max_timeout_ms`, and
+    /// that no coordinator will close: the producer id is not listed by any coordinator, its
+    /// transactional id is unknown, or the coordinator's transaction does not include that
+    /// partition (it completed, or never had it). The partitions searched: `topic` (one
+    /// `partition` of it), or every partition whose leader is `broker` (Metadata through
+    /// the bootstrap node); each leader is asked with DescribeProducers.
+    pub async fn find_hanging_on_partitions(
+        &mut self,
+        topic: Option<&str>,
+        partition: Option<i32>,
+        broker: Option<i32>,
+        max_timeout_ms: i64,
+    ) -> anyhow::Result<Vec<OpenTxnRow>> {
+        use km::metadata_request::MetadataRequestTopic;
+        let req =
+            km::MetadataRequest::default().with_topics(topic.map(|t| {
+                vec![MetadataRequestTopic::default().with_name(Some(km::TopicName(s(t))))]
+            }));
+        let md = self.conn.call(&req, 4).await?;
+        let addr_of = |node: i32| {
+            md.brokers
+                .iter()
+                .find(|b| b.node_id.0 == node)
+                .map(|b| format!("{}:{}", b.host, b.port))
+        };
+        // (leader address) -> [(topic, partition)]
+        let mut by_leader: std::collections::BTreeMap<String, Vec<(String, i32)>> =
+            std::collections::BTreeMap::new();
+        for t in &md.topics {
+            let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+                continue;
+            };
+            anyhow::ensure!(
+                t.error_code == 0,
+                "Metadata for topic {name}: {}",
+                err_name(t.error_code)
+            );
+            for p in &t.partitions {
+                let leader = p.leader_id.0;
+                if partition.is_some_and(|want| want != p.partition_index)
+                    || broker.is_some_and(|b| b != leader)
+                {
+                    continue;
+                }
+                let addr = addr_of(leader).with_context(|| {
+                    format!(
+                        "the leader {leader} of {name}-{} is not in Metadata",
+                        p.partition_index
+                    )
+                })?;
+                by_leader
+                    .entry(addr)
+                    .or_default()
+                    .push((name.clone(), p.partition_index));
+            }
+        }
+        let now = now_ms();
+        let mut candidates = Vec::new();
+        for (addr, parts) in by_leader {
+            let mut topics: Vec<km::describe_producers_request::TopicRequest> = Vec::new();
+            for (t, p) in &parts {
+                match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                    Some(x) => x.partition_indexes.push(*p),
+                    None => topics.push(
+                        km::describe_producers_request::TopicRequest::default()
+                            .with_name(km::TopicName(s(t)))
+                            .with_partition_indexes(vec![*p]),
+                    ),
+                }
+            }
+            let req = km::DescribeProducersRequest::default().with_topics(topics);
+            let r = if addr == self.me {
+                self.conn.call(&req, 0).await?
+            } else {
+                self.to(&addr).await?.call(&req, 0).await?
+            };
+            for t in &r.topics {
+                for p in &t.partitions {
+                    anyhow::ensure!(
+                        p.error_code == 0,
+                        "DescribeProducers {}-{} at {addr}: {}",
+                        t.name.0,
+                        p.partition_index,
+                        err_name(p.error_code)
+                    );
+                    for a in &p.active_producers {
+                        if a.current_txn_start_offset >= 0
+                            && now - a.last_timestamp > max_timeout_ms
+                        {
+                            candidates.push(OpenTxnRow {
+                                topic: t.name.0.to_string(),
+                                partition: p.partition_index,
+                                producer_id: a.producer_id.0,
+                                producer_epoch: a.producer_epoch,
+                                coordinator_epoch: a.coordinator_epoch,
+                                start_offset: a.current_txn_start_offset,
+                                last_timestamp_ms: a.last_timestamp,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let mut pids: Vec<i64> = candidates.iter().map(|c| c.producer_id).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let listed = self.list(&[], &pids, None).await?;
+        let ids: Vec<String> = listed.iter().map(|r| r.transactional_id.clone()).collect();
+        let described: Vec<TxnRow> = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.describe(&ids)
+                .await?
+                .into_iter()
+                .filter_map(|(_, r)| r.ok())
+                .collect()
+        };
+        Ok(candidates
+            .into_iter()
+            .filter(|c| {
+                let Some(id) = listed.iter().find(|r| r.producer_id == c.producer_id) else {
+                    return true;
+                };
+                let Some(d) = described
+                    .iter()
+                    .find(|d| d.transactional_id == id.transactional_id)
+                else {
+                    return true;
+                };
+                !d.partitions
+                    .contains(&format!("{}-{}", c.topic, c.partition))
+            })
+            .collect())
+    }
+}
+
+/// A transaction open on a partition, as Kafka's `find-hanging` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTxnRow {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i32,
+    /// Coordinator epoch of its last marker there (-1 if none).
+    pub coordinator_epoch: i32,
+    /// Offset of the transaction's first record.
+    pub start_offset: i64,
+    /// Timestamp of the producer's last batch or marker there (ms).
+    pub last_timestamp_ms: i64,
+}
+
+/// The columns of `find-hanging` with `--topic` or `--broker-id`, in order: those of Kafka's
+/// `kafka-transactions.sh find-hanging`.
+pub const HANGING_COLUMNS: [&str; 8] = [
+    "Topic",
+    "Partition",
+    "ProducerId",
+    "ProducerEpoch",
+    "CoordinatorEpoch",
+    "StartOffset",
+    "LastTimestamp",
+    "Duration(min)",
+];
+
+/// Renders [`OpenTxnRow`]s as Kafka's `find-hanging` does (a table), or as JSON.
+pub fn render_open_txns(rows: &[OpenTxnRow], format: Format) -> String {
+    match format {
+        Format::Json => {
+            let items: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{{\"topic\":{},\"partition\":{},\"producerId\":{},\"producerEpoch\":{},\"coordinatorEpoch\":{},\"startOffset\":{},\"lastTimestamp\":{}}}",
+                        json_str(&r.topic),
+                        r.partition,
+                        r.producer_id,
+                        r.producer_epoch,
+                        r.coordinator_epoch,
+                        r.start_offset,
+                        r.last_timestamp_ms
+                    )
+                })
+                .collect();
+            format!("[{}]\n", items.join(","))
+        }
+        Format::Table => {
+            let now = now_ms();
+            let mut table = vec![HANGING_COLUMNS.map(String::from).to_vec()];
+            for r in rows {
+                table.push(vec![
+                    r.topic.clone(),
+                    r.partition.to_string(),
+                    r.producer_id.to_string(),
+                    r.producer_epoch.to_string(),
+                    r.coordinator_epoch.to_string(),
+                    r.start_offset.to_string(),
+                    r.last_timestamp_ms.to_string(),
+                    ((now - r.last_timestamp_ms) / 60_000).to_string(),
+                ]);
+            }
+            render_table(table)
+        }
+    }
 }
 
 /// The transaction `abort --topic --partition --start-offset` aborted.
@@ -852,6 +1064,32 @@ mod tests {
             );
         }
         assert!(!OPEN_STATES.contains(&TxnState::PrepareEpochFence.name()));
+    }
+
+    #[test]
+    fn open_transactions_render_in_kafkas_find_hanging_columns() {
+        let rows = vec![OpenTxnRow {
+            topic: "kt".into(),
+            partition: 1,
+            producer_id: 9,
+            producer_epoch: 2,
+            coordinator_epoch: -1,
+            start_offset: 40,
+            last_timestamp_ms: now_ms() - 20 * 60_000,
+        }];
+        let t = render_open_txns(&rows, Format::Table);
+        let cells = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(cells(lines[0]), HANGING_COLUMNS.map(String::from), "{t}");
+        let row = cells(lines[1]);
+        assert_eq!(row[..6], ["kt", "1", "9", "2", "-1", "40"], "{t}");
+        assert!(matches!(row[7].as_str(), "19" | "20"), "minutes: {t}");
+        let j = render_open_txns(&rows, Format::Json);
+        assert!(
+            j.contains("\"startOffset\":40") && j.contains("\"topic\":\"kt\""),
+            "{j}"
+        );
+        assert_eq!(render_open_txns(&[], Format::Table).lines().count(), 1);
     }
 
     #[test]
