@@ -13,8 +13,8 @@
 //!           │  for a partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION)
 //!           └─ MarkerSink: WriterSink(markers::writer::MarkerWriter)
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
-//!                 └─ MarkerTransport: RoutingTransport
-//!                       ├─ this node  → InProcessTransport(LocalMarkers) → WriteTxnMarkers handler
+//!                 └─ builder's markers_routed:
+//!                       ├─ this node  → MarkerApplier(LocalMarkers) → handlers::apply_markers
 //!                       └─ other nodes → KafkaWireTransport (WriteTxnMarkers v1 over TCP)
 //! ```
 //!
@@ -32,14 +32,12 @@ use coordinator::server::membership::{self, Member, Membership};
 use coordinator::server::protocol as p;
 use coordinator::server::{DaemonLog, LogBackend};
 use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
-use kafka_protocol::messages::{
-    ApiKey, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
-};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::VersionRange;
+use markers::apply::{ApplyError, MarkerApplier};
+use markers::participant::Marker;
 use markers::writer::{
-    BrokerEndpoint, InProcessTransport, KafkaWireTransport, LeaderLookup, LeaderResolver,
-    LocalMarkerHandler, MarkerTransport, ResolveError, RoutingTransport, TransportError,
-    WireTransportConfig,
+    BrokerEndpoint, LeaderLookup, LeaderResolver, ResolveError, WireTransportConfig,
 };
 use txn_log::{LogPartition, TopicPartition, java_string_hash, kafka_partition_for};
 
@@ -135,26 +133,22 @@ impl PartitionCatalog for BrokerCatalog {
     }
 }
 
-/// Applies markers for this node's partitions directly (no TCP round trip to itself).
+/// Applies markers for this node's partitions directly (no TCP round trip to itself), in the
+/// participant's types: the same code as the broker's WriteTxnMarkers handler.
 struct LocalMarkers {
     broker: Weak<Broker>,
 }
 
 #[async_trait]
-impl LocalMarkerHandler for LocalMarkers {
-    async fn write_markers(
+impl MarkerApplier for LocalMarkers {
+    async fn apply_markers(
         &self,
-        endpoint: &BrokerEndpoint,
-        request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
-    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        markers: Vec<(TopicPartition, Marker)>,
+    ) -> Vec<Result<(), ApplyError>> {
         let Some(broker) = self.broker.upgrade() else {
-            return Err(TransportError::Unavailable {
-                node_id: endpoint.node_id,
-                reason: "broker is shutting down".into(),
-            });
+            return markers.iter().map(|_| Err(ApplyError::NotLeader)).collect();
         };
-        Ok(super::handlers::write_txn_markers(&broker, &request, &txn_versions).await)
+        super::handlers::apply_markers(&broker, markers).await
     }
 }
 
@@ -175,21 +169,19 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let log = DaemonLog::open(&settings, &broker.config.data_dir.join("txn-log")).await?;
     let config = settings.engine.clone();
     let weak = Arc::downgrade(broker);
-    let local: Arc<dyn MarkerTransport> =
-        Arc::new(InProcessTransport::new(Arc::new(LocalMarkers {
-            broker: weak.clone(),
-        })));
-    let remote: Arc<dyn MarkerTransport> = Arc::new(KafkaWireTransport::new(WireTransportConfig {
-        client_id: format!("refbroker-{}-markers", broker.config.node_id),
-        ..WireTransportConfig::default()
-    }));
-    let transport = Arc::new(RoutingTransport::new(broker.config.node_id, local, remote));
     let resolver = Arc::new(ClusterResolver {
         broker: weak.clone(),
     });
+    let local = Arc::new(LocalMarkers {
+        broker: weak.clone(),
+    });
+    let wire = WireTransportConfig {
+        client_id: format!("refbroker-{}-markers", broker.config.node_id),
+        ..WireTransportConfig::default()
+    };
     let n = config.transaction_state_log_num_partitions;
     let mut builder = Coordinator::builder(config, log.as_txn_log())
-        .markers(resolver, transport)
+        .markers_routed(broker.config.node_id, local, resolver, wire)
         .catalog(Arc::new(BrokerCatalog { broker: weak }));
     // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
     // out blocks unique across the nodes already.

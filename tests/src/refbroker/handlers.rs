@@ -13,7 +13,9 @@ use kafka_protocol::messages::{
     TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
+use markers::apply::ApplyError;
+use markers::participant::Marker;
+use txn_log::TopicPartition;
 
 use super::log::Flush;
 use super::partition::PendingSyncs;
@@ -510,105 +512,82 @@ async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOf
 
 // ===== WriteTxnMarkers =====
 
-/// Applies transaction markers to the partitions this node leads (the participant side of
-/// KIP-98): one control batch per partition, appended; then every touched partition is synced
-/// once for the whole request (group commit) before answering.
-/// `txn_versions` (parallel to the markers; missing = 0) comes from the in-process transport;
-/// WriteTxnMarkers v1 on the wire cannot carry it.
+/// Answers a WriteTxnMarkers request: the library's conversion ([`markers::apply`]) around
+/// [`apply_markers`]. `txn_versions` (parallel to the markers; missing = TV0) comes from the
+/// in-process transport; WriteTxnMarkers v1 on the wire cannot carry it.
 pub(crate) async fn write_txn_markers(
     broker: &Broker,
     r: &WriteTxnMarkersRequest,
     txn_versions: &[u8],
 ) -> WriteTxnMarkersResponse {
-    use kafka_protocol::messages::write_txn_markers_response::{
-        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
-    };
-    let mut markers = Vec::with_capacity(r.markers.len());
+    let results = apply_markers(broker, markers::apply::markers_of(r, txn_versions)).await;
+    markers::apply::response_of(r, &results)
+}
+
+/// Applies transaction markers to the partitions this node leads (the participant side of
+/// KIP-98): one control batch per partition, appended; then every touched partition is synced
+/// once for the whole batch (group commit) before answering. The embedded coordinator's
+/// in-process delivery ([`markers::apply::MarkerApplier`]) and the wire handler both land here.
+pub(crate) async fn apply_markers(
+    broker: &Broker,
+    entries: Vec<(TopicPartition, Marker)>,
+) -> Vec<Result<(), ApplyError>> {
+    let mut results = Vec::with_capacity(entries.len());
     let mut appended = false;
     // Markers are written first, then every touched partition is synced once (concurrently).
     let mut pending = PendingSyncs::default();
-    for (i, m) in r.markers.iter().enumerate() {
-        let txn_version = txn_versions.get(i).copied().unwrap_or(0);
-        let result = if m.transaction_result {
-            TxnResult::Commit
-        } else {
-            TxnResult::Abort
-        };
-        let mut topics = Vec::with_capacity(m.topics.len());
-        for t in &m.topics {
-            let name = t.name.0.to_string();
-            let mut partitions = Vec::with_capacity(t.partition_indexes.len());
-            for &p in &t.partition_indexes {
-                let error = match broker.partition(&name, p) {
-                    Some(part_lock) => {
-                        let mut part = part_lock.lock().await;
-                        match part.write_marker(
-                            ProducerId(m.producer_id.0),
-                            ProducerEpoch(m.producer_epoch),
-                            CoordinatorEpoch(m.coordinator_epoch),
-                            result,
-                            txn_version,
-                            now_ms(),
-                        ) {
-                            Ok(end) if part.is_offsets() => {
-                                // The offset store shows the outcome already: durable
-                                // before anyone else may look.
-                                appended = true;
-                                let d = part.durability();
-                                match d.sync_through(end).await {
-                                    Ok(()) => {
-                                        part.advance_high_watermark();
-                                        0
-                                    }
-                                    Err(_) => code(ResponseError::KafkaStorageError),
-                                }
+    for (tp, m) in &entries {
+        let (name, p) = (tp.topic.clone(), tp.partition);
+        let result = match broker.partition(&name, p) {
+            Some(part_lock) => {
+                let mut part = part_lock.lock().await;
+                match part.write_marker(
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.coordinator_epoch,
+                    m.result,
+                    u8::try_from(m.txn_version.0).unwrap_or(0),
+                    now_ms(),
+                ) {
+                    Ok(end) if part.is_offsets() => {
+                        // The offset store shows the outcome already: durable before anyone
+                        // else may look.
+                        appended = true;
+                        let d = part.durability();
+                        match d.sync_through(end).await {
+                            Ok(()) => {
+                                part.advance_high_watermark();
+                                Ok(())
                             }
-                            Ok(end) => {
-                                appended = true;
-                                pending.add((name.clone(), p), part_lock, end);
-                                0
-                            }
-                            Err(e) => code(e),
+                            Err(e) => Err(ApplyError::Storage(e.to_string())),
                         }
                     }
-                    None if broker.exists(&name, p) => code(ResponseError::NotLeaderOrFollower),
-                    None => code(ResponseError::UnknownTopicOrPartition),
-                };
-                partitions.push(
-                    WritableTxnMarkerPartitionResult::default()
-                        .with_partition_index(p)
-                        .with_error_code(error),
-                );
-            }
-            topics.push(
-                WritableTxnMarkerTopicResult::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(partitions),
-            );
-        }
-        markers.push(
-            WritableTxnMarkerResult::default()
-                .with_producer_id(m.producer_id)
-                .with_topics(topics),
-        );
-    }
-    let failed = pending.wait().await;
-    for m in &mut markers {
-        for t in &mut m.topics {
-            for p in &mut t.partitions {
-                if failed
-                    .iter()
-                    .any(|(n, i)| n.as_str() == t.name.0.as_str() && *i == p.partition_index)
-                {
-                    p.error_code = code(ResponseError::KafkaStorageError);
+                    Ok(end) => {
+                        appended = true;
+                        pending.add((name, p), part_lock, end);
+                        Ok(())
+                    }
+                    Err(e) => Err(ApplyError::Code(code(e))),
                 }
             }
+            None if broker.exists(&name, p) => Err(ApplyError::NotLeader),
+            None => Err(ApplyError::UnknownPartition),
+        };
+        results.push(result);
+    }
+    let failed = pending.wait().await;
+    for ((tp, _), r) in entries.iter().zip(results.iter_mut()) {
+        if failed
+            .iter()
+            .any(|(n, i)| n.as_str() == tp.topic.as_str() && *i == tp.partition)
+        {
+            *r = Err(ApplyError::Storage("group commit failed".into()));
         }
     }
     if appended {
         broker.appended.notify_waiters();
     }
-    WriteTxnMarkersResponse::default().with_markers(markers)
+    results
 }
 
 // ===== DescribeProducers =====
