@@ -6,6 +6,7 @@ mod daemon_support;
 use std::time::Duration;
 
 use daemon_support::*;
+use kafka_protocol::messages as km;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn http_get(url: &str) -> String {
@@ -45,6 +46,27 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     );
     let addr = d.addr.to_string();
     let mut c = d.conn().await;
+    // ApiVersions v3 advertises transaction.version as Kafka does: supported 0..2, finalized at
+    // the configured level (default 2) with epoch 0, below any broker's
+    let v = c
+        .call(&km::ApiVersionsRequest::default(), 3)
+        .await
+        .expect("api versions");
+    assert_eq!(
+        v.supported_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+            .collect::<Vec<_>>(),
+        [("transaction.version".to_owned(), 0, 2)]
+    );
+    assert_eq!(v.finalized_features_epoch, 0);
+    assert_eq!(
+        v.finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+            .collect::<Vec<_>>(),
+        [("transaction.version".to_owned(), 2, 2)]
+    );
     // "hung": timeout 1 ms, so it is open longer than its timeout at once; the reaper
     // (every 10 s) has not run yet.
     let (p_hung, e_hung) = init_ok(&mut c, "hung", 1).await;

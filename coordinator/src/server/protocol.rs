@@ -47,10 +47,64 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
+/// The feature name Kafka's clients read to choose their transaction version.
+pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+
+/// The highest `transaction.version` this coordinator serves (2: KIP-890 part 2's EndTxn v5).
+pub const MAX_TRANSACTION_VERSION: i16 = 2;
+
+/// The epoch of the daemon's finalized features: 0, the lowest there is. A Kafka client takes
+/// the finalized features of the node with the highest epoch, so brokers that advertise
+/// features (Kafka 2.7 and later, whose epoch is a metadata offset; refbroker, epoch 1)
+/// decide the cluster's transaction version, and this daemon's only counts with brokers that
+/// advertise none. A client must not choose TV2 (no AddPartitionsToTxn: the broker adds the
+/// partition) on the coordinator's word when the brokers cannot add partitions themselves.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 0;
+
+/// The finalized `transaction.version` the daemon advertises, set once by `serve` from the
+/// `transaction.version` key (the connection handler answers ApiVersions without the
+/// settings at hand). Until then, the key's default.
+static FINALIZED_TRANSACTION_VERSION: std::sync::atomic::AtomicI16 =
+    std::sync::atomic::AtomicI16::new(2);
+
+/// Sets the finalized `transaction.version` ApiVersions advertises (0 to 2).
+pub fn set_finalized_transaction_version(level: u8) {
+    FINALIZED_TRANSACTION_VERSION.store(
+        i16::from(level).min(MAX_TRANSACTION_VERSION),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
 /// The ApiVersions response (`error` is UNSUPPORTED_VERSION for the KIP-511 fallback, which is
-/// always encoded as v0).
+/// always encoded as v0). From v3 it carries the features as Kafka's broker does:
+/// `transaction.version` supported 0 to 2, and finalized at the configured level (a level of 0
+/// is not listed, as Kafka lists no feature at 0) with [`FINALIZED_FEATURES_EPOCH`].
 pub fn api_versions_response(error: ErrorCode) -> km::ApiVersionsResponse {
+    let level = FINALIZED_TRANSACTION_VERSION.load(std::sync::atomic::Ordering::Relaxed);
+    api_versions_with_features(error, level)
+}
+
+/// [`api_versions_response`] with the finalized `transaction.version` given.
+pub fn api_versions_with_features(error: ErrorCode, level: i16) -> km::ApiVersionsResponse {
+    let finalized = if level > 0 {
+        vec![
+            km::api_versions_response::FinalizedFeatureKey::default()
+                .with_name(s(TRANSACTION_VERSION_FEATURE))
+                .with_min_version_level(level)
+                .with_max_version_level(level),
+        ]
+    } else {
+        Vec::new()
+    };
     km::ApiVersionsResponse::default()
+        .with_supported_features(vec![
+            km::api_versions_response::SupportedFeatureKey::default()
+                .with_name(s(TRANSACTION_VERSION_FEATURE))
+                .with_min_version(0)
+                .with_max_version(MAX_TRANSACTION_VERSION),
+        ])
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(finalized)
         .with_error_code(error.0)
         .with_api_keys(
             SUPPORTED
@@ -412,6 +466,40 @@ pub fn unsupported_response(key: ApiKey, version: i16) -> Option<ResponseKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_versions_advertises_the_transaction_version_feature_as_kafka() {
+        use bytes::BytesMut;
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        let round = |r: km::ApiVersionsResponse, v: i16| {
+            let mut b = BytesMut::new();
+            r.encode(&mut b, v).expect("encode");
+            km::ApiVersionsResponse::decode(&mut b.freeze(), v).expect("decode")
+        };
+        for level in [1i16, 2] {
+            let r = round(api_versions_with_features(ErrorCode::NONE, level), 3);
+            assert_eq!(r.supported_features.len(), 1);
+            let f = &r.supported_features[0];
+            assert_eq!(
+                (f.name.as_str(), f.min_version, f.max_version),
+                ("transaction.version", 0, 2)
+            );
+            assert_eq!(r.finalized_features_epoch, FINALIZED_FEATURES_EPOCH);
+            let f = &r.finalized_features[0];
+            assert_eq!(
+                (f.name.as_str(), f.min_version_level, f.max_version_level),
+                ("transaction.version", level, level)
+            );
+        }
+        // level 0 is not listed as finalized, as Kafka lists no feature at 0
+        let r = round(api_versions_with_features(ErrorCode::NONE, 0), 3);
+        assert!(r.finalized_features.is_empty());
+        assert_eq!(r.supported_features.len(), 1);
+        // before v3 there are no features on the wire
+        let r = round(api_versions_with_features(ErrorCode::NONE, 2), 2);
+        assert!(r.supported_features.is_empty() && r.finalized_features.is_empty());
+        assert_eq!(r.finalized_features_epoch, -1);
+    }
 
     #[test]
     fn advertised_ranges_are_within_the_codec() {

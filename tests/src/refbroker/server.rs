@@ -156,11 +156,42 @@ impl Broker {
                 })
             })
             .collect();
+        // Features (ApiVersions v3+), as a Kafka broker lists them: `transaction.version`
+        // supported up to 1 and finalized at 1, because refbroker does not add a partition to
+        // a transaction on a TV2 Produce (KIP-890 part 2), so a Kafka client must keep sending
+        // AddPartitionsToTxn. Epoch 1, above the standalone daemon's 0: a client takes the
+        // finalized features of the highest epoch, so the brokers decide, not the daemon.
+        use kafka_protocol::messages::api_versions_response::{
+            FinalizedFeatureKey, SupportedFeatureKey,
+        };
+        let name = || kafka_protocol::protocol::StrBytes::from_static_str("transaction.version");
         ApiVersionsResponse::default()
             .with_error_code(error_code)
             .with_api_keys(api_keys)
+            .with_supported_features(vec![
+                SupportedFeatureKey::default()
+                    .with_name(name())
+                    .with_min_version(0)
+                    .with_max_version(TRANSACTION_VERSION),
+            ])
+            .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+            .with_finalized_features(vec![
+                FinalizedFeatureKey::default()
+                    .with_name(name())
+                    .with_min_version_level(TRANSACTION_VERSION)
+                    .with_max_version_level(TRANSACTION_VERSION),
+            ])
     }
 }
+
+/// The `transaction.version` refbroker supports and finalizes in ApiVersions: 1, since it
+/// does not add partitions implicitly on a TV2 Produce (KIP-890 part 2).
+pub(crate) const TRANSACTION_VERSION: i16 = 1;
+
+/// The epoch of refbroker's finalized features: above the standalone daemon's
+/// (`coordinator::server::protocol::FINALIZED_FEATURES_EPOCH`, 0), so clients follow the
+/// brokers.
+pub(crate) const FINALIZED_FEATURES_EPOCH: i64 = 1;
 
 /// The transaction-coordinator APIs (answered by [`super::txn`]).
 fn is_coordinator_api(key: ApiKey) -> bool {
