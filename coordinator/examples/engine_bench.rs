@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use coordinator::{
     AddPartitionsToTxnRequest, AddPartitionsTxn, Config, Effect, EndTxnRequest, Engine,
-    InitProducerIdRequest, MarkerOutcome, MarkersDone, Millis, ProducerIdAllocator, Request,
+    InitProducerIdRequest, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator, Request,
     RequestId, Response,
 };
 use txn_log::{
@@ -50,21 +50,9 @@ impl Driver {
                         },
                     }
                 }
-                Effect::WriteMarkers {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    ..
-                } => self.eng.handle_markers_done(
+                Effect::WriteMarkers(request) => self.eng.handle_markers_done(
                     Millis(self.now),
-                    MarkersDone {
-                        transactional_id,
-                        producer_id,
-                        producer_epoch,
-                        coordinator_epoch,
-                        outcome: MarkerOutcome::Written,
-                    },
+                    MarkerCompletion::of(&request, MarkerOutcome::Completed),
                 ),
                 Effect::Respond { response, .. } => self.last = Some(response),
                 Effect::NeedProducerIds { block_size } => {

@@ -1,11 +1,6 @@
 //! What the engine asks its shell to do: effects as values.
 
-use std::collections::BTreeSet;
-
-use txn_log::{
-    CoordinatorEpoch, LogEntry, LogError, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
-    TransactionalId, TxnResult,
-};
+use txn_log::{CoordinatorEpoch, LogEntry, LogError, LogPartition, TxnMarkerRequest};
 
 use crate::Response;
 
@@ -64,26 +59,10 @@ pub enum Effect {
         /// The answer.
         response: Response,
     },
-    /// Write transaction markers to every partition, then report `handle_markers_done`.
-    /// A newer `WriteMarkers` for the same id replaces an older one.
-    WriteMarkers {
-        /// The log partition of the transaction (so the shell can drop its markers on unload).
-        partition: LogPartition,
-        /// The transactional id.
-        transactional_id: TransactionalId,
-        /// Producer id of the marker.
-        producer_id: ProducerId,
-        /// Producer epoch of the marker (under TV2 already the bumped epoch).
-        producer_epoch: ProducerEpoch,
-        /// Our coordinator epoch, stamped on the markers.
-        coordinator_epoch: CoordinatorEpoch,
-        /// Commit or abort.
-        result: TxnResult,
-        /// The participants.
-        partitions: BTreeSet<TopicPartition>,
-        /// Transaction version of the transaction (WriteTxnMarkers v2 field).
-        transaction_version: u8,
-    },
+    /// Write transaction markers to every partition of the decision, then report how it ended
+    /// with `handle_markers_done`. A newer `WriteMarkers` for the same id replaces an older
+    /// one. The decision is the marker writer's own type: the shell hands it on unchanged.
+    WriteMarkers(TxnMarkerRequest),
     /// Reserve a producer-id block (`TxnLog::allocate_block(block_size)`) and add it to the
     /// shared [`crate::ProducerIdAllocator`].
     NeedProducerIds {
@@ -100,29 +79,4 @@ pub enum Effect {
         /// Why.
         reason: UnloadReason,
     },
-}
-
-/// How the markers of one [`Effect::WriteMarkers`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MarkerOutcome {
-    /// Every participant acknowledged (or was dropped as deleted / unsupported format).
-    Written,
-    /// A participant answered TRANSACTION_COORDINATOR_FENCED: a newer coordinator exists.
-    CoordinatorFenced,
-}
-
-/// The report for [`Effect::WriteMarkers`]; the fields echo the effect's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MarkersDone {
-    /// The transactional id.
-    pub transactional_id: TransactionalId,
-    /// Producer id of the markers.
-    pub producer_id: ProducerId,
-    /// Producer epoch of the markers.
-    pub producer_epoch: ProducerEpoch,
-    /// Coordinator epoch of the markers.
-    pub coordinator_epoch: CoordinatorEpoch,
-    /// Outcome.
-    pub outcome: MarkerOutcome,
 }

@@ -45,9 +45,10 @@
 //! (any engine still loading makes the whole answer COORDINATOR_LOAD_IN_PROGRESS).
 //!
 //! Markers: report each [`Effect::WriteMarkers`] once with [`Engine::handle_markers_done`],
-//! echoing its id, producer id/epoch and coordinator epoch, with [`MarkerOutcome::Written`]
-//! when every participant acknowledged (or was dropped as deleted) or
-//! [`MarkerOutcome::CoordinatorFenced`]. Stale reports are ignored; a report that arrives while
+//! as a [`MarkerCompletion`] (`MarkerCompletion::of` the decision) with
+//! [`MarkerOutcome::Completed`] when every participant acknowledged (or was dropped as deleted)
+//! or [`MarkerOutcome::CoordinatorFenced`]; `Cancelled` and `Superseded` change nothing. Stale
+//! reports are ignored; a report that arrives while
 //! the Complete* append is in flight is ignored; a failed Complete* append is retried by the
 //! engine itself. The state machine is described in `docs/state-machine.md`.
 //!
@@ -89,7 +90,7 @@ mod tests;
 pub use config::{
     CONSUMER_OFFSETS_TOPIC, Config, ConfigError, consumer_offsets_partition_for, partition_for,
 };
-pub use effect::{Effect, IoId, MarkerOutcome, MarkersDone, Millis, RequestId, UnloadReason};
+pub use effect::{Effect, IoId, Millis, RequestId, UnloadReason};
 pub use engine::{Engine, EngineMetrics, handle_unrouted, is_epoch_exhausted};
 pub use error::ErrorCode;
 pub use pid::{InvalidBlock, ProducerIdAllocator};
@@ -100,6 +101,8 @@ pub use request::{
     ListTransactionsRequest, ListTransactionsResponse, ListedTxn, Request, Response,
     merge_list_responses, unknown_state_filters,
 };
+/// The marker decision and its end, shared with the marker writer (`txn_log`'s types).
+pub use txn_log::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 
 #[cfg(feature = "daemon")]
 pub mod server;

@@ -4,7 +4,7 @@
 
 use coordinator::{
     AddPartitionsToTxnRequest, AddPartitionsTxn, Config, Effect, EndTxnRequest, Engine, ErrorCode,
-    InitProducerIdRequest, MarkerOutcome, MarkersDone, Millis, ProducerIdAllocator, Request,
+    InitProducerIdRequest, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator, Request,
     RequestId, Response,
 };
 use txn_log::{
@@ -21,7 +21,7 @@ struct Node {
     alloc: ProducerIdAllocator,
     ce: CoordinatorEpoch,
     replies: Vec<(RequestId, Response)>,
-    markers: Vec<MarkersDone>,
+    markers: Vec<MarkerCompletion>,
     unloaded: bool,
     next_req: u64,
 }
@@ -75,19 +75,9 @@ impl Node {
                     }
                 }
                 Effect::Respond { to, response } => self.replies.push((to, response)),
-                Effect::WriteMarkers {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    ..
-                } => self.markers.push(MarkersDone {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    outcome: MarkerOutcome::Written,
-                }),
+                Effect::WriteMarkers(request) => self
+                    .markers
+                    .push(MarkerCompletion::of(&request, MarkerOutcome::Completed)),
                 Effect::NeedProducerIds { block_size } => {
                     let (block, _) = self.log.allocate_block_sync(block_size).expect("block");
                     self.alloc.add_block(block).expect("fresh block");

@@ -3,8 +3,8 @@
 
 use coordinator::{
     AddPartitionsToTxnRequest, AddPartitionsTxn, Config, DescribeTransactionsRequest, Effect,
-    EndTxnRequest, Engine, InitProducerIdRequest, ListTransactionsRequest, MarkerOutcome,
-    MarkersDone, Millis, ProducerIdAllocator, Request, RequestId,
+    EndTxnRequest, Engine, InitProducerIdRequest, ListTransactionsRequest, MarkerCompletion,
+    MarkerOutcome, Millis, ProducerIdAllocator, Request, RequestId,
 };
 use txn_log::{CoordinatorEpoch, LogError, LogPartition, ProducerIdBlock, TopicPartition, codec};
 
@@ -159,21 +159,9 @@ fn run_effects(
         };
         match effect {
             Effect::AppendLog { io, .. } => engine.handle_append_done(io),
-            Effect::WriteMarkers {
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                ..
-            } => engine.handle_markers_done(
+            Effect::WriteMarkers(request) => engine.handle_markers_done(
                 now,
-                MarkersDone {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    outcome: MarkerOutcome::Written,
-                },
+                MarkerCompletion::of(&request, MarkerOutcome::Completed),
             ),
             Effect::NeedProducerIds { block_size } => {
                 let block = ProducerIdBlock {

@@ -18,16 +18,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use coordinator::{
     AddPartitionsToTxnRequest, AddPartitionsTxn, Config, Effect, EndTxnRequest, Engine,
-    InitProducerIdRequest, IoId, MarkerOutcome, MarkersDone, Millis, ProducerIdAllocator, Request,
-    RequestId, Response, UnloadReason,
+    InitProducerIdRequest, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
+    Request, RequestId, Response, UnloadReason,
 };
 use markers::participant::{
     BatchHeader, Marker, MarkerApplied, MarkerError, ParticipantConfig, PartitionState,
     ProduceDecision, TxnVersion,
 };
 use markers::writer::{
-    self, BrokerEndpoint, LeaderLookup, MarkerPlanner, PlannerConfig, TxnMarkerRequest,
-    build_response,
+    self, BrokerEndpoint, LeaderLookup, MarkerPlanner, PlannerConfig, build_response,
 };
 use txn_log::mem::{WaitDurable, poll_once};
 use txn_log::sync::Mutex;
@@ -194,7 +193,7 @@ pub type AppendHook = Box<dyn FnMut(CoordinatorEpoch, &[LogEntry]) -> bool + Sen
 /// How a node's marker work is delivered.
 #[derive(Debug)]
 pub enum Markers {
-    /// An ideal writer: every `WriteMarkers` is reported `Written` at once (for models whose
+    /// An ideal writer: every `WriteMarkers` is reported `Completed` at once (for models whose
     /// invariant does not involve participants).
     AckAtOnce,
     /// The production planner. Leader lookups are answered from `leaders`; requests wait in
@@ -258,7 +257,7 @@ pub struct Node {
     /// Runs before each append reaches the log.
     pub before_append: Option<AppendHook>,
     appender: VecDeque<(usize, AppendState)>,
-    done: VecDeque<MarkersDone>,
+    done: VecDeque<MarkerCompletion>,
     dead: bool,
 }
 
@@ -469,41 +468,18 @@ impl Node {
                     durable,
                 });
             }
-            Effect::WriteMarkers {
-                partition,
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                result,
-                partitions,
-                transaction_version,
-            } => {
+            Effect::WriteMarkers(request) => {
                 self.marker_writes.push(MarkerWrite {
-                    transactional_id: transactional_id.clone(),
-                    coordinator_epoch,
-                    result,
-                    partitions: partitions.clone(),
+                    transactional_id: request.transactional_id.clone(),
+                    coordinator_epoch: request.coordinator_epoch,
+                    result: request.result,
+                    partitions: request.partitions.iter().cloned().collect(),
                 });
                 match &mut self.markers {
-                    Markers::AckAtOnce => self.done.push_back(MarkersDone {
-                        transactional_id,
-                        producer_id,
-                        producer_epoch,
-                        coordinator_epoch,
-                        outcome: MarkerOutcome::Written,
-                    }),
+                    Markers::AckAtOnce => self
+                        .done
+                        .push_back(MarkerCompletion::of(&request, MarkerOutcome::Completed)),
                     Markers::Planner { planner, .. } => {
-                        let request = TxnMarkerRequest {
-                            transactional_id,
-                            producer_id,
-                            producer_epoch,
-                            coordinator_epoch,
-                            log_partition: partition,
-                            result,
-                            partitions: partitions.into_iter().collect(),
-                            txn_version: transaction_version,
-                        };
                         planner
                             .submit(now_ms(self.now), request)
                             .expect("planner has room");
@@ -527,7 +503,7 @@ impl Node {
     }
 
     /// Planner effects: lookups are answered from the leader table at once, requests are
-    /// queued for the brokers; completions become `MarkersDone` as the shell maps them.
+    /// queued for the brokers; completions go to the engine as they are.
     fn drive_planner(&mut self) {
         let Markers::Planner {
             planner,
@@ -553,18 +529,7 @@ impl Node {
             }
         }
         while let Some(c) = planner.poll_completion() {
-            let outcome = match c.outcome {
-                writer::MarkerOutcome::Completed => MarkerOutcome::Written,
-                writer::MarkerOutcome::CoordinatorFenced => MarkerOutcome::CoordinatorFenced,
-                writer::MarkerOutcome::Cancelled | writer::MarkerOutcome::Superseded => continue,
-            };
-            self.done.push_back(MarkersDone {
-                transactional_id: c.transactional_id,
-                producer_id: c.producer_id,
-                producer_epoch: c.producer_epoch,
-                coordinator_epoch: c.coordinator_epoch,
-                outcome,
-            });
+            self.done.push_back(c);
         }
     }
 

@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+mod decision;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd_log;
@@ -45,6 +46,7 @@ mod state;
 pub mod suite;
 pub mod sync;
 
+pub use decision::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 pub use error::LogError;
 #[cfg(feature = "etcd")]
 pub use etcd_log::{EtcdConfig, EtcdTxnLog};

@@ -226,20 +226,20 @@ impl Engine {
             producer_epoch: r.producer_epoch,
             coordinator_epoch,
         };
-        let effect = Effect::WriteMarkers {
-            partition: self.partition,
+        let effect = Effect::WriteMarkers(TxnMarkerRequest {
             transactional_id: id.clone(),
             producer_id: r.producer_id,
             producer_epoch: r.producer_epoch,
             coordinator_epoch,
+            log_partition: self.partition,
             result: if r.state == TxnState::PrepareCommit {
                 TxnResult::Commit
             } else {
                 TxnResult::Abort
             },
-            partitions: r.partitions.clone(),
-            transaction_version: r.client_txn_version,
-        };
+            partitions: r.partitions.iter().cloned().collect(),
+            txn_version: r.client_txn_version,
+        });
         self.markers.insert(id.clone(), work);
         self.effects.push_back(effect);
     }

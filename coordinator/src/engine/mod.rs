@@ -11,7 +11,7 @@ use std::ops::Bound;
 
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerEpoch,
-    ProducerId, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
+    ProducerId, TopicPartition, TransactionalId, TxnMarkerRequest, TxnRecord, TxnResult, TxnState,
 };
 
 use crate::request::{
@@ -21,7 +21,7 @@ use crate::request::{
     ListTransactionsResponse, ListedTxn, unknown_state_filters,
 };
 use crate::{
-    Config, Effect, ErrorCode, IoId, MarkerOutcome, MarkersDone, Millis, ProducerIdAllocator,
+    Config, Effect, ErrorCode, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
     Request, RequestId, Response, UnloadReason,
 };
 
@@ -358,10 +358,11 @@ impl Engine {
         self.finish(inflight, Some(ErrorCode::for_append_error(&err)));
     }
 
-    /// The markers of a [`Effect::WriteMarkers`] finished. `Written` appends CompleteCommit /
-    /// CompleteAbort; `CoordinatorFenced` unloads. Reports that do not match the current
-    /// marker work (stale epoch, already completed) are ignored.
-    pub fn handle_markers_done(&mut self, now: Millis, done: MarkersDone) {
+    /// The markers of a [`Effect::WriteMarkers`] finished. `Completed` appends CompleteCommit /
+    /// CompleteAbort; `CoordinatorFenced` unloads; `Cancelled` and `Superseded` change nothing.
+    /// Reports that do not match the current marker work (stale epoch, already completed) are
+    /// ignored.
+    pub fn handle_markers_done(&mut self, now: Millis, done: MarkerCompletion) {
         self.now = now;
         let work = MarkerWork {
             producer_id: done.producer_id,
@@ -372,7 +373,7 @@ impl Engine {
             return;
         }
         match done.outcome {
-            MarkerOutcome::Written => {
+            MarkerOutcome::Completed => {
                 let pending = self
                     .txns
                     .get(&done.transactional_id)
@@ -382,6 +383,7 @@ impl Engine {
                 }
             }
             MarkerOutcome::CoordinatorFenced => self.unload(UnloadReason::MarkersFenced),
+            MarkerOutcome::Cancelled | MarkerOutcome::Superseded => {}
         }
     }
 

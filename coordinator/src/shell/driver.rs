@@ -15,12 +15,11 @@ use tracing::Instrument;
 use txn_log::{Appending, CoordinatorEpoch, LoadedPartition, LogError, LogPartition};
 
 use super::metrics::LogPartitionLabels;
-use markers::writer::{MarkerCompletion, TxnMarkerRequest};
+use crate::{MarkerCompletion, TxnMarkerRequest};
 
 use super::{Shared, trail};
 use crate::{
-    Effect, Engine, EngineMetrics, IoId, MarkerOutcome, MarkersDone, Millis, Request, RequestId,
-    Response, UnloadReason,
+    Effect, Engine, EngineMetrics, IoId, Millis, Request, RequestId, Response, UnloadReason,
 };
 
 /// How long a driver waits before offering refused marker decisions to the sink again.
@@ -282,25 +281,8 @@ impl Driver {
                         "markers skipped for partitions whose topic is gone"
                     );
                 }
-                let outcome = match done.outcome {
-                    markers::writer::MarkerOutcome::Completed => MarkerOutcome::Written,
-                    markers::writer::MarkerOutcome::CoordinatorFenced => {
-                        MarkerOutcome::CoordinatorFenced
-                    }
-                    markers::writer::MarkerOutcome::Cancelled
-                    | markers::writer::MarkerOutcome::Superseded => return,
-                };
                 let now = self.now();
-                self.engine.handle_markers_done(
-                    now,
-                    MarkersDone {
-                        transactional_id: done.transactional_id,
-                        producer_id: done.producer_id,
-                        producer_epoch: done.producer_epoch,
-                        coordinator_epoch: done.coordinator_epoch,
-                        outcome,
-                    },
-                );
+                self.engine.handle_markers_done(now, done);
             }
             Msg::Unload { done } => {
                 self.generation += 1;
@@ -426,36 +408,18 @@ impl Driver {
                         let _ = w.send(response);
                     }
                 }
-                Effect::WriteMarkers {
-                    partition,
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    result,
-                    partitions,
-                    transaction_version,
-                } => {
+                Effect::WriteMarkers(request) => {
                     tracing::debug!(
-                        transactional_id = %transactional_id,
-                        producer_id = producer_id.0,
-                        producer_epoch = producer_epoch.0,
-                        ?result,
-                        participants = partitions.len(),
+                        transactional_id = %request.transactional_id,
+                        producer_id = request.producer_id.0,
+                        producer_epoch = request.producer_epoch.0,
+                        result = ?request.result,
+                        participants = request.partitions.len(),
                         "writing markers"
                     );
                     self.shared.metrics.markers_pending.inc();
                     self.shared.metrics.marker_jobs.inc();
-                    self.submit_markers(TxnMarkerRequest {
-                        transactional_id,
-                        producer_id,
-                        producer_epoch,
-                        coordinator_epoch,
-                        log_partition: partition,
-                        result,
-                        partitions: partitions.into_iter().collect(),
-                        txn_version: transaction_version,
-                    });
+                    self.submit_markers(request);
                 }
                 Effect::NeedProducerIds { block_size } => {
                     self.shared.refill_producer_ids(block_size);

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use markers::writer::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
+use crate::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 use tokio::sync::mpsc;
 use txn_log::LogPartition;
 use txn_log::sync::Mutex;

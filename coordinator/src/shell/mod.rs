@@ -54,10 +54,6 @@ use tracing::Instrument;
 use txn_log::sync::Mutex;
 use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog};
 
-/// The marker writer's decision, completion and outcome types, which the sinks take and report.
-pub use ::markers::writer::{
-    MarkerCompletion, MarkerOutcome as MarkerWriteOutcome, TxnMarkerRequest,
-};
 pub use builder::{BuildError, CoordinatorBuilder};
 pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
@@ -72,8 +68,8 @@ use crate::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     AddPartitionsTxnResult, Config, DescribeTransactionsRequest, DescribedTxn, EndTxnRequest,
     EndTxnResponse, ErrorCode, InitProducerIdRequest, InitProducerIdResponse,
-    ListTransactionsRequest, ListTransactionsResponse, ProducerIdAllocator, Request, Response,
-    handle_unrouted, merge_list_responses,
+    ListTransactionsRequest, ListTransactionsResponse, MarkerCompletion, ProducerIdAllocator,
+    Request, Response, handle_unrouted, merge_list_responses,
 };
 
 /// A good capacity for the channel of marker completions ([`CoordinatorOptions::marker_completions`]):

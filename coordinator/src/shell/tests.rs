@@ -9,7 +9,7 @@ use txn_log::{
 };
 
 use super::*;
-use crate::{AddPartitionsTxn, ListTransactionsRequest};
+use crate::{AddPartitionsTxn, ListTransactionsRequest, MarkerOutcome};
 
 struct Harness {
     coordinator: Coordinator,
@@ -442,10 +442,7 @@ async fn an_add_after_commit_waits_for_the_markers_then_for_the_clock() {
     }
     assert!(!next.is_finished(), "answered while the markers are out");
     assert_eq!(h.coordinator.metrics().requests_parked.get(), 1);
-    assert_eq!(
-        h.markers.complete_held(MarkerWriteOutcome::Completed).await,
-        1
-    );
+    assert_eq!(h.markers.complete_held(MarkerOutcome::Completed).await, 1);
     let a = next.await.expect("join");
     assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
 

@@ -43,21 +43,13 @@ pub(crate) fn summarize(e: Effect) -> Ev {
                 .collect(),
         ),
         Effect::Respond { to, response } => Ev::Respond(to, response),
-        Effect::WriteMarkers {
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            result,
-            partitions,
-            ..
-        } => Ev::Markers {
-            id: transactional_id.to_string(),
-            pid: producer_id.0,
-            epoch: producer_epoch.0,
-            ce: coordinator_epoch.0,
-            result,
-            parts: partitions.into_iter().collect(),
+        Effect::WriteMarkers(r) => Ev::Markers {
+            id: r.transactional_id.to_string(),
+            pid: r.producer_id.0,
+            epoch: r.producer_epoch.0,
+            ce: r.coordinator_epoch.0,
+            result: r.result,
+            parts: r.partitions.into_iter().collect(),
         },
         Effect::NeedProducerIds { .. } => Ev::NeedPids,
         Effect::Unloaded { .. } => Ev::Unloaded,
@@ -263,17 +255,25 @@ impl Fx {
     pub(crate) fn markers_done(&mut self, evs: &[Ev]) -> Vec<Ev> {
         for e in evs {
             if let Ev::Markers {
-                id, pid, epoch, ce, ..
+                id,
+                pid,
+                epoch,
+                ce,
+                result,
+                ..
             } = e
             {
                 self.eng.handle_markers_done(
                     Millis(self.now),
-                    MarkersDone {
+                    MarkerCompletion {
                         transactional_id: tid(id),
                         producer_id: ProducerId(*pid),
                         producer_epoch: ProducerEpoch(*epoch),
                         coordinator_epoch: CoordinatorEpoch(*ce),
-                        outcome: MarkerOutcome::Written,
+                        log_partition: LogPartition(0),
+                        result: *result,
+                        outcome: MarkerOutcome::Completed,
+                        dropped_partitions: Vec::new(),
                     },
                 );
             }

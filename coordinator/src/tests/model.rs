@@ -68,7 +68,7 @@ struct Harness {
     now: i64,
     durable: BTreeMap<TransactionalId, TxnRecord>,
     appends: Vec<(IoId, Vec<LogEntry>)>,
-    markers: Vec<MarkersDone>,
+    markers: Vec<MarkerCompletion>,
     sent: BTreeMap<RequestId, Sent>,
     next_req: u64,
     /// The client's view per id: its current (pid, epoch).
@@ -424,14 +424,16 @@ impl Harness {
                     self.appends.push((io, entries));
                 }
                 Effect::Respond { to, response } => self.check_reply(to, response),
-                Effect::WriteMarkers {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    coordinator_epoch,
-                    result,
-                    ..
-                } => {
+                Effect::WriteMarkers(request) => {
+                    let done = MarkerCompletion::of(&request, MarkerOutcome::Completed);
+                    let TxnMarkerRequest {
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        result,
+                        ..
+                    } = request;
                     assert_eq!(coordinator_epoch, CoordinatorEpoch(self.ce));
                     let d = self
                         .durable
@@ -457,13 +459,7 @@ impl Harness {
                     } else {
                         "abort_markers"
                     });
-                    self.markers.push(MarkersDone {
-                        transactional_id,
-                        producer_id,
-                        producer_epoch,
-                        coordinator_epoch,
-                        outcome: MarkerOutcome::Written,
-                    });
+                    self.markers.push(done);
                 }
                 Effect::NeedProducerIds { block_size } => {
                     let block = ProducerIdBlock {
