@@ -136,8 +136,10 @@ async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatc
             // KIP-511: answer in v0 with our ranges so the client can pick a version.
             tracing::debug!(version, "ApiVersions version fallback");
             timed = Some(ApiKey::ApiVersions);
-            let body =
-                ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::UNSUPPORTED_VERSION));
+            let body = ResponseKind::ApiVersions(p::api_versions_response(
+                ErrorCode::UNSUPPORTED_VERSION,
+                ctx.settings.engine.transaction_version,
+            ));
             encode_response_frame(ApiKey::ApiVersions, 0, correlation_id, &body)
                 .map_err(|e| e.to_string())
         }
@@ -188,7 +190,10 @@ pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Op
     Some(match body {
         RequestKind::ApiVersions(_) => {
             ctx.metrics.record("ApiVersions", ErrorCode::NONE);
-            ResponseKind::ApiVersions(p::api_versions_response(ErrorCode::NONE))
+            ResponseKind::ApiVersions(p::api_versions_response(
+                ErrorCode::NONE,
+                ctx.settings.engine.transaction_version,
+            ))
         }
         RequestKind::Metadata(r) => {
             ctx.metrics.record("Metadata", ErrorCode::NONE);

@@ -227,7 +227,6 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         },
         done_tx,
     ));
-    protocol::set_finalized_transaction_version(settings.engine.transaction_version);
     let brokers = Arc::new(Brokers::new(
         opts.bootstrap_servers.clone(),
         timeout,

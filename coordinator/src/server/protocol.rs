@@ -61,31 +61,13 @@ pub const MAX_TRANSACTION_VERSION: i16 = 2;
 /// partition) on the coordinator's word when the brokers cannot add partitions themselves.
 pub const FINALIZED_FEATURES_EPOCH: i64 = 0;
 
-/// The finalized `transaction.version` the daemon advertises, set once by `serve` from the
-/// `transaction.version` key (the connection handler answers ApiVersions without the
-/// settings at hand). Until then, the key's default.
-static FINALIZED_TRANSACTION_VERSION: std::sync::atomic::AtomicI16 =
-    std::sync::atomic::AtomicI16::new(2);
-
-/// Sets the finalized `transaction.version` ApiVersions advertises (0 to 2).
-pub fn set_finalized_transaction_version(level: u8) {
-    FINALIZED_TRANSACTION_VERSION.store(
-        i16::from(level).min(MAX_TRANSACTION_VERSION),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-}
-
 /// The ApiVersions response (`error` is UNSUPPORTED_VERSION for the KIP-511 fallback, which is
 /// always encoded as v0). From v3 it carries the features as Kafka's broker does:
-/// `transaction.version` supported 0 to 2, and finalized at the configured level (a level of 0
-/// is not listed, as Kafka lists no feature at 0) with [`FINALIZED_FEATURES_EPOCH`].
-pub fn api_versions_response(error: ErrorCode) -> km::ApiVersionsResponse {
-    let level = FINALIZED_TRANSACTION_VERSION.load(std::sync::atomic::Ordering::Relaxed);
-    api_versions_with_features(error, level)
-}
-
-/// [`api_versions_response`] with the finalized `transaction.version` given.
-pub fn api_versions_with_features(error: ErrorCode, level: i16) -> km::ApiVersionsResponse {
+/// `transaction.version` supported 0 to 2, and finalized at `transaction_version` (the
+/// `transaction.version` key; a level of 0 is not listed, as Kafka lists no feature at 0) with
+/// [`FINALIZED_FEATURES_EPOCH`].
+pub fn api_versions_response(error: ErrorCode, transaction_version: u8) -> km::ApiVersionsResponse {
+    let level = i16::from(transaction_version).min(MAX_TRANSACTION_VERSION);
     let finalized = if level > 0 {
         vec![
             km::api_versions_response::FinalizedFeatureKey::default()
@@ -476,8 +458,8 @@ mod tests {
             r.encode(&mut b, v).expect("encode");
             km::ApiVersionsResponse::decode(&mut b.freeze(), v).expect("decode")
         };
-        for level in [1i16, 2] {
-            let r = round(api_versions_with_features(ErrorCode::NONE, level), 3);
+        for level in [1u8, 2] {
+            let r = round(api_versions_response(ErrorCode::NONE, level), 3);
             assert_eq!(r.supported_features.len(), 1);
             let f = &r.supported_features[0];
             assert_eq!(
@@ -488,15 +470,15 @@ mod tests {
             let f = &r.finalized_features[0];
             assert_eq!(
                 (f.name.as_str(), f.min_version_level, f.max_version_level),
-                ("transaction.version", level, level)
+                ("transaction.version", i16::from(level), i16::from(level))
             );
         }
         // level 0 is not listed as finalized, as Kafka lists no feature at 0
-        let r = round(api_versions_with_features(ErrorCode::NONE, 0), 3);
+        let r = round(api_versions_response(ErrorCode::NONE, 0), 3);
         assert!(r.finalized_features.is_empty());
         assert_eq!(r.supported_features.len(), 1);
         // before v3 there are no features on the wire
-        let r = round(api_versions_with_features(ErrorCode::NONE, 2), 2);
+        let r = round(api_versions_response(ErrorCode::NONE, 2), 2);
         assert!(r.supported_features.is_empty() && r.finalized_features.is_empty());
         assert_eq!(r.finalized_features_epoch, -1);
     }
@@ -547,7 +529,7 @@ mod tests {
         }
         for v in 0..=4 {
             let mut b = BytesMut::new();
-            ResponseKind::ApiVersions(api_versions_response(ok))
+            ResponseKind::ApiVersions(api_versions_response(ok, 2))
                 .encode(&mut b, v)
                 .expect("api versions");
         }
