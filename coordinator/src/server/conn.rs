@@ -103,7 +103,7 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
     let (api, out) = dispatch_timed(ctx, frame).await;
     if let Some(api) = api {
         ctx.metrics
-            .observe_request(&format!("{api:?}"), started.elapsed());
+            .observe_request(p::api_name(api), started.elapsed());
     }
     out
 }
@@ -150,7 +150,7 @@ async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatc
         }) => {
             timed = Some(api_key);
             ctx.metrics
-                .record(&format!("{api_key:?}"), ErrorCode::UNSUPPORTED_VERSION);
+                .record(p::api_name(api_key), ErrorCode::UNSUPPORTED_VERSION);
             match p::unsupported_response(api_key, version) {
                 Some(body) => encode_response_frame(api_key, version, correlation_id, &body)
                     .map_err(|e| e.to_string()),
@@ -168,7 +168,7 @@ async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatc
                 Some((k, body)) => {
                     timed = Some(k);
                     ctx.metrics
-                        .record(&format!("{k:?}"), ErrorCode::UNSUPPORTED_VERSION);
+                        .record(p::api_name(k), ErrorCode::UNSUPPORTED_VERSION);
                     encode_response_frame(k, raw_version, correlation_id, &body)
                         .map_err(|e| e.to_string())
                 }

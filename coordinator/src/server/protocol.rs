@@ -2,6 +2,7 @@
 //! `kafka-protocol` messages and the engine's typed requests and responses. Every response is
 //! built for the request's version (the encoder refuses fields a version does not have).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::{self as km, ApiKey, ResponseKind};
@@ -41,6 +42,25 @@ pub fn supported(key: ApiKey) -> Option<VersionRange> {
         .iter()
         .find(|(k, _, _)| *k == key)
         .map(|&(_, min, max)| VersionRange { min, max })
+}
+
+/// Kafka's name of `key`, as the metrics label it: borrowed (no allocation) for the APIs in
+/// [`SUPPORTED`], formatted for the others (answered UNSUPPORTED_VERSION, rare).
+pub fn api_name(key: ApiKey) -> Cow<'static, str> {
+    Cow::Borrowed(match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "Fetch",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+        ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+        ApiKey::EndTxn => "EndTxn",
+        ApiKey::DescribeTransactions => "DescribeTransactions",
+        ApiKey::ListTransactions => "ListTransactions",
+        other => return Cow::Owned(format!("{other:?}")),
+    })
 }
 
 fn s(v: &str) -> StrBytes {
@@ -489,6 +509,19 @@ mod tests {
             let c = k.valid_versions();
             assert!(min >= c.min && max <= c.max, "{k:?} {min}-{max} vs {c:?}");
         }
+    }
+
+    #[test]
+    fn every_served_api_has_a_borrowed_metrics_name() {
+        for &(k, _, _) in SUPPORTED {
+            let name = api_name(k);
+            assert!(
+                matches!(name, Cow::Borrowed(_)),
+                "{k:?} allocates its label"
+            );
+            assert_eq!(name, format!("{k:?}"));
+        }
+        assert_eq!(api_name(ApiKey::JoinGroup), "JoinGroup");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Prometheus metrics of the shell and the daemon (`prometheus-client` types, text encoding).
 
+use std::borrow::Cow;
+
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,7 +16,7 @@ use crate::{EngineMetrics, ErrorCode};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ApiLabels {
     /// Kafka API name, e.g. `InitProducerId`.
-    pub api: String,
+    pub api: Cow<'static, str>,
 }
 
 /// Labels of the build information gauge.
@@ -69,9 +71,9 @@ fn request_duration_histogram() -> Histogram {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ApiErrorLabels {
     /// Kafka API name.
-    pub api: String,
-    /// Kafka error name, e.g. `CONCURRENT_TRANSACTIONS`.
-    pub error: String,
+    pub api: Cow<'static, str>,
+    /// Kafka error name, e.g. `CONCURRENT_TRANSACTIONS` (the number for a code without one).
+    pub error: Cow<'static, str>,
 }
 
 /// Labels of the per-log-partition gauges.
@@ -342,11 +344,10 @@ impl Metrics {
     }
 
     /// Records how long one request of `api` took, from its frame read to its response ready.
-    pub fn observe_request(&self, api: &str, elapsed: std::time::Duration) {
+    /// A `&'static str` name costs no allocation once its series exists.
+    pub fn observe_request(&self, api: impl Into<Cow<'static, str>>, elapsed: std::time::Duration) {
         self.request_duration_seconds
-            .get_or_create(&ApiLabels {
-                api: api.to_owned(),
-            })
+            .get_or_create(&ApiLabels { api: api.into() })
             .observe(elapsed.as_secs_f64());
     }
 
@@ -358,24 +359,22 @@ impl Metrics {
             .is_some()
     }
 
-    /// Counts one request of `api` answered with `error`.
-    pub fn record(&self, api: &str, error: ErrorCode) {
-        self.requests
-            .get_or_create(&ApiLabels {
-                api: api.to_owned(),
-            })
-            .inc();
+    /// Counts one request of `api` answered with `error`. A `&'static str` name and a named
+    /// error code cost no allocation once their series exist.
+    pub fn record(&self, api: impl Into<Cow<'static, str>>, error: ErrorCode) {
+        let api = api.into();
         if !error.is_none() {
             let name = error
                 .name()
-                .map_or_else(|| error.0.to_string(), str::to_owned);
+                .map_or_else(|| Cow::Owned(error.0.to_string()), Cow::Borrowed);
             self.errors
                 .get_or_create(&ApiErrorLabels {
-                    api: api.to_owned(),
+                    api: api.clone(),
                     error: name,
                 })
                 .inc();
         }
+        self.requests.get_or_create(&ApiLabels { api }).inc();
     }
 
     /// Adds the growth of an engine's counters between `before` and `after`.
@@ -427,6 +426,8 @@ mod tests {
         m.register(&mut registry);
         m.observe_request("EndTxn", std::time::Duration::from_millis(3));
         m.observe_request("EndTxn", std::time::Duration::from_millis(30));
+        m.record("EndTxn", ErrorCode::CONCURRENT_TRANSACTIONS);
+        m.record(String::from("EndTxn"), ErrorCode(-42));
         m.marker_retries.set(4);
         m.group_commit_batches.set(7);
         m.group_commit_requests.set(-1);
@@ -447,6 +448,13 @@ mod tests {
             ),
             "{text}"
         );
+        for series in [
+            "txn_coordinator_requests_total{api=\"EndTxn\"} 2",
+            "txn_coordinator_errors_total{api=\"EndTxn\",error=\"CONCURRENT_TRANSACTIONS\"} 1",
+            "txn_coordinator_errors_total{api=\"EndTxn\",error=\"-42\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} missing from {text}");
+        }
         assert!(
             text.contains("# TYPE txn_coordinator_marker_retries counter")
                 && text.contains("txn_coordinator_marker_retries_total 4"),
