@@ -510,6 +510,12 @@ impl Engine {
         self.txns.get(id).is_some_and(|e| e.pending.is_some())
     }
 
+    /// Whether the engine waits for the append `io`: [`Engine::handle_append_done`] will apply
+    /// its entries. False for an append issued before an unload or a reload (ignored).
+    pub fn is_append_pending(&self, io: IoId) -> bool {
+        self.inflight.contains_key(&io)
+    }
+
     /// Ids whose markers are being written.
     pub fn transactions_awaiting_markers(&self) -> impl Iterator<Item = &TransactionalId> {
         self.markers.keys()

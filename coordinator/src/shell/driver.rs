@@ -12,15 +12,22 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
-use txn_log::{Appending, CoordinatorEpoch, LoadedPartition, LogError, LogPartition};
+use txn_log::{
+    Appending, CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
+    TransactionalId, TxnState,
+};
 
 use super::metrics::LogPartitionLabels;
 use crate::{MarkerCompletion, TxnMarkerRequest};
 
 use super::{Shared, trail};
 use crate::{
-    Effect, Engine, EngineMetrics, IoId, Millis, Request, RequestId, Response, UnloadReason,
+    Effect, Engine, EngineMetrics, ErrorCode, IoId, Millis, Request, RequestId, Response,
+    UnloadReason,
 };
+
+/// Where a [`super::Coordinator::transaction_completed`] call gets its answer.
+pub(crate) type CompletionReply = oneshot::Sender<Result<TxnState, ErrorCode>>;
 
 /// How long a driver waits before offering refused marker decisions to the sink again.
 const MARKER_RETRY_INTERVAL: Duration = Duration::from_millis(2);
@@ -51,6 +58,12 @@ pub(crate) enum Msg {
         started: Instant,
     },
     Markers(MarkerCompletion),
+    /// A `transaction_completed` call: answered at once, or when the first Complete* of `id`
+    /// is durable (see [`Driver::await_completion`]).
+    AwaitCompletion {
+        id: TransactionalId,
+        reply: CompletionReply,
+    },
     Unload {
         done: oneshot::Sender<()>,
     },
@@ -76,6 +89,12 @@ pub(crate) struct Driver {
     /// Bumped on every load and unload, so that a stale load result is ignored.
     generation: u64,
     load_waiters: Vec<oneshot::Sender<Result<CoordinatorEpoch, LogError>>>,
+    /// `transaction_completed` calls waiting for the Complete* of their id's transaction,
+    /// registered while the engine was loaded; woken when that append is durable and applied.
+    completion_waiters: HashMap<TransactionalId, Vec<CompletionReply>>,
+    /// `transaction_completed` calls that arrived while the partition was loading: checked
+    /// once it is loaded.
+    completion_checks: Vec<(TransactionalId, CompletionReply)>,
     loaded_gauge: bool,
     last_metrics: EngineMetrics,
     shutdown: Option<oneshot::Sender<()>>,
@@ -105,6 +124,8 @@ impl Driver {
             next_request: 1,
             generation: 0,
             load_waiters: Vec::new(),
+            completion_waiters: HashMap::new(),
+            completion_checks: Vec::new(),
             loaded_gauge: false,
             last_metrics: EngineMetrics::default(),
             shutdown: None,
@@ -160,6 +181,7 @@ impl Driver {
                 break;
             }
         }
+        self.fail_completion_waiters(ErrorCode::COORDINATOR_NOT_AVAILABLE, true);
         if let Some(done) = self.shutdown.take() {
             let _ = done.send(());
         }
@@ -174,7 +196,7 @@ impl Driver {
     }
 
     /// An append finished: metrics, the trail, then the engine.
-    fn append_finished(&mut self, (io, result, started, trail): AppendOutcome) {
+    fn append_finished(&mut self, (io, result, started, trail, completes): AppendOutcome) {
         self.shared
             .metrics
             .log_append_seconds
@@ -184,7 +206,15 @@ impl Driver {
                 if let Some(t) = trail {
                     t.emit(self.shared.clock.now_ms().0);
                 }
+                // Only an append the engine applies ends a transaction it serves (one issued
+                // before an unload or reload is ignored by the engine, and so here).
+                let applied = !completes.is_empty() && self.engine.is_append_pending(io);
                 self.engine.handle_append_done(io);
+                if applied {
+                    for (id, state) in completes {
+                        self.transaction_ended(&id, state);
+                    }
+                }
             }
             Err(e) => {
                 self.shared.metrics.log_append_failures.inc();
@@ -201,13 +231,83 @@ impl Driver {
         self.shared.clock.now_ms()
     }
 
+    /// A `transaction_completed` call for `id`. Answering and registering are one step of this
+    /// task, which also applies every append: no Complete* can fall between the look at the
+    /// state and the registration. Loaded, by `id`'s durable record:
+    /// - none: TRANSACTIONAL_ID_NOT_FOUND;
+    /// - `Empty`, `CompleteCommit`, `CompleteAbort`: that state at once (nothing in flight);
+    /// - `Ongoing`, `PrepareCommit`, `PrepareAbort`, `PrepareEpochFence`: registered; answered
+    ///   with the state of the first `Complete*` record of `id` that becomes durable (that
+    ///   transaction's end, even when the same append starts the next transaction).
+    ///
+    /// Loading: checked once loaded. Unloaded: NOT_COORDINATOR. Shutting down:
+    /// COORDINATOR_NOT_AVAILABLE.
+    fn await_completion(&mut self, id: TransactionalId, reply: CompletionReply) {
+        if self.shutdown.is_some() {
+            let _ = reply.send(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE));
+            return;
+        }
+        if self.engine.is_loading() {
+            self.completion_checks.push((id, reply));
+            return;
+        }
+        if !self.engine.is_loaded() {
+            let _ = reply.send(Err(ErrorCode::NOT_COORDINATOR));
+            return;
+        }
+        let answer = match self.engine.record(&id).map(|r| r.state) {
+            None | Some(TxnState::Dead) => Err(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND),
+            Some(s @ (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort)) => {
+                Ok(s)
+            }
+            Some(
+                TxnState::Ongoing
+                | TxnState::PrepareCommit
+                | TxnState::PrepareAbort
+                | TxnState::PrepareEpochFence,
+            ) => {
+                let waiters = self.completion_waiters.entry(id).or_default();
+                // Callers that gave up (a timeout dropped their future) are forgotten here.
+                waiters.retain(|w| !w.is_closed());
+                waiters.push(reply);
+                return;
+            }
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// The Complete* record of `id` is durable and applied: wakes its waiters with `state`.
+    fn transaction_ended(&mut self, id: &TransactionalId, state: TxnState) {
+        if let Some(waiters) = self.completion_waiters.remove(id) {
+            for w in waiters {
+                let _ = w.send(Ok(state));
+            }
+        }
+    }
+
+    /// Answers every `transaction_completed` call registered here with `code` (the partition
+    /// is unloaded, reloaded or the driver stops: the transaction waited for is no longer
+    /// followed), and, with `queued`, those waiting for a load too.
+    fn fail_completion_waiters(&mut self, code: ErrorCode, queued: bool) {
+        for (_, waiters) in self.completion_waiters.drain() {
+            for w in waiters {
+                let _ = w.send(Err(code));
+            }
+        }
+        if queued {
+            for (_, w) in self.completion_checks.drain(..) {
+                let _ = w.send(Err(code));
+            }
+        }
+    }
+
     fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Request { request, reply } => {
                 if self.shutdown.is_some() {
                     let _ = reply.send(super::error_response(
                         &request,
-                        crate::ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
                     ));
                     return;
                 }
@@ -254,6 +354,9 @@ impl Driver {
                             for w in waiters {
                                 let _ = w.send(Ok(epoch));
                             }
+                            for (id, reply) in std::mem::take(&mut self.completion_checks) {
+                                self.await_completion(id, reply);
+                            }
                         } else {
                             for w in waiters {
                                 let _ = w.send(Err(LogError::Fenced {
@@ -284,6 +387,7 @@ impl Driver {
                 let now = self.now();
                 self.engine.handle_markers_done(now, done);
             }
+            Msg::AwaitCompletion { id, reply } => self.await_completion(id, reply),
             Msg::Unload { done } => {
                 self.generation += 1;
                 for w in self.load_waiters.drain(..) {
@@ -304,7 +408,10 @@ impl Driver {
         done: oneshot::Sender<Result<CoordinatorEpoch, LogError>>,
     ) {
         self.generation += 1;
-        // A reload of a loaded partition starts over.
+        // A reload of a loaded partition starts over. The state it reads may already hold the
+        // next transaction of an id waited for, so those waits end here (calls made while
+        // loading stay queued: they are checked against the state loaded).
+        self.fail_completion_waiters(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, false);
         self.engine.handle_begin_load();
         for w in self.load_waiters.drain(..) {
             let _ = w.send(Err(LogError::Closed));
@@ -391,6 +498,7 @@ impl Driver {
                     // appends is fixed here, in the engine's order.
                     let started = Instant::now();
                     let trail = trail::capture(&*self.shared.clock, coordinator_epoch, &entries);
+                    let completes = completions(&entries);
                     let appending = self
                         .shared
                         .log
@@ -399,6 +507,7 @@ impl Driver {
                         io,
                         started,
                         trail,
+                        completes,
                         appending,
                     });
                 }
@@ -440,6 +549,8 @@ impl Driver {
                         ),
                     }
                     self.shared.markers.cancel_log_partition(partition);
+                    // No Complete* will be applied here any more.
+                    self.fail_completion_waiters(ErrorCode::NOT_COORDINATOR, true);
                     // Decisions of the old epoch; the next owner re-drives them from the log.
                     let dropped = self.deferred_markers.len();
                     self.deferred_markers.clear();
@@ -469,14 +580,37 @@ impl Driver {
     }
 }
 
-/// A finished append: its id, result, start, and its entries if the trail is on.
-type AppendOutcome = (IoId, Result<(), LogError>, Instant, Option<trail::Pending>);
+/// The transactions an append ends: the id and state of each `Complete*` record in it.
+fn completions(entries: &[LogEntry]) -> Vec<(TransactionalId, TxnState)> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.op {
+            LogOp::Upsert(r)
+                if matches!(r.state, TxnState::CompleteCommit | TxnState::CompleteAbort) =>
+            {
+                Some((e.id.clone(), r.state))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A finished append: its id, result, start, its entries if the trail is on, and the
+/// transactions it ends.
+type AppendOutcome = (
+    IoId,
+    Result<(), LogError>,
+    Instant,
+    Option<trail::Pending>,
+    Vec<(TransactionalId, TxnState)>,
+);
 
 /// An append in flight, with what its completion needs.
 struct InFlight {
     io: IoId,
     started: Instant,
     trail: Option<trail::Pending>,
+    completes: Vec<(TransactionalId, TxnState)>,
     appending: Appending,
 }
 
@@ -485,9 +619,14 @@ impl Future for InFlight {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<AppendOutcome> {
         let this = self.get_mut();
-        this.appending
-            .as_mut()
-            .poll(cx)
-            .map(|result| (this.io, result, this.started, this.trail.take()))
+        this.appending.as_mut().poll(cx).map(|result| {
+            (
+                this.io,
+                result,
+                this.started,
+                this.trail.take(),
+                std::mem::take(&mut this.completes),
+            )
+        })
     }
 }
