@@ -71,6 +71,23 @@ pub enum ProduceError {
         /// First sequence of the batch.
         base_sequence: i32,
     },
+    /// KIP-890 part 1, with transaction verification on: a transactional batch would open
+    /// its producer's transaction on this partition without a current verification guard
+    /// (never verified, or the guard went stale: a marker or another transactional append of
+    /// the producer cleared it, or a newer epoch's verification replaced it).
+    /// `INVALID_TXN_STATE` (48), Kafka's "Record was not part of an ongoing transaction".
+    #[error(
+        "producer {producer_id} epoch {producer_epoch}: transactional batch not verified to be in an ongoing transaction{}",
+        if *stale { " (stale verification guard)" } else { "" }
+    )]
+    NotVerified {
+        /// The producer.
+        producer_id: ProducerId,
+        /// Epoch of the batch.
+        producer_epoch: ProducerEpoch,
+        /// Whether a guard was given but is not the current one.
+        stale: bool,
+    },
 }
 
 impl ProduceError {
@@ -80,7 +97,9 @@ impl ProduceError {
             Self::InvalidRecord { .. } => ResponseError::InvalidRecord,
             Self::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             Self::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-            Self::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            Self::InvalidTxnState { .. } | Self::NotVerified { .. } => {
+                ResponseError::InvalidTxnState
+            }
             Self::UnknownProducerId { .. } => ResponseError::UnknownProducerId,
         }
     }

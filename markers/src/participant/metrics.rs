@@ -34,4 +34,9 @@ pub struct ParticipantMetrics {
     pub txns_aborted: u64,
     /// Producers removed by `expire_producers`.
     pub producers_expired: u64,
+    /// KIP-890 verifications started by `start_verification` (a new guard handed out).
+    pub verifications_started: u64,
+    /// Transactional batches refused with INVALID_TXN_STATE for want of a current
+    /// verification guard (`ProduceError::NotVerified`).
+    pub not_verified: u64,
 }

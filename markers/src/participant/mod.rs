@@ -88,6 +88,7 @@ mod offsets;
 mod producer;
 mod state;
 mod txn_index;
+mod verification;
 
 #[cfg(test)]
 mod tests;
@@ -113,3 +114,4 @@ pub use state::{
     UnknownProducerPolicy,
 };
 pub use txn_index::{AbortedTxn, CompletedTxn};
+pub use verification::VerificationGuard;

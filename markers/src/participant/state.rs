@@ -13,6 +13,7 @@ use super::error::{AppendError, MarkerError, ProduceError, ReplayError};
 use super::metrics::ParticipantMetrics;
 use super::producer::{ActiveProducer, BatchMetadata, ProducerEntry, in_sequence, next_sequence};
 use super::txn_index::{AbortedTxn, CompletedTxn, TxnIndex};
+use super::verification::{VerificationEntry, VerificationGuard};
 
 /// What to do with the first batch of a producer the partition has no state for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,6 +33,14 @@ pub enum UnknownProducerPolicy {
 pub struct ParticipantConfig {
     /// First batch of an unknown producer.
     pub unknown_producer: UnknownProducerPolicy,
+    /// KIP-890 part 1, transaction verification: a transactional batch that would open its
+    /// producer's transaction on this partition (none open here at the batch's epoch) is
+    /// appended only with the [`VerificationGuard`] of a verification the coordinator answered
+    /// (see [`PartitionState::start_verification`]); without one it is refused with
+    /// INVALID_TXN_STATE. Kafka's broker setting `transaction.partition.verification.enable`
+    /// (default true there). Off by default here, because only a broker that asks its
+    /// coordinator (`markers::verify`) can hold guards; such a broker turns it on.
+    pub transaction_verification: bool,
 }
 
 /// The transaction version a marker was written under (WriteTxnMarkers v2
@@ -80,12 +89,18 @@ pub struct Marker {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingAppend {
     header: BatchHeader,
+    guard: Option<VerificationGuard>,
 }
 
 impl PendingAppend {
     /// The batch that was checked.
     pub fn header(&self) -> &BatchHeader {
         &self.header
+    }
+
+    /// The verification guard the batch was checked with, if any.
+    pub fn guard(&self) -> Option<VerificationGuard> {
+        self.guard
     }
 }
 
@@ -187,6 +202,10 @@ pub struct PartitionState {
     next_offset: i64,
     log_start_offset: i64,
     metrics: ParticipantMetrics,
+    /// KIP-890 verifications in progress, one per producer (Kafka's `verificationStates`).
+    verifications: HashMap<ProducerId, VerificationEntry>,
+    /// The id of the next [`VerificationGuard`] handed out.
+    next_guard: u64,
 }
 
 impl PartitionState {
@@ -202,6 +221,8 @@ impl PartitionState {
             next_offset: start,
             log_start_offset: start,
             metrics: ParticipantMetrics::default(),
+            verifications: HashMap::new(),
+            next_guard: 1,
         }
     }
 
@@ -214,8 +235,30 @@ impl PartitionState {
     /// (INVALID_PRODUCER_EPOCH); sequence — a new epoch must start at 0, the same epoch must
     /// continue at last + 1 (wrapping after `i32::MAX`) (OUT_OF_ORDER_SEQUENCE_NUMBER); a
     /// non-transactional batch inside an open transaction (INVALID_TXN_STATE).
+    ///
+    /// With [`ParticipantConfig::transaction_verification`] on, a transactional batch that
+    /// would open its producer's transaction here needs a verification guard: use
+    /// [`PartitionState::check_batch_verified`]; this method refuses it (INVALID_TXN_STATE).
     pub fn check_batch(&mut self, batch: &BatchHeader) -> Result<ProduceDecision, ProduceError> {
-        let verdict = self.validate_batch(batch);
+        self.check_batch_verified(batch, None)
+    }
+
+    /// [`PartitionState::check_batch`] with the guard of a verification the coordinator
+    /// answered positively (KIP-890 part 1; see [`PartitionState::start_verification`]).
+    ///
+    /// After the duplicate and epoch checks, a transactional batch that needs verification
+    /// (verification on, no transaction of the producer open here at the batch's epoch) is
+    /// refused with [`ProduceError::NotVerified`] (INVALID_TXN_STATE) unless `guard` is the
+    /// producer's current guard: none was started, it was cleared by a marker or a
+    /// transactional append in between, or a verification at a newer epoch replaced it. While
+    /// a verification is pending, a batch of its epoch whose first sequence is above the
+    /// lowest one waiting is OUT_OF_ORDER_SEQUENCE_NUMBER (the lower one goes first).
+    pub fn check_batch_verified(
+        &mut self,
+        batch: &BatchHeader,
+        guard: Option<VerificationGuard>,
+    ) -> Result<ProduceDecision, ProduceError> {
+        let verdict = self.validate_batch(batch, guard);
         let m = &mut self.metrics;
         match &verdict {
             Ok(ProduceDecision::Duplicate(_)) => m.duplicates += 1,
@@ -225,11 +268,131 @@ impl PartitionState {
             Err(ProduceError::OutOfOrderSequence { .. }) => m.out_of_order += 1,
             Err(ProduceError::InvalidTxnState { .. }) => m.invalid_txn_state += 1,
             Err(ProduceError::UnknownProducerId { .. }) => m.unknown_producer += 1,
+            Err(ProduceError::NotVerified { .. }) => m.not_verified += 1,
         }
         verdict
     }
 
-    fn validate_batch(&self, b: &BatchHeader) -> Result<ProduceDecision, ProduceError> {
+    /// Starts (or joins) the verification of a batch before its append (KIP-890 part 1,
+    /// Kafka's `UnifiedLog.maybeStartTransactionVerification`). Changes only the
+    /// verification entry of the batch's producer and counters.
+    ///
+    /// - `Ok(None)`: no question to ask the coordinator — verification is off, the batch is
+    ///   not transactional (or has no producer id), or the producer already has a transaction
+    ///   open here at the batch's epoch. Check the batch with [`PartitionState::check_batch`].
+    /// - `Ok(Some(guard))`: ask the coordinator whether this partition is in the producer's
+    ///   transaction (AddPartitionsToTxn v4+, `verify_only`); only on a positive answer check
+    ///   the batch with [`PartitionState::check_batch_verified`]`(batch, Some(guard))`. Batches
+    ///   of the same producer and epoch share one guard until it is cleared; a batch with a
+    ///   lower first sequence lowers the sequence the append must start from.
+    /// - `Err(InvalidProducerEpoch)`: the batch's epoch is older than the producer's epoch
+    ///   here, or than the epoch of a verification already in progress (a zombie).
+    ///
+    /// The entry is cleared when the producer's next transactional batch or marker is
+    /// recorded, replaced by a verification at a newer epoch, and dropped by
+    /// [`PartitionState::expire_producers`] once older than the expiration.
+    pub fn start_verification(
+        &mut self,
+        batch: &BatchHeader,
+        now_ms: i64,
+    ) -> Result<Option<VerificationGuard>, ProduceError> {
+        if !self.config.transaction_verification
+            || !batch.is_transactional
+            || batch.is_control
+            || !batch.has_producer_id()
+        {
+            return Ok(None);
+        }
+        let pid = batch.producer_id;
+        let epoch = batch.producer_epoch;
+        let current = self
+            .producers
+            .get(&pid)
+            .map_or(ProducerEpoch::NONE, |e| e.producer_epoch);
+        let verifying = self
+            .verifications
+            .get(&pid)
+            .map_or(ProducerEpoch::NONE, |v| v.guard.producer_epoch());
+        if (current.is_some() && epoch < current) || (verifying.is_some() && epoch < verifying) {
+            self.metrics.produce_epoch_fenced += 1;
+            return Err(ProduceError::InvalidProducerEpoch {
+                producer_id: pid,
+                batch_epoch: epoch,
+                current_epoch: current.max(verifying),
+            });
+        }
+        if self.has_ongoing_transaction(pid, epoch) {
+            return Ok(None);
+        }
+        if let Some(v) = self.verifications.get_mut(&pid)
+            && v.guard.producer_epoch() == epoch
+        {
+            v.lowest_sequence = v.lowest_sequence.min(batch.base_sequence);
+            return Ok(Some(v.guard));
+        }
+        let id = self.next_guard;
+        self.next_guard += 1;
+        let entry = VerificationEntry::new(id, pid, epoch, batch.base_sequence, now_ms);
+        let guard = entry.guard;
+        self.verifications.insert(pid, entry);
+        self.metrics.verifications_started += 1;
+        Ok(Some(guard))
+    }
+
+    /// The guard of the producer's verification in progress here, if any.
+    pub fn verification_guard(&self, producer_id: ProducerId) -> Option<VerificationGuard> {
+        self.verifications.get(&producer_id).map(|v| v.guard)
+    }
+
+    /// Whether the producer has a transaction open here at `epoch` (Kafka's
+    /// `hasOngoingTransaction`): its batches at that epoch need no verification.
+    pub fn has_ongoing_transaction(&self, producer_id: ProducerId, epoch: ProducerEpoch) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.producer_epoch == epoch)
+    }
+
+    /// The verification rules of [`PartitionState::check_batch_verified`] for a batch with a
+    /// producer id.
+    fn check_verification(
+        &self,
+        b: &BatchHeader,
+        guard: Option<VerificationGuard>,
+    ) -> Result<(), ProduceError> {
+        let pid = b.producer_id;
+        let entry = self.verifications.get(&pid);
+        if self.config.transaction_verification
+            && b.is_transactional
+            && !self.has_ongoing_transaction(pid, b.producer_epoch)
+        {
+            let current = entry.map(|v| v.guard);
+            if guard.is_none() || guard != current {
+                return Err(ProduceError::NotVerified {
+                    producer_id: pid,
+                    producer_epoch: b.producer_epoch,
+                    stale: guard.is_some(),
+                });
+            }
+        }
+        if let Some(v) = entry
+            && v.guard.producer_epoch() == b.producer_epoch
+            && b.base_sequence > v.lowest_sequence
+        {
+            return Err(ProduceError::OutOfOrderSequence {
+                producer_id: pid,
+                epoch: b.producer_epoch,
+                base_sequence: b.base_sequence,
+                expected: v.lowest_sequence,
+            });
+        }
+        Ok(())
+    }
+
+    fn validate_batch(
+        &self,
+        b: &BatchHeader,
+        guard: Option<VerificationGuard>,
+    ) -> Result<ProduceDecision, ProduceError> {
         let invalid = |reason| Err(ProduceError::InvalidRecord { reason });
         if b.is_control {
             return invalid("clients may not write control batches");
@@ -244,7 +407,7 @@ impl PartitionState {
             if b.is_transactional {
                 return invalid("a transactional batch must carry a producer id");
             }
-            return Ok(self.append(b));
+            return Ok(self.append(b, None));
         }
         if !b.producer_epoch.is_some() {
             return invalid("a batch with a producer id must carry a producer epoch");
@@ -258,6 +421,7 @@ impl PartitionState {
             .get(&pid)
             .filter(|e| e.producer_epoch.is_some())
         else {
+            self.check_verification(b, guard)?;
             if b.base_sequence != 0
                 && self.config.unknown_producer == UnknownProducerPolicy::RequireSequenceZero
             {
@@ -266,7 +430,7 @@ impl PartitionState {
                     base_sequence: b.base_sequence,
                 });
             }
-            return Ok(self.append(b));
+            return Ok(self.append(b, guard));
         };
         if b.producer_epoch == e.producer_epoch
             && let Some(d) = e.find_duplicate(b.base_sequence, b.last_sequence())
@@ -284,6 +448,7 @@ impl PartitionState {
                 current_epoch: e.producer_epoch,
             });
         }
+        self.check_verification(b, guard)?;
         let expected = if b.producer_epoch == e.producer_epoch {
             next_sequence(e.last_sequence())
         } else {
@@ -308,11 +473,11 @@ impl PartitionState {
                 txn_first_offset: first,
             });
         }
-        Ok(self.append(b))
+        Ok(self.append(b, guard))
     }
 
-    fn append(&self, b: &BatchHeader) -> ProduceDecision {
-        ProduceDecision::Append(PendingAppend { header: *b })
+    fn append(&self, b: &BatchHeader, guard: Option<VerificationGuard>) -> ProduceDecision {
+        ProduceDecision::Append(PendingAppend { header: *b, guard })
     }
 
     /// Records that the checked batch was appended with its first record at `base_offset`.
@@ -325,7 +490,7 @@ impl PartitionState {
         base_offset: i64,
     ) -> Result<AppendedBatch, AppendError> {
         let header = pending.header;
-        match self.validate_batch(&header) {
+        match self.validate_batch(&header, pending.guard) {
             Ok(ProduceDecision::Append(_)) => {}
             Ok(ProduceDecision::Duplicate(d)) => {
                 return Err(AppendError::StaleDuplicate {
@@ -371,6 +536,11 @@ impl PartitionState {
         self.next_offset = last_offset + 1;
         if !b.has_producer_id() {
             return;
+        }
+        if b.is_transactional {
+            // Kafka's `UnifiedLog.updateProducers`: once a transactional batch is written the
+            // transaction is open here (or already was), so the verification is done with.
+            self.verifications.remove(&b.producer_id);
         }
         let e = self
             .producers
@@ -498,6 +668,9 @@ impl PartitionState {
         timestamp_ms: i64,
     ) -> Option<CompletedTxn> {
         self.next_offset = offset + 1;
+        // The transaction a pending verification asked about may be the one this marker
+        // ends: its answer can no longer be trusted (Kafka clears it the same way).
+        self.verifications.remove(&producer_id);
         let e = self
             .producers
             .entry(producer_id)
@@ -723,6 +896,9 @@ impl PartitionState {
         });
         let removed = before - self.producers.len();
         self.metrics.producers_expired += u64::try_from(removed).unwrap_or(u64::MAX);
+        // Verifications that never led to an append (Kafka drops them with the producers).
+        self.verifications
+            .retain(|_, v| now_ms.saturating_sub(v.started_ms) < expiration_ms);
         removed
     }
 }

@@ -161,6 +161,7 @@ fn an_unknown_producer_must_start_at_zero_when_configured_strict() {
     let mut p = PartitionState::new(
         ParticipantConfig {
             unknown_producer: UnknownProducerPolicy::RequireSequenceZero,
+            ..ParticipantConfig::default()
         },
         0,
     );
