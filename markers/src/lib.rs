@@ -35,5 +35,7 @@ pub mod apply;
 pub mod participant;
 
 #[cfg(feature = "net")]
+pub mod verify;
+#[cfg(feature = "net")]
 pub mod wire;
 pub mod writer;
