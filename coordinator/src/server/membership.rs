@@ -7,7 +7,9 @@
 //!   the member with the highest `score(node, partition)` (rendezvous hashing: a join or a
 //!   leave moves only the partitions the member gains or loses).
 //! - It loads (claiming the next coordinator epoch, which fences the previous owner in etcd)
-//!   the partitions it owns and unloads the others; FindCoordinator answers the owner.
+//!   the partitions it owns and unloads the others, through the ownership hook
+//!   (`Coordinator::became_leader(p, LeaderEpoch::NextInLog)` / `lost_leadership(p, None)`,
+//!   `coordinator/src/shell/ownership.rs`); FindCoordinator answers the owner.
 //! - When no keep-alive has been acknowledged for two thirds of the TTL (monotonic clock),
 //!   it stops serving every partition before the lease can have expired and others take
 //!   over. A daemon that was paused past its lease finds its appends fenced in etcd.
@@ -25,7 +27,7 @@ use txn_log::sync::Mutex;
 
 use super::{Settings, SettingsError};
 use crate::UnloadReason;
-use crate::shell::Coordinator;
+use crate::shell::{Coordinator, LeaderEpoch};
 
 /// A live member: node id and advertised address (a daemon, or a broker that embeds the
 /// coordinator).
@@ -394,16 +396,24 @@ impl Runner {
                 }
             }
         }
+        // Through the ownership hook, as a broker's own elections would go: the shared log is
+        // the election (`LeaderEpoch::NextInLog`), and a partition this daemon no longer owns is
+        // given up whatever epoch it was taken at.
         for p in unload {
             self.membership.owned.lock().remove(&p);
-            self.coordinator.unload_partition(LogPartition(p)).await;
+            self.coordinator
+                .lost_leadership(LogPartition(p), None)
+                .await;
             tracing::info!(partition = p, "log partition handed over");
         }
         for p in load {
             self.membership.owned.lock().insert(p);
             let (c, m) = (self.coordinator.clone(), self.membership.clone());
             tokio::spawn(async move {
-                match c.load_partition_next_epoch(LogPartition(p)).await {
+                match c
+                    .became_leader(LogPartition(p), LeaderEpoch::NextInLog)
+                    .await
+                {
                     Ok(epoch) => {
                         tracing::info!(
                             partition = p,

@@ -59,6 +59,7 @@ pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
 pub use markers::{MarkerSink, MarkerSinkStats, RecordingMarkerSink};
 pub use metrics::{ApiErrorLabels, ApiLabels, LogPartitionLabels, Metrics};
+pub use ownership::LeaderEpoch;
 pub use trail::TRANSITION_TARGET;
 pub use writer::WriterSink;
 

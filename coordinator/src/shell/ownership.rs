@@ -16,8 +16,12 @@
 //! - `lost_leadership(p, Some(e))` unloads `p` unless a later election (`> e`) was reported;
 //!   `lost_leadership(p, None)` always unloads.
 //!
-//! A log shared by every node (etcd) claims epochs atomically on its own
-//! ([`Coordinator::load_partition_next_epoch`]) and needs no hook.
+//! A log shared by every node (etcd) is its own election: there the hook is called with
+//! [`LeaderEpoch::NextInLog`], which claims one above the stored epoch in one atomic step
+//! (`TxnLog::claim_next`: two nodes taking the partition at once never get the same epoch),
+//! and the epoch so claimed is recorded as the partition's highest. The daemon's etcd
+//! membership (`coordinator::server::membership`, feature `daemon`) takes and gives up its
+//! partitions through this hook only.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +29,25 @@ use txn_log::sync::Mutex;
 use txn_log::{CoordinatorEpoch, LogError, LogPartition};
 
 use super::Coordinator;
+use super::driver::EpochChoice;
+
+/// The coordinator epoch a new leadership claims ([`Coordinator::became_leader`]); an `i32`
+/// converts into [`LeaderEpoch::Elected`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderEpoch {
+    /// The leader epoch the broker's replication elected this node at: claimed exactly
+    /// (Kafka's rule: the leader epoch is the coordinator epoch).
+    Elected(i32),
+    /// A log every node shares decides: one above its stored epoch, claimed atomically
+    /// ([`txn_log::TxnLog::claim_next`]).
+    NextInLog,
+}
+
+impl From<i32> for LeaderEpoch {
+    fn from(leader_epoch: i32) -> Self {
+        Self::Elected(leader_epoch)
+    }
+}
 
 /// The highest leader epoch reported per partition.
 #[derive(Debug, Default)]
@@ -33,14 +56,25 @@ pub(crate) struct Leadership {
 }
 
 impl Coordinator {
-    /// This broker became the leader of `__transaction_state-<partition>` at `leader_epoch`:
-    /// claims the partition in the log at that coordinator epoch, loads it and serves it.
-    /// Resolves once serving, with the epoch. See the [module docs](self) for the order rules.
+    /// This broker became the leader of `__transaction_state-<partition>` at `epoch` (an
+    /// `i32` leader epoch, or [`LeaderEpoch::NextInLog`] on a shared log): claims the partition
+    /// in the log at that coordinator epoch, loads it and serves it. Resolves once serving,
+    /// with the epoch. See the [module docs](self) for the order rules.
     pub async fn became_leader(
         &self,
         partition: LogPartition,
-        leader_epoch: i32,
+        epoch: impl Into<LeaderEpoch>,
     ) -> Result<CoordinatorEpoch, LogError> {
+        let leader_epoch = match epoch.into() {
+            LeaderEpoch::Elected(e) => e,
+            LeaderEpoch::NextInLog => {
+                let claimed = self.load(partition, EpochChoice::NextAfterStored).await?;
+                let mut epochs = self.shared.leadership.epochs.lock();
+                let seen = epochs.entry(partition).or_insert(claimed.0);
+                *seen = (*seen).max(claimed.0);
+                return Ok(claimed);
+            }
+        };
         if leader_epoch < 0 {
             return Err(LogError::InvalidArgument(format!(
                 "leader epoch {leader_epoch} of log partition {partition} is negative"
@@ -138,6 +172,42 @@ mod tests {
         assert_eq!(c.became_leader(p, 7).await.unwrap(), CoordinatorEpoch(7));
         assert!(c.init_producer_id(init()).await.error.is_none());
         assert_eq!(log.claim_next(p).await.unwrap(), CoordinatorEpoch(8));
+        c.shutdown().await;
+    }
+
+    /// A shared log's election: each `NextInLog` claims one above the stored epoch (so above
+    /// every other owner's), and the epoch claimed orders later notifications like an
+    /// elected one.
+    #[tokio::test]
+    async fn next_in_log_claims_above_the_stored_epoch_and_orders_later_notifications() {
+        let log: Arc<dyn TxnLog> = Arc::new(MemTxnLog::new());
+        let p = LogPartition(0);
+        log.claim(p, CoordinatorEpoch(4)).await.unwrap();
+        let c = start(log.clone());
+        let first = c.became_leader(p, LeaderEpoch::NextInLog).await.unwrap();
+        assert_eq!(first, CoordinatorEpoch(5));
+        assert!(c.init_producer_id(init()).await.error.is_none());
+        // Another owner took it meanwhile (claiming the next epoch in the shared log).
+        assert_eq!(log.claim_next(p).await.unwrap(), CoordinatorEpoch(6));
+        // Taking it back claims above that owner, never the same epoch.
+        let second = c.became_leader(p, LeaderEpoch::NextInLog).await.unwrap();
+        assert_eq!(second, CoordinatorEpoch(7));
+        // Notifications about older leaderships change nothing.
+        c.lost_leadership(p, Some(5)).await;
+        assert!(c.init_producer_id(init()).await.error.is_none());
+        assert!(matches!(
+            c.became_leader(p, 6).await,
+            Err(LogError::Fenced {
+                current: CoordinatorEpoch(7),
+                ..
+            })
+        ));
+        // Giving it up unconditionally (what the membership does).
+        c.lost_leadership(p, None).await;
+        assert_eq!(
+            c.init_producer_id(init()).await.error,
+            ErrorCode::NOT_COORDINATOR
+        );
         c.shutdown().await;
     }
 
