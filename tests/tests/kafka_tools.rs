@@ -35,31 +35,12 @@ use kafka_protocol::protocol::StrBytes;
 use txn_tests::fault::client::{ClusterView, Pool, TxnProducer, TxnVersion};
 use txn_tests::refbroker::process::BrokerProcess;
 
-/// The environment variable holding the Java classpath of kafka-tools 4.1.x.
-const CLASSPATH_VAR: &str = "TXN_TEST_KAFKA_CLASSPATH";
 const TOPIC: &str = "kt";
 /// Bound on one run of the tool (its Admin client's own timeouts are set below this).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(40);
 
 fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
-}
-
-/// The classpath, or `None` with a notice that the test was skipped.
-fn classpath_or_skip(test: &str) -> Option<String> {
-    match std::env::var(CLASSPATH_VAR) {
-        Ok(cp) if !cp.trim().is_empty() => Some(cp),
-        _ => {
-            use std::io::Write as _;
-            // Past the harness's capture, so a skipped run is visible.
-            let _ = writeln!(
-                std::io::stderr(),
-                "{test}: SKIPPED: {CLASSPATH_VAR} is not set (scripts/test resolves Kafka's \
-                 kafka-tools jars with Maven and sets it)"
-            );
-            None
-        }
-    }
 }
 
 /// What one run of the tool printed.
@@ -355,7 +336,7 @@ async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
 
 fn scenario(mode: Mode) {
     let test = format!("kafka_transactions_sh_{}", mode.tag());
-    let Some(classpath) = classpath_or_skip(&test) else {
+    let Some(classpath) = e2e::kafka_classpath_or_skip(&test) else {
         return;
     };
     let started = Instant::now();

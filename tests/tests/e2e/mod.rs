@@ -98,6 +98,31 @@ pub(crate) fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e")
 }
 
+/// The Java client program's directory (`tests/java`).
+pub(crate) fn java_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("java")
+}
+
+/// The environment variable holding the classpath of Kafka's jars (kafka-tools and
+/// kafka-clients 4.1.x), which `scripts/test` resolves with Maven from `tests/java/pom.xml`.
+pub(crate) const KAFKA_CLASSPATH_VAR: &str = "TXN_TEST_KAFKA_CLASSPATH";
+
+/// The classpath of Kafka's jars, or `None` with a printed skip notice.
+pub(crate) fn kafka_classpath_or_skip(test: &str) -> Option<String> {
+    match std::env::var(KAFKA_CLASSPATH_VAR) {
+        Ok(cp) if !cp.trim().is_empty() => Some(cp),
+        _ => {
+            // Past the harness's capture, so a skipped run is visible.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: SKIPPED: {KAFKA_CLASSPATH_VAR} is not set (scripts/test resolves \
+                 Kafka's jars with Maven and sets it)"
+            );
+            None
+        }
+    }
+}
+
 /// A loopback port that was free a moment ago.
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -847,19 +872,41 @@ impl Client {
         script: &str,
         args: &[String],
     ) -> Self {
-        let stderr = dir.join(format!("client-{name}.stderr"));
-        let err = File::create(&stderr).expect("client stderr file");
-        let mut child = Command::new(python)
-            .arg("-u")
+        let mut cmd = Command::new(python);
+        cmd.arg("-u")
             .arg(scripts_dir().join(script))
             .args(args)
             .current_dir(scripts_dir())
-            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        Self::spawn_command(dir, name, cmd)
+    }
+
+    /// Starts the Java client program `tests/java/TxnClient.java` (single-file source launch)
+    /// with Kafka's jars on `classpath`; stderr goes to a file in `dir`.
+    pub(crate) fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
+        let mut cmd = Command::new("java");
+        cmd.args([
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+        ])
+        .arg(java_dir().join("TxnClient.java"))
+        .args(args);
+        Self::spawn_command(dir, name, cmd)
+    }
+
+    /// Starts `cmd`, a program that prints one JSON event per line; stderr goes to a file in
+    /// `dir`.
+    fn spawn_command(dir: &Path, name: &str, mut cmd: Command) -> Self {
+        let stderr = dir.join(format!("client-{name}.stderr"));
+        let err = File::create(&stderr).expect("client stderr file");
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn client {name} ({python:?}): {e}"));
+            .unwrap_or_else(|e| panic!("spawn client {name} ({cmd:?}): {e}"));
         let stdout = child.stdout.take().expect("client stdout");
         let (tx, rx) = channel();
         std::thread::spawn(move || {

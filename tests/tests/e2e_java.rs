@@ -1,0 +1,223 @@
+//! Apache Kafka's Java client (kafka-clients 4.1.x, `tests/java/TxnClient.java`) through
+//! refbroker and our coordinator, in standalone and embedded mode: consume-transform-produce
+//! with `sendOffsetsToTransaction`, every third transaction aborted and its input read again,
+//! and a zombie. The first transformer holds each transaction open for a while; a second one
+//! with the same `transactional.id` starts during such a transaction. Its `initTransactions`
+//! fences the first, which must see ProducerFencedException and stop. The second finishes the
+//! input. Afterwards the output holds exactly one `out-v` per input `v`, on the input's
+//! partition and in input order; the aborted and fenced outputs are in the log but not read
+//! under read_committed; and the group's committed offsets are the input's end offsets.
+//!
+//! The clients negotiate transaction version 1: refbroker finalizes `transaction.version` 1
+//! (see docs/compatibility.md).
+//!
+//! Needs the Kafka jars that `scripts/test` resolves with Maven (`TXN_TEST_KAFKA_CLASSPATH`);
+//! without them the tests print that they were skipped.
+
+mod e2e;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use e2e::checks::{Expect, Expected, Must, ReadResult, assert_clean, ev, int, values};
+use e2e::json::Json;
+use e2e::{Client, Cluster, ClusterSpec, Mode, args};
+
+const PARTITIONS: &str = "0,1,2";
+const PER_PARTITION: usize = 12;
+
+/// `[[partition, offset], ...]` of event `e`'s field `k`.
+fn pairs(e: &Json, k: &str) -> BTreeMap<i64, i64> {
+    e.get(k)
+        .and_then(Json::as_arr)
+        .unwrap_or_else(|| panic!("no {k} in {e:?}"))
+        .iter()
+        .map(|pair| {
+            let pair = pair.as_arr().expect("pair");
+            (pair[0].as_i64().expect("p"), pair[1].as_i64().expect("o"))
+        })
+        .collect()
+}
+
+/// Reads `topic` from the start with the Java consumer at `isolation`.
+fn read(
+    cp: &str,
+    dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    isolation: &str,
+    min: usize,
+) -> ReadResult {
+    let events = Client::spawn_java(
+        cp,
+        dir,
+        &format!("read-{topic}-{isolation}"),
+        &args(&[
+            ("consume", ""),
+            ("--bootstrap", bootstrap),
+            ("--topic", topic),
+            ("--partitions", PARTITIONS),
+            ("--isolation", isolation),
+            ("--min-records", &min.to_string()),
+            ("--deadline", "40"),
+        ]),
+    )
+    .finish(Duration::from_secs(70));
+    ReadResult::from_events(&events)
+}
+
+fn scenario(mode: Mode) {
+    let test = format!("java_transform_{}", mode.tag());
+    let Some(cp) = e2e::kafka_classpath_or_skip(&test) else {
+        return;
+    };
+    let cluster = Cluster::start(ClusterSpec::new(mode, &["input:3", "output:3"]));
+    let bootstrap = cluster.bootstrap();
+    let dir = cluster.dir().to_path_buf();
+
+    let seeded = Client::spawn_java(
+        &cp,
+        &dir,
+        "seed",
+        &args(&[
+            ("seed", ""),
+            ("--bootstrap", &bootstrap),
+            ("--topic", "input"),
+            ("--partitions", PARTITIONS),
+            ("--per-partition", &PER_PARTITION.to_string()),
+            ("--prefix", &test),
+        ]),
+    )
+    .finish(Duration::from_secs(60));
+    let inputs = values(
+        seeded.iter().find(|e| ev(e) == "seeded").expect("seeded"),
+        "values",
+    );
+    assert_eq!(inputs.len(), 3 * PER_PARTITION);
+    let mut input_end: BTreeMap<i64, i64> = BTreeMap::new();
+    for (p, v, o) in &inputs {
+        let o = o.unwrap_or_else(|| panic!("input {v} not acknowledged"));
+        let e = input_end.entry(*p).or_default();
+        *e = (*e).max(o + 1);
+    }
+
+    let group = format!("{test}-group");
+    let txn_id = format!("{test}-txn");
+    let transformer = |name: &str, hold_ms: &str| {
+        Client::spawn_java(
+            &cp,
+            &dir,
+            name,
+            &args(&[
+                ("transform", ""),
+                ("--bootstrap", &bootstrap),
+                ("--input", "input"),
+                ("--output", "output"),
+                ("--partitions", PARTITIONS),
+                ("--group", &group),
+                ("--txn-id", &txn_id),
+                ("--client-id", name),
+                ("--batch", "4"),
+                ("--abort-every", "3"),
+                ("--hold-ms", hold_ms),
+                ("--deadline", "120"),
+            ]),
+        )
+    };
+
+    // The zombie: one commit, then transactions held open for longer than the successor
+    // takes to start, so that its initTransactions lands inside one of them.
+    let mut zombie = transformer("zombie", "8000");
+    zombie.wait_event("commit", Duration::from_secs(90));
+    zombie.wait_event("txn_produced", Duration::from_secs(30));
+    let successor = transformer("successor", "0");
+    let zombie_events = zombie.finish(Duration::from_secs(60));
+    let fenced = zombie_events
+        .iter()
+        .find(|e| ev(e) == "fenced")
+        .unwrap_or_else(|| panic!("the zombie was not fenced: {zombie_events:?}"));
+    let open = zombie_events
+        .iter()
+        .find(|e| ev(e) == "txn_produced" && int(e, "txn") == int(fenced, "txn"))
+        .unwrap_or_else(|| panic!("the fenced transaction sent nothing: {zombie_events:?}"))
+        .clone();
+
+    let events = successor.finish(Duration::from_secs(150));
+    let done = events
+        .iter()
+        .find(|e| ev(e) == "done")
+        .unwrap_or_else(|| panic!("the successor did not finish: {events:?}"));
+    assert_eq!(
+        pairs(done, "committed"),
+        input_end,
+        "the successor's final committed offsets must be the input's end offsets"
+    );
+    let aborts = events.iter().filter(|e| ev(e) == "abort").count();
+    assert!(aborts > 0, "every third transaction aborts: {events:?}");
+
+    // Exactly one output per input, on the input's partition, in input order.
+    let mut expect = Expect::default();
+    for (p, v, _) in &inputs {
+        expect.add(
+            &format!("out-{v}"),
+            Expected {
+                txn: format!("in-{v}"),
+                partition: *p,
+                offset: None,
+                must: Must::Present,
+            },
+        );
+    }
+    let rc = read(
+        &cp,
+        &dir,
+        &bootstrap,
+        "output",
+        "read_committed",
+        expect.present(),
+    );
+    assert_clean(&expect.check("output read_committed", &rc), &rc);
+
+    // The aborted and the fenced transactions' outputs are in the log: read_uncommitted
+    // sees more than read_committed.
+    let ru = read(
+        &cp,
+        &dir,
+        &bootstrap,
+        "output",
+        "read_uncommitted",
+        rc.records.len() + 1,
+    );
+    assert!(
+        ru.records.len() > rc.records.len(),
+        "read_uncommitted saw {} records, read_committed {}: the aborted outputs are missing",
+        ru.records.len(),
+        rc.records.len()
+    );
+    let zombie_outputs: Vec<String> = open
+        .get("outputs")
+        .and_then(Json::as_arr)
+        .expect("outputs")
+        .iter()
+        .map(|o| o.as_arr().expect("pair")[1].as_str().expect("v").to_owned())
+        .collect();
+    for v in &zombie_outputs {
+        let n = ru.records.iter().filter(|r| &r.value == v).count();
+        assert!(
+            n >= 2,
+            "{v}: the zombie's write and the successor's should both be in the log \
+             (read_uncommitted saw it {n} times)"
+        );
+    }
+}
+
+#[test]
+fn java_transform_standalone() {
+    scenario(Mode::Standalone);
+}
+
+#[test]
+fn java_transform_embedded() {
+    scenario(Mode::Embedded);
+}
