@@ -4,7 +4,10 @@
 //! into this workspace's target dir (so the dependencies are mostly reused), inspected with
 //! `cargo tree` and run. It proves that the bounded decoders reach an embedder (the 14-byte
 //! frame claiming `i32::MAX` topics is an error, not an abort), that `embed` compiles none of
-//! the daemon's crates, and that the re-exports are enough to implement our traits.
+//! the daemon's crates, that the re-exports are enough to implement our traits, and that the
+//! public API alone hosts a coordinator the way `coordinator/examples/embed_minimal.rs` does
+//! (`Coordinator::builder`, markers applied in process to a participant partition, no test
+//! double) and commits a transaction through it: the LSO moves past the COMMIT marker.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -117,5 +120,12 @@ fn a_crate_outside_the_workspace_gets_the_bounded_decoders_and_the_embed_feature
         stdout.contains("refused the 14-byte frame"),
         "{stdout}\n{stderr}"
     );
+    assert!(
+        stdout.contains("committed in process: last stable offset of orders-0 is 3"),
+        "{stdout}\n{stderr}"
+    );
+    // The markers reached the participant through the library, not through a test double.
+    let main = std::fs::read_to_string(src.join("src/main.rs")).expect("main.rs");
+    assert!(!main.contains("RecordingMarkerSink"), "{main}");
     assert!(stdout.lines().last() == Some("embedder ok"), "{stdout}");
 }

@@ -1,19 +1,25 @@
 //! What an embedding broker does first, from outside the workspace: decode a hostile frame
-//! with the protocol library it gets through our crates, and run InitProducerId on an embedded
-//! coordinator. Exit code 0 and a last line `embedder ok` when everything holds.
+//! with the protocol library it gets through our crates, then host the coordinator as
+//! `coordinator/examples/embed_minimal.rs` does (the builder, markers applied in process to a
+//! participant partition, no test double) and commit one transaction through it. Exit code 0
+//! and a last line `embedder ok` when everything holds.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use coordinator::shell::{
-    CatalogUnavailable, Coordinator, CoordinatorOptions, PartitionCatalog, RecordingMarkerSink,
-    SystemClock,
+use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
+use coordinator::{
+    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, ErrorCode,
+    InitProducerIdRequest,
 };
-use coordinator::{Config, ErrorCode, InitProducerIdRequest};
+use markers::apply::{ApplyError, MarkerApplier};
 // The protocol library, re-exported: no kafka-protocol dependency (or [patch]) of our own.
 use markers::kafka_protocol::messages::{ApiKey, MetadataRequest};
 use markers::kafka_protocol::protocol::{Decodable, VersionRange};
+use markers::participant::{
+    BatchHeader, Marker, ParticipantConfig, PartitionState, ProduceDecision,
+};
 use markers::wire::{DecodeError, decode_request};
-use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition};
+use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition, TxnState};
 
 /// Metadata v0, correlation id 1, null client id, then a topic count of i32::MAX: crates.io's
 /// kafka-protocol 0.18.0 tries to reserve ~154 GB for it and aborts the process.
@@ -21,16 +27,65 @@ const HOSTILE: [u8; 14] = [
     0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff,
 ];
 
-/// A trait of ours implemented with the re-exported `async_trait` (no async-trait dependency).
-struct AllExist;
+/// The broker: one data partition, `orders-0`, with its participant state (offsets only; a
+/// real broker keeps the log too). Its traits are implemented with the re-exported
+/// `async_trait` (no async-trait dependency).
+struct Broker {
+    orders: Mutex<PartitionState>,
+}
+
+fn orders() -> TopicPartition {
+    TopicPartition::new("orders", 0)
+}
+
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since_epoch.map_or(0, |d| d.as_millis() as i64)
+}
 
 #[coordinator::async_trait]
-impl PartitionCatalog for AllExist {
+impl MarkerApplier for Broker {
+    async fn apply_markers(
+        &self,
+        markers: Vec<(TopicPartition, Marker)>,
+    ) -> Vec<Result<(), ApplyError>> {
+        let mut results = Vec::new();
+        for (partition, marker) in markers {
+            if partition != orders() {
+                results.push(Err(ApplyError::UnknownPartition));
+                continue;
+            }
+            let mut p = self.orders.lock().expect("partition lock");
+            results.push(match p.check_marker(&marker) {
+                Err(refused) => Err(ApplyError::Rejected(refused)),
+                Ok(pending) => {
+                    let offset = p.next_offset();
+                    let applied = p.complete_marker(pending, offset, now_ms());
+                    let end = p.next_offset();
+                    p.advance_high_watermark(end);
+                    applied
+                        .map(|_| ())
+                        .map_err(|e| ApplyError::Storage(e.to_string()))
+                }
+            });
+        }
+        results
+    }
+}
+
+/// Only `orders-0` exists: AddPartitionsToTxn naming another partition never reaches the
+/// engine (and no marker names it).
+#[coordinator::async_trait]
+impl PartitionCatalog for Broker {
     async fn unknown_partitions(
         &self,
-        _wanted: &[TopicPartition],
+        wanted: &[TopicPartition],
     ) -> Result<Vec<TopicPartition>, CatalogUnavailable> {
-        Ok(Vec::new())
+        Ok(wanted
+            .iter()
+            .filter(|tp| **tp != orders())
+            .cloned()
+            .collect())
     }
 }
 
@@ -60,42 +115,97 @@ fn main() {
         MetadataRequest::decode(&mut body, 0).expect_err("a 4-byte body claiming i32::MAX topics");
     println!("kafka_protocol::MetadataRequest::decode refused it: {err}");
 
-    // 3. InitProducerId on an embedded coordinator over MemTxnLog.
+    // 3. The coordinator hosted in process (the builder; markers applied by this broker) and
+    //    one committed transaction.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let (done_tx, done_rx) =
-            tokio::sync::mpsc::channel(coordinator::shell::MARKER_COMPLETIONS_CAPACITY);
-        // InitProducerId writes no marker; a broker would pass a WriterSink here.
-        let markers = Arc::new(RecordingMarkerSink::new(done_tx, true));
+        let broker = Arc::new(Broker {
+            orders: Mutex::new(PartitionState::new(ParticipantConfig::default(), 0)),
+        });
         let config = Config {
             transaction_state_log_num_partitions: 1,
             ..Config::default()
         };
-        let coordinator = Coordinator::start(CoordinatorOptions {
-            config,
-            log: Arc::new(MemTxnLog::new()),
-            clock: Arc::new(SystemClock::new()),
-            markers,
-            marker_completions: done_rx,
-            catalog: Arc::new(AllExist),
-            metrics: Default::default(),
-        });
+        let coordinator = Coordinator::builder(config, Arc::new(MemTxnLog::new()))
+            .markers_in_process(broker.clone())
+            .catalog(broker.clone())
+            .start()
+            .expect("start");
         coordinator.load_all_partitions().await.expect("load");
-        let r = coordinator
+
+        let init = coordinator
             .init_producer_id(InitProducerIdRequest {
-                version: 4,
+                version: 5,
                 transactional_id: Some("embedder".into()),
                 transaction_timeout_ms: 60_000,
                 producer_id: ProducerId::NONE,
                 producer_epoch: ProducerEpoch::NONE,
             })
             .await;
-        assert_eq!(r.error, ErrorCode::NONE, "{r:?}");
-        assert_eq!(r.producer_epoch, ProducerEpoch(0));
-        println!(
-            "InitProducerId: producer id {:?}, epoch {:?}",
-            r.producer_id, r.producer_epoch
+        assert_eq!(init.error, ErrorCode::NONE, "{init:?}");
+        assert_eq!(init.producer_epoch, ProducerEpoch(0));
+        let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
+        println!("InitProducerId: producer id {producer_id:?}, epoch {epoch:?}");
+
+        let add = |tp: TopicPartition| AddPartitionsToTxnRequest {
+            version: 3,
+            transactions: vec![AddPartitionsTxn {
+                transactional_id: "embedder".into(),
+                producer_id,
+                producer_epoch: epoch,
+                verify_only: false,
+                partitions: vec![tp],
+            }],
+        };
+        // A partition the broker does not have: refused before the engine, by the catalog.
+        let unknown = coordinator
+            .add_partitions_to_txn(add(TopicPartition::new("nope", 0)))
+            .await;
+        assert_eq!(
+            unknown.results[0].partitions[0].1,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         );
+        let added = coordinator.add_partitions_to_txn(add(orders())).await;
+        assert!(added.results[0].partitions[0].1.is_none(), "{added:?}");
+
+        // Produce two records in the transaction (the Produce handler of `orders-0`).
+        {
+            let mut p = broker.orders.lock().expect("partition lock");
+            let batch = BatchHeader::transactional(producer_id, epoch, 0, 2);
+            let ProduceDecision::Append(pending) = p.check_batch(&batch).expect("accepted") else {
+                panic!("a first batch is no duplicate");
+            };
+            let offset = p.next_offset();
+            p.complete_append(pending, offset).expect("appended");
+            let end = p.next_offset();
+            p.advance_high_watermark(end);
+            assert_eq!(
+                p.last_stable_offset(),
+                0,
+                "the open transaction holds the LSO"
+            );
+        }
+
+        let end = coordinator
+            .end_txn(EndTxnRequest {
+                version: 5,
+                transactional_id: "embedder".into(),
+                producer_id,
+                producer_epoch: epoch,
+                committed: true,
+            })
+            .await;
+        assert_eq!(end.error, ErrorCode::NONE, "{end:?}");
+        let state = coordinator.transaction_completed("embedder").await;
+        assert_eq!(state, Ok(TxnState::CompleteCommit));
+        let lso = broker
+            .orders
+            .lock()
+            .expect("partition lock")
+            .last_stable_offset();
+        assert_eq!(lso, 3, "2 records and the COMMIT marker are readable");
+        println!("committed in process: last stable offset of orders-0 is {lso}");
+
         // The metric types are re-exported too.
         let mut registry = coordinator::prometheus_client::registry::Registry::default();
         coordinator.metrics().register(&mut registry);
