@@ -212,13 +212,14 @@ fn main() -> anyhow::Result<()> {
         emit(&cli, &serde_json::to_value(&r)?)?;
         if !cli.json {
             println!(
-                "load probe: {} ids in {:.2} s = {:.0} ids/s; RSS {} KiB before, {} KiB loaded, {} KiB after dropping the records",
+                "load probe: {} ids in {:.2} s = {:.0} ids/s; RSS {} KiB before, {} KiB loaded, {} KiB after dropping the records, {} KiB after closing the log",
                 r.ids,
                 r.seconds,
                 r.ids_per_s,
                 r.rss_before_kib,
                 r.rss_loaded_kib,
-                r.rss_after_drop_kib
+                r.rss_after_drop_kib,
+                r.rss_after_close_kib
             );
         }
         return Ok(());

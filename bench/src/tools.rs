@@ -153,7 +153,7 @@ pub(crate) async fn generate_ids(
             partitions,
             txn_start_ms: if ongoing { now_ms } else { -1 },
             txn_last_update_ms: now_ms,
-            client_txn_version: 1,
+            client_txn_version: txn_log::TxnVersion::V1,
         };
         let entries = &mut per_partition[p as usize];
         entries.push(LogEntry::upsert(TransactionalId::new(id)?, rec));
@@ -323,6 +323,9 @@ pub(crate) struct LoadProbeResult {
     pub(crate) rss_loaded_kib: u64,
     /// RSS after the records were dropped (the log and its cache still open), KiB.
     pub(crate) rss_after_drop_kib: u64,
+    /// RSS after the log was shut down and dropped as well, KiB: what the storage layer (and
+    /// the allocator) did not give back.
+    pub(crate) rss_after_close_kib: u64,
 }
 
 /// Reads every log partition of `dir` through `SledTxnLog::load` (all partitions at once,
@@ -350,6 +353,8 @@ pub(crate) async fn load_probe(dir: &Path, log_partitions: u32) -> anyhow::Resul
     let rss_after_drop_kib = rss();
     let l = log.clone();
     tokio::task::spawn_blocking(move || l.shutdown()).await?;
+    drop(log);
+    let rss_after_close_kib = rss();
     #[allow(clippy::cast_precision_loss)]
     let ids_per_s = ids as f64 / seconds;
     Ok(LoadProbeResult {
@@ -360,5 +365,6 @@ pub(crate) async fn load_probe(dir: &Path, log_partitions: u32) -> anyhow::Resul
         rss_before_kib,
         rss_loaded_kib,
         rss_after_drop_kib,
+        rss_after_close_kib,
     })
 }
