@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
+use serde::Serialize;
 use tokio::net::TcpStream;
 use txn_log::{LogPartition, SledConfig, SledTxnLog, TxnLog, TxnRecord};
 
@@ -46,8 +47,9 @@ impl std::fmt::Debug for AdminClient {
     }
 }
 
-/// One row of `list` / `describe` / `find-hanging`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One row of `list` / `describe` / `find-hanging` (its JSON names are Kafka's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TxnRow {
     /// Node id of the coordinator that answered for it (-1 when unknown).
     pub coordinator_id: i32,
@@ -62,6 +64,7 @@ pub struct TxnRow {
     /// Timeout (ms; -1 when unknown).
     pub timeout_ms: i32,
     /// Start time (ms since epoch; -1 when not started).
+    #[serde(rename = "startTimeMs")]
     pub start_ms: i64,
     /// Partitions of the open transaction.
     pub partitions: Vec<String>,
@@ -631,7 +634,8 @@ impl AdminClient {
 }
 
 /// A transaction open on a partition, as Kafka's `find-hanging` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OpenTxnRow {
     /// Topic.
     pub topic: String,
@@ -646,6 +650,7 @@ pub struct OpenTxnRow {
     /// Offset of the transaction's first record.
     pub start_offset: i64,
     /// Timestamp of the producer's last batch or marker there (ms).
+    #[serde(rename = "lastTimestamp")]
     pub last_timestamp_ms: i64,
 }
 
@@ -665,24 +670,7 @@ pub const HANGING_COLUMNS: [&str; 8] = [
 /// Renders [`OpenTxnRow`]s as Kafka's `find-hanging` does (a table), or as JSON.
 pub fn render_open_txns(rows: &[OpenTxnRow], format: Format) -> String {
     match format {
-        Format::Json => {
-            let items: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{{\"topic\":{},\"partition\":{},\"producerId\":{},\"producerEpoch\":{},\"coordinatorEpoch\":{},\"startOffset\":{},\"lastTimestamp\":{}}}",
-                        json_str(&r.topic),
-                        r.partition,
-                        r.producer_id,
-                        r.producer_epoch,
-                        r.coordinator_epoch,
-                        r.start_offset,
-                        r.last_timestamp_ms
-                    )
-                })
-                .collect();
-            format!("[{}]\n", items.join(","))
-        }
+        Format::Json => to_json(rows),
         Format::Table => {
             let now = now_ms();
             let mut table = vec![HANGING_COLUMNS.map(String::from).to_vec()];
@@ -704,7 +692,8 @@ pub fn render_open_txns(rows: &[OpenTxnRow], format: Format) -> String {
 }
 
 /// The transaction `abort --topic --partition --start-offset` aborted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HangingRow {
     /// Topic.
     pub topic: String,
@@ -723,15 +712,7 @@ pub struct HangingRow {
 /// Renders the partition-level abort's row: Kafka's find-hanging columns that apply.
 pub fn render_aborted(r: &HangingRow, format: Format) -> String {
     match format {
-        Format::Json => format!(
-            "{{\"topic\":{},\"partition\":{},\"producerId\":{},\"producerEpoch\":{},\"coordinatorEpoch\":{},\"startOffset\":{}}}\n",
-            json_str(&r.topic),
-            r.partition,
-            r.producer_id,
-            r.producer_epoch,
-            r.coordinator_epoch,
-            r.start_offset
-        ),
+        Format::Json => to_json(r),
         Format::Table => render_table(vec![
             [
                 "Topic",
@@ -755,43 +736,18 @@ pub fn render_aborted(r: &HangingRow, format: Format) -> String {
     }
 }
 
-fn json_str(v: &str) -> String {
-    let mut out = String::from("\"");
-    for c in v.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// One JSON document and a newline.
+fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    // Serializing these plain structs (strings, integers, sequences) cannot fail.
+    let mut out = serde_json::to_string(value).unwrap_or_else(|e| format!("\"{e}\""));
+    out.push('\n');
     out
 }
 
 /// Renders rows as a table or JSON.
 pub fn render_rows(rows: &[TxnRow], format: Format, detailed: bool) -> String {
     match format {
-        Format::Json => {
-            let items: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    let parts: Vec<String> = r.partitions.iter().map(|p| json_str(p)).collect();
-                    format!(
-                        "{{\"transactionalId\":{},\"coordinatorId\":{},\"producerId\":{},\"producerEpoch\":{},\"state\":{},\"timeoutMs\":{},\"startTimeMs\":{},\"partitions\":[{}]}}",
-                        json_str(&r.transactional_id),
-                        r.coordinator_id,
-                        r.producer_id,
-                        r.producer_epoch,
-                        json_str(&r.state),
-                        r.timeout_ms,
-                        r.start_ms,
-                        parts.join(",")
-                    )
-                })
-                .collect();
-            format!("[{}]\n", items.join(","))
-        }
+        Format::Json => to_json(rows),
         Format::Table => {
             let now = now_ms();
             let mut table: Vec<Vec<String>> = Vec::new();
@@ -966,37 +922,52 @@ pub async fn dump_partitions(
                 }
             }
             Format::Json => {
-                for (id, r) in &loaded.records {
-                    let parts: Vec<String> = r
-                        .partitions
-                        .iter()
-                        .map(|tp| json_str(&tp.to_string()))
-                        .collect();
-                    json.push(format!(
-                        "{{\"partition\":{p},\"coordinatorEpoch\":{},\"transactionalId\":{},\"producerId\":{},\"producerEpoch\":{},\"lastProducerEpoch\":{},\"nextProducerEpoch\":{},\"prevProducerId\":{},\"nextProducerId\":{},\"state\":{},\"partitions\":[{}],\"txnStartTimestamp\":{},\"txnLastUpdateTimestamp\":{},\"txnTimeoutMs\":{},\"clientTransactionVersion\":{}}}",
-                        loaded.coordinator_epoch.map_or(-1, |e| e.0),
-                        json_str(id.as_str()),
-                        r.producer_id.0,
-                        r.producer_epoch.0,
-                        r.last_producer_epoch.0,
-                        r.next_producer_epoch.0,
-                        r.prev_producer_id.0,
-                        r.next_producer_id.0,
-                        json_str(r.state.name()),
-                        parts.join(","),
-                        r.txn_start_ms,
-                        r.txn_last_update_ms,
-                        r.timeout_ms,
-                        r.client_txn_version
-                    ));
-                }
+                let coordinator_epoch = loaded.coordinator_epoch.map_or(-1, |e| e.0);
+                json.extend(loaded.records.iter().map(|(id, r)| DumpedRecord {
+                    partition: p,
+                    coordinator_epoch,
+                    transactional_id: id.as_str().to_owned(),
+                    producer_id: r.producer_id.0,
+                    producer_epoch: r.producer_epoch.0,
+                    last_producer_epoch: r.last_producer_epoch.0,
+                    next_producer_epoch: r.next_producer_epoch.0,
+                    prev_producer_id: r.prev_producer_id.0,
+                    next_producer_id: r.next_producer_id.0,
+                    state: r.state.name(),
+                    partitions: r.partitions.iter().map(ToString::to_string).collect(),
+                    txn_start_timestamp: r.txn_start_ms,
+                    txn_last_update_timestamp: r.txn_last_update_ms,
+                    txn_timeout_ms: r.timeout_ms,
+                    client_transaction_version: r.client_txn_version.0,
+                }));
             }
         }
     }
     Ok(match format {
         Format::Table => out,
-        Format::Json => format!("[{}]\n", json.join(",")),
+        Format::Json => to_json(&json),
     })
+}
+
+/// One record as `dump-log --json` prints it: every persisted field, Kafka's names.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DumpedRecord {
+    partition: u32,
+    coordinator_epoch: i32,
+    transactional_id: String,
+    producer_id: i64,
+    producer_epoch: i16,
+    last_producer_epoch: i16,
+    next_producer_epoch: i16,
+    prev_producer_id: i64,
+    next_producer_id: i64,
+    state: &'static str,
+    partitions: Vec<String>,
+    txn_start_timestamp: i64,
+    txn_last_update_timestamp: i64,
+    txn_timeout_ms: i32,
+    client_transaction_version: i8,
 }
 
 #[cfg(test)]
@@ -1024,7 +995,7 @@ mod tests {
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
             txn_start_ms: 10,
             txn_last_update_ms: 11,
-            client_txn_version: 2,
+            client_txn_version: txn_log::TxnVersion::V2,
         };
         let id = TransactionalId::new("x").expect("id");
         log.append(p, CoordinatorEpoch(3), vec![LogEntry::upsert(id, r)])
