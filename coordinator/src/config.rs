@@ -3,8 +3,8 @@
 //! partition functions.
 
 use txn_log::{
-    LoadedPartition, LogError, LogPartition, TopicPartition, TransactionalId, java_string_hash,
-    kafka_partition_for,
+    LoadedPartition, LogError, LogPartition, TopicPartition, TransactionalId, TxnVersion,
+    java_string_hash, kafka_partition_for,
 };
 
 /// Name of Kafka's group-offsets topic, the partition AddOffsetsToTxn adds.
@@ -28,7 +28,7 @@ pub struct Config {
     pub transaction_state_log_num_partitions: u32,
     /// Cluster feature `transaction.version` (0, 1 or 2; default 2). TV2 semantics for EndTxn
     /// need both this ≥ 2 and EndTxn v5+.
-    pub transaction_version: u8,
+    pub transaction_version: TxnVersion,
     /// `offsets.topic.num.partitions` (default 50), for the AddOffsetsToTxn partition.
     pub offsets_topic_num_partitions: u32,
     /// Producer-id block size (Kafka's `PRODUCER_ID_BLOCK_SIZE`, 1000).
@@ -56,7 +56,7 @@ impl Default for Config {
             abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             transaction_state_log_num_partitions: 50,
-            transaction_version: 2,
+            transaction_version: TxnVersion::V2,
             offsets_topic_num_partitions: 50,
             producer_id_block_size: 1000,
             cleanup_scan_max: 1000,
@@ -88,8 +88,8 @@ pub enum ConfigError {
         value: i64,
     },
     /// `transaction.version` is not 0, 1 or 2.
-    #[error("transaction.version must be 0, 1 or 2, got {0}")]
-    UnknownTransactionVersion(u8),
+    #[error("transaction.version must be 0, 1 or 2, got {}", .0.0)]
+    UnknownTransactionVersion(TxnVersion),
 }
 
 impl Config {
@@ -145,7 +145,7 @@ impl Config {
                 value: self.park_max_ms,
             });
         }
-        if self.transaction_version > 2 {
+        if !self.transaction_version.is_known() {
             return Err(ConfigError::UnknownTransactionVersion(
                 self.transaction_version,
             ));
@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(c.abort_timed_out_transaction_cleanup_interval_ms, 10_000);
         assert_eq!(c.remove_expired_transaction_cleanup_interval_ms, 3_600_000);
         assert_eq!(c.transaction_state_log_num_partitions, 50);
-        assert_eq!(c.transaction_version, 2);
+        assert_eq!(c.transaction_version, TxnVersion::V2);
         assert_eq!(c.offsets_topic_num_partitions, 50);
         assert_eq!(c.producer_id_block_size, 1000);
     }
@@ -233,10 +233,20 @@ mod tests {
         };
         assert!(matches!(c.validate(), Err(ConfigError::NotPositive { .. })));
         let c = Config {
-            transaction_version: 3,
+            transaction_version: TxnVersion(3),
             ..Config::default()
         };
-        assert_eq!(c.validate(), Err(ConfigError::UnknownTransactionVersion(3)));
+        let e = c.validate().unwrap_err();
+        assert_eq!(e, ConfigError::UnknownTransactionVersion(TxnVersion(3)));
+        assert_eq!(
+            e.to_string(),
+            "transaction.version must be 0, 1 or 2, got 3"
+        );
+        let c = Config {
+            transaction_version: TxnVersion(-1),
+            ..Config::default()
+        };
+        assert!(c.validate().is_err(), "a negative version is unknown too");
         let c = Config {
             park_max_ms: -1,
             ..Config::default()

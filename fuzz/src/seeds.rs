@@ -227,7 +227,7 @@ fn record(state: TxnState, parts: &[(&str, i32)]) -> TxnRecord {
             .collect(),
         txn_start_ms: 1_699_999_990_000,
         txn_last_update_ms: 1_699_999_995_000,
-        client_txn_version: 2,
+        client_txn_version: txn_log::TxnVersion::V2,
     }
 }
 

@@ -52,7 +52,7 @@ async fn run(brokers: i32, decisions: usize) -> (Duration, u64, u64) {
                 log_partition: LogPartition((i % 50) as u32),
                 result: TxnResult::Commit,
                 partitions,
-                txn_version: 2,
+                txn_version: txn_log::TxnVersion::V2,
             })
             .await
             .expect("writer running");

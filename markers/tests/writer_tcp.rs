@@ -174,7 +174,7 @@ fn req(txn: &str, pid: i64, parts: &[TopicPartition]) -> TxnMarkerRequest {
         log_partition: LogPartition(3),
         result: TxnResult::Abort,
         partitions: parts.to_vec(),
-        txn_version: 0,
+        txn_version: txn_log::TxnVersion::V0,
     }
 }
 

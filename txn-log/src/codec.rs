@@ -375,7 +375,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{ProducerEpoch, ProducerId, TopicPartition, TxnState};
+    use crate::{ProducerEpoch, ProducerId, TopicPartition, TxnState, TxnVersion};
 
     fn arb_record() -> impl Strategy<Value = TxnRecord> {
         (
@@ -403,7 +403,7 @@ mod tests {
                         .collect::<BTreeSet<_>>(),
                     txn_start_ms: start,
                     txn_last_update_ms: last,
-                    client_txn_version: tv,
+                    client_txn_version: TxnVersion::from(tv),
                 },
             )
     }

@@ -4,7 +4,7 @@
 
 use crate::{
     CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
-    TxnResult,
+    TxnResult, TxnVersion,
 };
 
 /// One decision to deliver: the markers of one transaction (Kafka's `TxnMarkerEntry` plus the
@@ -27,7 +27,7 @@ pub struct TxnMarkerRequest {
     pub partitions: Vec<TopicPartition>,
     /// Client transaction version (0, 1, 2). `WriteTxnMarkers` v1 cannot carry it; it is
     /// handed to in-process participants alongside the request.
-    pub txn_version: u8,
+    pub txn_version: TxnVersion,
 }
 
 /// How one decision ended. Exactly one per submitted [`TxnMarkerRequest`].

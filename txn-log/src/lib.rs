@@ -45,6 +45,7 @@ mod state;
 #[cfg(feature = "testing")]
 pub mod suite;
 pub mod sync;
+mod version;
 
 pub use decision::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 pub use error::LogError;
@@ -61,3 +62,4 @@ pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
 #[cfg(feature = "sled")]
 pub use sled_log::{GroupCommitStats, SledConfig, SledTxnLog, SyncMode};
 pub use state::{TxnResult, TxnState};
+pub use version::TxnVersion;

@@ -636,7 +636,7 @@ mod tests {
             partitions: Default::default(),
             txn_start_ms: -1,
             txn_last_update_ms: 0,
-            client_txn_version: 2,
+            client_txn_version: crate::TxnVersion::V2,
         }
     }
 

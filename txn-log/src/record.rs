@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ProducerEpoch, ProducerId, TopicPartition, TransactionalId, TxnState};
+use crate::{ProducerEpoch, ProducerId, TopicPartition, TransactionalId, TxnState, TxnVersion};
 
 /// Everything Kafka's `TransactionLogValue` v1 persists, plus what Kafka forgets to persist
 /// (`last_producer_epoch`: KAFKA-20357; prev/next ids: KAFKA-20310), so that replay after a
@@ -34,7 +34,7 @@ pub struct TxnRecord {
     /// When this record was last updated (ms since the Unix epoch).
     pub txn_last_update_ms: i64,
     /// Transaction version (0, 1 or 2) the client used for the last transition.
-    pub client_txn_version: u8,
+    pub client_txn_version: TxnVersion,
 }
 
 /// One change to a transactional id within an append batch.
@@ -157,7 +157,7 @@ mod tests {
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
             txn_start_ms: 10,
             txn_last_update_ms: 10,
-            client_txn_version: 2,
+            client_txn_version: TxnVersion::V2,
         }
     }
 

@@ -36,7 +36,7 @@ pub fn record(pid: i64, state: TxnState, partitions: usize) -> TxnRecord {
             .collect(),
         txn_start_ms: pid,
         txn_last_update_ms: pid + 1,
-        client_txn_version: 2,
+        client_txn_version: crate::TxnVersion::V2,
     }
 }
 

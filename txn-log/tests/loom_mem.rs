@@ -26,7 +26,7 @@ fn rec() -> TxnRecord {
         partitions: Default::default(),
         txn_start_ms: 0,
         txn_last_update_ms: 0,
-        client_txn_version: 2,
+        client_txn_version: txn_log::TxnVersion::V2,
     }
 }
 

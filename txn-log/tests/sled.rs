@@ -39,7 +39,7 @@ fn expected_record(pid: i64) -> TxnRecord {
             .collect(),
         txn_start_ms: pid,
         txn_last_update_ms: pid * 2,
-        client_txn_version: 2,
+        client_txn_version: txn_log::TxnVersion::V2,
     }
 }
 

@@ -82,10 +82,10 @@ impl Engine {
         // A new decision (Ongoing, Empty) follows the request's TV: v5+ on a TV2 cluster. A
         // request that meets a decision already made (Prepare*, Complete*) is judged by the TV
         // that decision was made under, as Kafka's `TransactionCoordinator` judges by the stored metadata's TV (scenarios S54, S55).
-        let request_tv2 = version >= 5 && self.config.transaction_version >= 2;
+        let request_tv2 = version >= 5 && self.config.transaction_version.bumps_epoch_per_txn();
         let tv2 = match cur.state {
             Ongoing | Empty => request_tv2,
-            _ => cur.client_txn_version >= 2,
+            _ => cur.client_txn_version.bumps_epoch_per_txn(),
         };
         use TxnResult::{Abort, Commit};
         use TxnState::*;
@@ -180,7 +180,7 @@ impl Engine {
             next.txn_start_ms = self.now.0;
         }
         let (reply_pid, reply_epoch) = if tv2 {
-            next.client_txn_version = 2;
+            next.client_txn_version = TxnVersion::V2;
             next.last_producer_epoch = cur.producer_epoch;
             next.producer_epoch = ProducerEpoch(cur.producer_epoch.0.saturating_add(1));
             if is_epoch_exhausted(cur.producer_epoch) {
@@ -194,7 +194,7 @@ impl Engine {
                 (next.producer_id, next.producer_epoch)
             }
         } else {
-            next.client_txn_version = 0;
+            next.client_txn_version = TxnVersion::V0;
             (next.producer_id, next.producer_epoch)
         };
         self.begin_one(

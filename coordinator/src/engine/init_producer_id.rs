@@ -183,7 +183,7 @@ impl Engine {
                     partitions: BTreeSet::new(),
                     txn_start_ms: -1,
                     txn_last_update_ms: now,
-                    client_txn_version: 0,
+                    client_txn_version: TxnVersion::V0,
                 };
                 self.txns.insert(
                     id.clone(),

@@ -12,6 +12,7 @@ use std::ops::Bound;
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerEpoch,
     ProducerId, TopicPartition, TransactionalId, TxnMarkerRequest, TxnRecord, TxnResult, TxnState,
+    TxnVersion,
 };
 
 use crate::request::{

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::{self as km, ApiKey, ResponseKind};
 use kafka_protocol::protocol::{StrBytes, VersionRange};
-use txn_log::{ProducerEpoch, ProducerId, TopicPartition};
+use txn_log::{ProducerEpoch, ProducerId, TopicPartition, TxnVersion};
 
 use crate::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
@@ -86,8 +86,11 @@ pub const FINALIZED_FEATURES_EPOCH: i64 = 0;
 /// `transaction.version` supported 0 to 2, and finalized at `transaction_version` (the
 /// `transaction.version` key; a level of 0 is not listed, as Kafka lists no feature at 0) with
 /// [`FINALIZED_FEATURES_EPOCH`].
-pub fn api_versions_response(error: ErrorCode, transaction_version: u8) -> km::ApiVersionsResponse {
-    let level = i16::from(transaction_version).min(MAX_TRANSACTION_VERSION);
+pub fn api_versions_response(
+    error: ErrorCode,
+    transaction_version: TxnVersion,
+) -> km::ApiVersionsResponse {
+    let level = transaction_version.level().min(MAX_TRANSACTION_VERSION);
     let finalized = if level > 0 {
         vec![
             km::api_versions_response::FinalizedFeatureKey::default()
@@ -478,8 +481,8 @@ mod tests {
             r.encode(&mut b, v).expect("encode");
             km::ApiVersionsResponse::decode(&mut b.freeze(), v).expect("decode")
         };
-        for level in [1u8, 2] {
-            let r = round(api_versions_response(ErrorCode::NONE, level), 3);
+        for level in [1i8, 2] {
+            let r = round(api_versions_response(ErrorCode::NONE, TxnVersion(level)), 3);
             assert_eq!(r.supported_features.len(), 1);
             let f = &r.supported_features[0];
             assert_eq!(
@@ -494,11 +497,11 @@ mod tests {
             );
         }
         // level 0 is not listed as finalized, as Kafka lists no feature at 0
-        let r = round(api_versions_response(ErrorCode::NONE, 0), 3);
+        let r = round(api_versions_response(ErrorCode::NONE, TxnVersion::V0), 3);
         assert!(r.finalized_features.is_empty());
         assert_eq!(r.supported_features.len(), 1);
         // before v3 there are no features on the wire
-        let r = round(api_versions_response(ErrorCode::NONE, 2), 2);
+        let r = round(api_versions_response(ErrorCode::NONE, TxnVersion::V2), 2);
         assert!(r.supported_features.is_empty() && r.finalized_features.is_empty());
         assert_eq!(r.finalized_features_epoch, -1);
     }
@@ -562,7 +565,7 @@ mod tests {
         }
         for v in 0..=4 {
             let mut b = BytesMut::new();
-            ResponseKind::ApiVersions(api_versions_response(ok, 2))
+            ResponseKind::ApiVersions(api_versions_response(ok, TxnVersion::V2))
                 .encode(&mut b, v)
                 .expect("api versions");
         }

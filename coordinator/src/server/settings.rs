@@ -447,7 +447,7 @@ impl Settings {
                 if v > 2 {
                     return Err(bad(key, value, "must be 0, 1 or 2"));
                 }
-                e.transaction_version = v;
+                e.transaction_version = txn_log::TxnVersion::from(v);
             }
             "offsets.topic.num.partitions" => {
                 e.offsets_topic_num_partitions = int(key, value, true)?
@@ -573,7 +573,7 @@ impl Settings {
                     "transaction.state.log.num.partitions" => {
                         e.transaction_state_log_num_partitions.to_string()
                     }
-                    "transaction.version" => e.transaction_version.to_string(),
+                    "transaction.version" => e.transaction_version.0.to_string(),
                     "offsets.topic.num.partitions" => e.offsets_topic_num_partitions.to_string(),
                     "producer.id.block.size" => e.producer_id_block_size.to_string(),
                     "txn.park.max.ms" => e.park_max_ms.to_string(),
@@ -727,7 +727,7 @@ mod tests {
         ));
         s.apply_override("transaction.version = 1")
             .expect("spaces are fine");
-        assert_eq!(s.engine.transaction_version, 1);
+        assert_eq!(s.engine.transaction_version, txn_log::TxnVersion::V1);
         let e = s.apply_override("txn.log.sync=never").expect_err("mode");
         assert!(e.to_string().contains("txn.log.sync"), "{e}");
     }
@@ -758,7 +758,10 @@ mod tests {
         );
         assert_eq!(f.metrics_listen, Some(Some("127.0.0.1:9100".to_owned())));
         assert_eq!(f.log_format, Some(LogFormat::Json));
-        assert_eq!(c.settings.engine.transaction_version, 1);
+        assert_eq!(
+            c.settings.engine.transaction_version,
+            txn_log::TxnVersion::V1
+        );
         assert_eq!(c.settings.etcd_endpoints.len(), 2);
         assert!(c.is_given("node-id") && !c.is_given("transaction.state.log.num.partitions"));
         c.apply_override("bootstrap-servers=b3:9092").expect("set");

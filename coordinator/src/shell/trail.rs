@@ -69,7 +69,7 @@ impl Pending {
                     state = %r.state,
                     partitions = %Partitions(&r.partitions),
                     txn_start_ms = r.txn_start_ms,
-                    txn_version = r.client_txn_version,
+                    txn_version = r.client_txn_version.0,
                     coordinator_epoch,
                     issued_ms,
                     durable_ms,

@@ -83,7 +83,7 @@ pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition
             -1
         },
         txn_last_update_ms: 0,
-        client_txn_version: 0,
+        client_txn_version: txn_log::TxnVersion::V0,
     }
 }
 

@@ -110,7 +110,7 @@ fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
     let mut prep = rec(10, 2, TxnState::PrepareCommit, &[tp("topic1", 0)]);
     prep.last_producer_epoch = ProducerEpoch(1);
     prep.txn_last_update_ms = 9;
-    prep.client_txn_version = 2;
+    prep.client_txn_version = txn_log::TxnVersion::V2;
     assert_eq!(
         evs,
         vec![Ev::Append(

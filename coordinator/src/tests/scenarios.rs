@@ -20,13 +20,13 @@ fn rec2(
     parts: &[txn_log::TopicPartition],
 ) -> txn_log::TxnRecord {
     let mut r = rec(pid, epoch, state, parts);
-    r.client_txn_version = 2;
+    r.client_txn_version = txn_log::TxnVersion::V2;
     r
 }
 
 fn tv0() -> Config {
     Config {
-        transaction_version: 0,
+        transaction_version: txn_log::TxnVersion::V0,
         ..config()
     }
 }
@@ -959,7 +959,7 @@ fn s57_tv2_overflow_retry() {
     r.prev_producer_id = ProducerId(10);
     r.next_producer_id = ProducerId(11);
     r.last_producer_epoch = ProducerEpoch(32766);
-    r.client_txn_version = 2;
+    r.client_txn_version = txn_log::TxnVersion::V2;
     let mut fx = Fx::new(vec![("known", r)]);
     let loaded = fx.loaded.clone();
     let to = fx.end(5, "known", 10, 32766, true);
@@ -983,7 +983,10 @@ fn s58_tv2_epoch_bump_arithmetic() {
     let to = fx.end(5, "known", 23423, 10, true);
     let evs = fx.effects();
     let prep = appended(&evs)[0].1.clone().expect("upsert");
-    assert_eq!((prep.producer_epoch.0, prep.client_txn_version), (11, 2));
+    assert_eq!(
+        (prep.producer_epoch.0, prep.client_txn_version),
+        (11, txn_log::TxnVersion::V2)
+    );
     let all = fx.settle(evs);
     assert_eq!(end_reply(&all, to), (ErrorCode::NONE, 23423, 11));
     assert_eq!(fx.record("known").map(|r| r.producer_epoch.0), Some(11));

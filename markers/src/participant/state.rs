@@ -1,7 +1,6 @@
 //! [`PartitionState`]: the producer state of one partition, with its validate-then-commit API.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -45,28 +44,8 @@ pub struct ParticipantConfig {
 
 /// The transaction version a marker was written under (WriteTxnMarkers v2
 /// `TransactionVersion`; 0 when the request is v0/v1). It selects the producer epoch rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct TxnVersion(pub i8);
-
-impl TxnVersion {
-    /// TV0: the original protocol.
-    pub const V0: Self = Self(0);
-    /// TV1: flexible transaction log records; same marker rule as TV0.
-    pub const V1: Self = Self(1);
-    /// TV2 (KIP-890): the epoch is bumped at every transaction end; markers carry the bumped epoch.
-    pub const V2: Self = Self(2);
-
-    /// Whether markers of this version must carry an epoch strictly greater than the data's.
-    pub fn bumps_epoch_per_txn(self) -> bool {
-        self.0 >= 2
-    }
-}
-
-impl fmt::Display for TxnVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TV{}", self.0)
-    }
-}
+/// The workspace's one transaction-version type, defined in `txn_log`.
+pub use txn_log::TxnVersion;
 
 /// One marker of a WriteTxnMarkers request, for one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -673,7 +673,8 @@ impl MarkerPlanner {
             }
             let r = &dec.request;
             markers.push(marker_entry(r, &tps));
-            versions.push(r.txn_version);
+            // The transport hop still carries the persisted byte (see `Effect::Send`).
+            versions.push(u8::from(r.txn_version));
             flight.push((d, r.producer_id, tps.into_iter().collect()));
         }
         self.stats.markers_sent += partitions as u64;

@@ -31,7 +31,7 @@ fn req(txn: &str, pid: i64, lp: u32, ce: i32, parts: &[TopicPartition]) -> TxnMa
         log_partition: LogPartition(lp),
         result: TxnResult::Commit,
         partitions: parts.to_vec(),
-        txn_version: 2,
+        txn_version: txn_log::TxnVersion::V2,
     }
 }
 
