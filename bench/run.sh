@@ -3,7 +3,9 @@
 #
 #   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
 #                                     crabka etcd parking plots; ab (not in the default list:
-#                                     OLD_DAEMON=<old txn-coordinator> against this tree's)
+#                                     OLD_DAEMON=<old txn-coordinator> against this tree's);
+#                                     lr (not in the default list: one librdkafka producer's
+#                                     transaction latency, us beside Kafka; needs .venv)
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -111,7 +113,7 @@ start_daemon_pair() {
     local dport rport
     mkdir -p "$d"
     dport=$(free_port); rport=$(free_port)
-    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
+    RUST_LOG=warn "${DAEMON:-$BIN/txn-coordinator}" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
         --bootstrap-servers "127.0.0.1:$rport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
     local dpid=$!
     PIDS+=("$dpid")
@@ -379,6 +381,36 @@ scenario_kafka() {
     start_kafka "$OUT/data/kafka-fsync" "log.flush.interval.messages=1" || return 0
     bench "kafka-fsync" "$OUT/kafka-fsync.json" --sweep 16,64,256 || true
     stop_servers
+}
+
+# One librdkafka producer (confluent-kafka from .venv), sequential begin/produce/commit, durable:
+# transaction latency p50/p90/p99 of the daemon + refbroker, embedded refbroker, Apache Kafka
+# (OS-buffered and with an fsync per append) and, with OLD_DAEMON=<older txn-coordinator>, the
+# older daemon + refbroker, alternating, in one run.
+scenario_lr() {
+    local py="$ROOT/.venv/bin/python" round setup
+    [ -x "$py" ] || { log "lr needs .venv with confluent-kafka (scripts/test creates it)"; return 1; }
+    kafka_libs || { log "lr: Kafka jar resolution failed"; return 1; }
+    lr() { # lr LABEL
+        log "lr $1 (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        "$py" "$ROOT/bench/lr_latency.py" --bootstrap "$SRV_ADDR" --topic "$TOPIC" \
+            --partitions "$TOPIC_PARTITIONS" --duration "$DURATION" --warmup "$WARMUP" --label "$1" \
+            | tee -a "$OUT/lr.json" | tee -a "$OUT/tables.txt"
+    }
+    for round in 1 2; do
+        for setup in daemon old embedded kafka kafka-fsync; do
+            case $setup in
+                daemon) start_daemon_pair "$OUT/data/lr-$setup-$round" ;;
+                old) [ -x "${OLD_DAEMON:-}" ] || continue
+                     DAEMON=$OLD_DAEMON start_daemon_pair "$OUT/data/lr-$setup-$round" ;;
+                embedded) start_embedded "$OUT/data/lr-$setup-$round" ;;
+                kafka) start_kafka "$OUT/data/lr-$setup-$round" || continue ;;
+                kafka-fsync) start_kafka "$OUT/data/lr-$setup-$round" "log.flush.interval.messages=1" || continue ;;
+            esac
+            lr "$setup" || true
+            stop_servers
+        done
+    done
 }
 
 scenario_crabka() {
