@@ -21,6 +21,7 @@
 //! | `group.max.session.timeout.ms` | 300000 | largest session timeout accepted |
 //! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
 //! | `log.flush` | `fsync` | `fsync`: acks=all appends, markers and offset commits are fdatasync'd (group commit per partition) before they are answered, and the high watermark covers only synced data; `none`: no fsync (Kafka's default), appends written to the OS in order |
+//! | `transaction.partition.verification.enable` | `true` | KIP-890 part 1: before a producer's first transactional append to a partition (Produce, TxnOffsetCommit), ask the coordinator whether the partition is in its transaction (`markers::verify`, see `verify.rs`); `false`: append without asking, as Kafka with the same setting |
 //!
 //! Every key of `txn-coordinator serve --set` (`coordinator::server::KEYS`, e.g.
 //! `transaction.max.timeout.ms`, `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
@@ -44,6 +45,7 @@ const BROKER_KEYS: &[&str] = &[
     "group.max.session.timeout.ms",
     "fetch.max.wait.ms",
     "log.flush",
+    markers::verify::VERIFICATION_ENABLE_KEY,
 ];
 
 /// Where the transaction coordinator runs.
@@ -83,7 +85,8 @@ fn parse_addr(s: &str) -> anyhow::Result<NodeAddr> {
     args_override_self = true,
     after_help = "Tuning keys (--set KEY=VALUE): group.initial.rebalance.delay.ms (0), \
                   group.min.session.timeout.ms (1000), group.max.session.timeout.ms (300000), \
-                  fetch.max.wait.ms (1000), log.flush (fsync | none), and every key of \
+                  fetch.max.wait.ms (1000), log.flush (fsync | none), \
+                  transaction.partition.verification.enable (true | false), and every key of \
                   `txn-coordinator serve --set` for the embedded coordinator. \
                   See docs/broker-integration.md."
 )]
@@ -256,6 +259,10 @@ fn check(
     {
         bail!("log.flush={v:?}: expected fsync or none");
     }
+    let mut verification = markers::verify::VerificationConfig::default();
+    for (k, v) in &settings {
+        verification.set(k, v)?;
+    }
     let from_set: Option<i32> = match settings.get("offsets.topic.num.partitions") {
         Some(v) => Some(v.parse().context("offsets.topic.num.partitions")?),
         None => None,
@@ -336,6 +343,31 @@ mod tests {
             .unwrap();
             assert_eq!(c.settings.get("log.flush").map(String::as_str), Some(v));
         }
+    }
+
+    #[test]
+    fn transaction_verification_is_switched_with_kafkas_key() {
+        let base = "--listen 127.0.0.1:1 --data-dir d --topics a:1 --coordinator h:1";
+        for v in ["true", "false"] {
+            let c = parse_args(args(&format!(
+                "{base} --set transaction.partition.verification.enable={v}"
+            )))
+            .unwrap();
+            let verification = super::super::server::verification_config(&c).unwrap();
+            assert_eq!(verification.enable, v == "true");
+        }
+        let c = parse_args(args(base)).unwrap();
+        assert!(
+            super::super::server::verification_config(&c)
+                .unwrap()
+                .enable
+        );
+        assert!(
+            parse_args(args(&format!(
+                "{base} --set transaction.partition.verification.enable=maybe"
+            )))
+            .is_err()
+        );
     }
 
     #[test]

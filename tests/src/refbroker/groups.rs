@@ -26,9 +26,10 @@ use kafka_protocol::messages::{
     TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use markers::verify::VerifyTxn;
 use tokio::sync::{Mutex, oneshot};
 use tokio::time::Instant;
-use txn_log::{ProducerEpoch, ProducerId, java_string_hash, kafka_partition_for};
+use txn_log::{ProducerEpoch, ProducerId, TopicPartition, java_string_hash, kafka_partition_for};
 
 use super::offsets::{OffsetKey, OffsetValue};
 use super::server::Broker;
@@ -699,7 +700,9 @@ pub(crate) async fn offset_commit(
         }),
     );
     if err.is_none() && !entries.is_empty() {
-        err = append_offsets(broker, &group, &entries, None).await.err();
+        err = append_offsets(broker, &group, &entries, None, None)
+            .await
+            .err();
     }
     let code = err.map_or(0, |e| e.code());
     OffsetCommitResponse::default().with_topics(
@@ -728,14 +731,55 @@ async fn append_offsets(
     group: &str,
     entries: &[(OffsetKey, OffsetValue)],
     producer: Option<(ProducerId, ProducerEpoch)>,
+    transactional_id: Option<&str>,
 ) -> Result<(), ResponseError> {
-    let Some(part) = broker.partition(CONSUMER_OFFSETS, offsets_partition_for(broker, group))
-    else {
+    let index = offsets_partition_for(broker, group);
+    let Some(part) = broker.partition(CONSUMER_OFFSETS, index) else {
         return Err(ResponseError::NotCoordinator);
     };
+    // KIP-890 part 1: a TxnOffsetCommit's first write to this partition in its transaction
+    // is verified with the coordinator first, as a Produce (Kafka's group coordinator does
+    // the same through the replica manager).
+    let mut guard = None;
+    if let (Some(producer), Some(transactional_id)) = (producer, transactional_id)
+        && broker.verifier.config().enable
+    {
+        let started =
+            part.lock()
+                .await
+                .start_offsets_verification(producer, entries.len(), now_ms())?;
+        if let Some(g) = started {
+            let answer = broker
+                .verifier
+                .verify(VerifyTxn {
+                    transactional_id: transactional_id.to_owned(),
+                    producer_id: producer.0,
+                    producer_epoch: producer.1,
+                    partitions: vec![TopicPartition::new(CONSUMER_OFFSETS, index)],
+                })
+                .await;
+            match answer.first().map(|(_, v)| *v) {
+                Some(v) if v.allows_append() => guard = Some(g),
+                Some(v) => {
+                    // Kafka's offset append maps NOT_ENOUGH_REPLICAS to COORDINATOR_NOT_AVAILABLE
+                    // (GroupMetadataManager.storeOffsets), which clients retry.
+                    let code = match v.produce_code() {
+                        markers::verify::codes::NOT_ENOUGH_REPLICAS => {
+                            markers::verify::codes::COORDINATOR_NOT_AVAILABLE
+                        }
+                        c => c,
+                    };
+                    return Err(
+                        ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code))
+                    );
+                }
+                None => return Err(ResponseError::UnknownServerError),
+            }
+        }
+    }
     // The offset store shows the commit at once, so the lock is kept until it is durable.
     let mut part = part.lock().await;
-    let end = part.append_offsets(entries, producer, now_ms())?;
+    let end = part.append_offsets(entries, producer, now_ms(), guard)?;
     part.durability()
         .sync_through(end)
         .await
@@ -882,9 +926,15 @@ pub(crate) async fn txn_offset_commit(
     );
     if err.is_none() && !entries.is_empty() {
         let producer = (ProducerId(r.producer_id.0), ProducerEpoch(r.producer_epoch));
-        err = append_offsets(broker, &group, &entries, Some(producer))
-            .await
-            .err();
+        err = append_offsets(
+            broker,
+            &group,
+            &entries,
+            Some(producer),
+            Some(r.transactional_id.0.as_str()),
+        )
+        .await
+        .err();
     }
     let code = err.map_or(0, |e| e.code());
     TxnOffsetCommitResponse::default().with_topics(

@@ -2,6 +2,7 @@
 //! Fetch, ListOffsets, WriteTxnMarkers and DescribeProducers. Group and transaction APIs are
 //! delegated.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use markers::apply::ApplyError;
-use markers::participant::Marker;
+use markers::participant::{Marker, VerificationGuard};
+use markers::verify::VerifyTxn;
 use txn_log::TopicPartition;
 
 use super::log::Flush;
@@ -264,6 +266,12 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
         PartitionProduceResponse, TopicProduceResponse,
     };
     let acks = r.acks;
+    // KIP-890 part 1: first transactional appends wait for the coordinator's yes.
+    let mut verified = if (-1..=1).contains(&acks) {
+        verify_first_appends(broker, &r).await
+    } else {
+        HashMap::new()
+    };
     let mut responses = Vec::with_capacity(r.topic_data.len());
     let mut appended = false;
     // Written, not yet durable: synced together after the loop (group commit).
@@ -279,10 +287,15 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
                 Err(ResponseError::InvalidRequiredAcks)
             } else if name.starts_with("__") {
                 Err(ResponseError::InvalidTopicException)
+            } else if let Some(Err(e)) = verified.get(&(name.clone(), p.index)) {
+                Err(*e)
             } else if let Some(part_lock) = broker.partition(&name, p.index) {
+                let guard = verified
+                    .remove(&(name.clone(), p.index))
+                    .and_then(Result::ok);
                 let records = p.records.unwrap_or_default();
                 let mut part = part_lock.lock().await;
-                let res = part.append_produce(&records);
+                let res = part.append_produce(&records, guard);
                 if v >= 5 {
                     resp.log_start_offset = part.log_start_offset();
                 }
@@ -343,6 +356,99 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
         });
     }
     (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}
+
+/// Per partition of a Produce: the verification guard to append with, or the error to answer.
+type Verified = HashMap<(String, i32), Result<VerificationGuard, ResponseError>>;
+
+/// KIP-890 part 1 (`transaction.partition.verification.enable`): for every partition whose
+/// batch would open its producer's transaction here, a verification guard from the
+/// participant ([`super::partition::Partition::start_verification`], under the partition
+/// lock), then one question to the coordinator for all of them
+/// ([`markers::verify::Verifier`]: merged with concurrent requests for the same coordinator),
+/// without holding any lock. A refused partition gets the code Kafka's broker answers
+/// ([`markers::verify::Verdict::produce_code`]: INVALID_TXN_STATE when it is not in the
+/// transaction, NOT_ENOUGH_REPLICAS while the coordinator cannot answer, ...). Partitions
+/// needing no verification are not in the map.
+async fn verify_first_appends(broker: &Broker, r: &ProduceRequest) -> Verified {
+    let mut out = Verified::new();
+    if !broker.verifier.config().enable {
+        return out;
+    }
+    let now = now_ms();
+    let mut wanted = Vec::new();
+    for t in &r.topic_data {
+        let name = t.name.0.to_string();
+        if name.starts_with("__") {
+            continue;
+        }
+        for p in &t.partition_data {
+            let (Some(part), Some(records)) = (broker.partition(&name, p.index), &p.records) else {
+                continue;
+            };
+            let started = part.lock().await.start_verification(records, now);
+            match started {
+                Ok(None) => {}
+                Ok(Some((pid, epoch, guard))) => {
+                    wanted.push((
+                        TopicPartition::new(name.clone(), p.index),
+                        pid,
+                        epoch,
+                        guard,
+                    ));
+                }
+                Err(e) => {
+                    out.insert((name.clone(), p.index), Err(e));
+                }
+            }
+        }
+    }
+    let Some(&(_, pid, epoch, _)) = wanted.first() else {
+        return out;
+    };
+    let transactional_id = r
+        .transactional_id
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .filter(|t| !t.is_empty());
+    let refuse_all = |out: &mut Verified, e: ResponseError| {
+        for (tp, ..) in &wanted {
+            out.insert((tp.topic.clone(), tp.partition), Err(e));
+        }
+    };
+    let Some(transactional_id) = transactional_id else {
+        // Transactional batches without a transactional id: nothing to ask about.
+        refuse_all(&mut out, ResponseError::InvalidTxnState);
+        return out;
+    };
+    if wanted.iter().any(|w| (w.1, w.2) != (pid, epoch)) {
+        // Kafka: "Transactional records contained more than one producer ID".
+        refuse_all(&mut out, ResponseError::InvalidProducerIdMapping);
+        return out;
+    }
+    let answers = broker
+        .verifier
+        .verify(VerifyTxn {
+            transactional_id,
+            producer_id: pid,
+            producer_epoch: epoch,
+            partitions: wanted.iter().map(|w| w.0.clone()).collect(),
+        })
+        .await;
+    for ((tp, verdict), (.., guard)) in answers.into_iter().zip(wanted) {
+        let result = if verdict.allows_append() {
+            Ok(guard)
+        } else {
+            tracing::info!(
+                topic = %tp.topic, partition = tp.partition, producer_id = pid.0,
+                epoch = epoch.0, ?verdict, "produce refused by transaction verification"
+            );
+            let code = verdict.produce_code();
+            Err(ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code)))
+        };
+        out.insert((tp.topic, tp.partition), result);
+    }
+    out
 }
 
 // ===== Fetch =====
@@ -541,14 +647,19 @@ pub(crate) async fn apply_markers(
         let result = match broker.partition(&name, p) {
             Some(part_lock) => {
                 let mut part = part_lock.lock().await;
-                match part.write_marker(
+                let written = part.write_marker(
                     m.producer_id,
                     m.producer_epoch,
                     m.coordinator_epoch,
                     m.result,
                     u8::try_from(m.txn_version.0).unwrap_or(0),
                     now_ms(),
-                ) {
+                );
+                if written.is_ok() {
+                    // A cached verification may describe the transaction this marker ends.
+                    broker.verifier.marker_written(m.producer_id);
+                }
+                match written {
                     Ok(end) if part.is_offsets() => {
                         // The offset store shows the outcome already: durable before anyone
                         // else may look.

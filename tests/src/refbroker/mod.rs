@@ -21,6 +21,7 @@ mod partition;
 pub mod process;
 mod server;
 mod txn;
+mod verify;
 
 pub use cli::{Args, CoordinatorMode, parse_args};
 pub use cluster::{Cluster, NodeAddr};

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use markers::participant::{
     ActiveProducer, BatchHeader, LogBatch, Marker, ParticipantConfig, PartitionState,
-    ProduceDecision, TxnVersion, increment_sequence,
+    ProduceDecision, TxnVersion, VerificationGuard, increment_sequence,
 };
 use tokio::sync::Mutex;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
@@ -48,10 +48,16 @@ pub(crate) struct Partition {
 impl Partition {
     /// Opens the partition in `dir`, replaying its log into the producer state (and, for an
     /// offsets partition, the committed and staged offsets).
-    pub(crate) fn open(dir: &Path, is_offsets: bool, flush: Flush) -> anyhow::Result<Self> {
+    /// `config` says whether transactional batches need a verification guard (KIP-890).
+    pub(crate) fn open(
+        dir: &Path,
+        is_offsets: bool,
+        flush: Flush,
+        config: ParticipantConfig,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let log = PartitionLog::open(&dir.join("00000000000000000000.log"), flush)?;
-        let mut state = PartitionState::new(ParticipantConfig::default(), log.log_start_offset());
+        let mut state = PartitionState::new(config, log.log_start_offset());
         let mut offsets = is_offsets.then(OffsetStore::default);
         for bytes in log.batches() {
             let (batch, _) = LogBatch::read_one(&bytes)
@@ -110,13 +116,18 @@ impl Partition {
     /// Appends the record batch of a produce request (exactly one v2 batch, as Kafka requires
     /// from Produce v3 on), written to the OS but not synced: returns its base offset (the
     /// original one for a duplicate) and the log end offset that must be durable before it is
-    /// acknowledged with acks=all (see [`make_durable`]).
-    pub(crate) fn append_produce(&mut self, records: &Bytes) -> Result<(i64, i64), ResponseError> {
+    /// acknowledged with acks=all (see [`make_durable`]). `guard`: the verification guard of
+    /// [`Partition::start_verification`] once the coordinator said yes (KIP-890).
+    pub(crate) fn append_produce(
+        &mut self,
+        records: &Bytes,
+        guard: Option<VerificationGuard>,
+    ) -> Result<(i64, i64), ResponseError> {
         let (header, len) = BatchHeader::parse(records).map_err(|e| e.response_error())?;
         if len != records.len() {
             return Err(ResponseError::InvalidRecord);
         }
-        let pending = match self.state.check_batch(&header) {
+        let pending = match self.state.check_batch_verified(&header, guard) {
             Err(e) => {
                 tracing::debug!(error = %e, "produce batch rejected");
                 return Err(e.response_error());
@@ -144,6 +155,55 @@ impl Partition {
         Ok((base, self.log.next_offset()))
     }
 
+    /// KIP-890 part 1: whether the produce batch in `records` must be verified with the
+    /// coordinator before it is appended (`Some((producer id, epoch, guard))`), or not
+    /// (`None`: not transactional, verification off, the producer's transaction is open here
+    /// already, or bytes [`Partition::append_produce`] will refuse anyway). A zombie epoch is
+    /// refused at once (INVALID_PRODUCER_EPOCH).
+    pub(crate) fn start_verification(
+        &mut self,
+        records: &Bytes,
+        now_ms: i64,
+    ) -> Result<Option<(ProducerId, ProducerEpoch, VerificationGuard)>, ResponseError> {
+        let Ok((header, _)) = BatchHeader::parse(records) else {
+            return Ok(None);
+        };
+        match self.state.start_verification(&header, now_ms) {
+            Ok(guard) => Ok(guard.map(|g| (header.producer_id, header.producer_epoch, g))),
+            Err(e) => Err(e.response_error()),
+        }
+    }
+
+    /// As [`Partition::start_verification`] for the transactional batch of `records` offset
+    /// commits that [`Partition::append_offsets`] would write for `producer` now.
+    pub(crate) fn start_offsets_verification(
+        &mut self,
+        producer: (ProducerId, ProducerEpoch),
+        records: usize,
+        now_ms: i64,
+    ) -> Result<Option<VerificationGuard>, ResponseError> {
+        let (pid, epoch) = producer;
+        let seq = self.next_offsets_sequence(pid, epoch);
+        let header = BatchHeader {
+            max_timestamp_ms: now_ms,
+            ..BatchHeader::transactional(pid, epoch, seq, i32::try_from(records).unwrap_or(1))
+        };
+        self.state
+            .start_verification(&header, now_ms)
+            .map_err(|e| e.response_error())
+    }
+
+    /// The sequence refbroker gives the next offsets batch of `pid` (the group coordinator's
+    /// own appends carry no client sequence; see `docs/broker-integration.md`).
+    fn next_offsets_sequence(&self, pid: ProducerId, epoch: ProducerEpoch) -> i32 {
+        match self.state.producer(pid) {
+            Some(e) if e.producer_epoch() == epoch && e.last_sequence() >= 0 => {
+                increment_sequence(e.last_sequence(), 1)
+            }
+            _ => 0,
+        }
+    }
+
     /// Writes offset commits to this (`__consumer_offsets`) partition: plain, or staged for
     /// `producer`'s transaction (TxnOffsetCommit), through the same produce checks, so a fenced
     /// producer epoch is refused with INVALID_PRODUCER_EPOCH. Returns the log end offset to
@@ -154,22 +214,16 @@ impl Partition {
         entries: &[(OffsetKey, OffsetValue)],
         producer: Option<(ProducerId, ProducerEpoch)>,
         now_ms: i64,
+        guard: Option<VerificationGuard>,
     ) -> Result<i64, ResponseError> {
         if self.offsets.is_none() {
             return Err(ResponseError::NotCoordinator);
         }
-        let producer = producer.map(|(pid, epoch)| {
-            let seq = match self.state.producer(pid) {
-                Some(e) if e.producer_epoch() == epoch && e.last_sequence() >= 0 => {
-                    increment_sequence(e.last_sequence(), 1)
-                }
-                _ => 0,
-            };
-            (pid, epoch, seq)
-        });
+        let producer =
+            producer.map(|(pid, epoch)| (pid, epoch, self.next_offsets_sequence(pid, epoch)));
         let batch = encode_batch(entries, producer, now_ms)
             .map_err(|_| ResponseError::UnknownServerError)?;
-        let (_, end) = self.append_produce(&batch)?;
+        let (_, end) = self.append_produce(&batch, guard)?;
         Ok(end)
     }
 

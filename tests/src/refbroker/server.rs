@@ -19,7 +19,10 @@ use super::groups::Groups;
 use super::log::Flush;
 use super::partition::Partition;
 use super::txn::TxnService;
+use super::verify::BrokerVerifier;
 use super::{CONSUMER_OFFSETS, Cluster, Config, NodeAddr};
+use markers::participant::ParticipantConfig;
+use markers::verify::{VerificationConfig, Verifier};
 
 /// A partition of a topic.
 pub(crate) type Tp = (String, i32);
@@ -39,6 +42,18 @@ pub struct Broker {
     pub(crate) flush: Flush,
     pub(crate) groups: Groups,
     pub(crate) txn: TxnService,
+    /// KIP-890 part 1: asks the coordinator before first transactional appends
+    /// (`transaction.partition.verification.enable`, default true).
+    pub(crate) verifier: Verifier,
+}
+
+/// The verification settings among the `--set` values.
+pub(crate) fn verification_config(config: &Config) -> anyhow::Result<VerificationConfig> {
+    let mut v = VerificationConfig::default();
+    for (k, value) in &config.settings {
+        v.set(k, value)?;
+    }
+    Ok(v)
 }
 
 impl Broker {
@@ -58,6 +73,8 @@ impl Broker {
                 Flush::parse(v).with_context(|| format!("log.flush={v}: expected fsync or none"))?
             }
         };
+        let verification = verification_config(&config)?;
+        let participant = verification.participant(ParticipantConfig::default());
         let mut partitions = BTreeMap::new();
         for (topic, &count) in &topics {
             for p in 0..count {
@@ -65,14 +82,14 @@ impl Broker {
                     continue;
                 }
                 let dir = config.data_dir.join(format!("{topic}-{p}"));
-                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS, flush)
+                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS, flush, participant)
                     .with_context(|| format!("opening {}", dir.display()))?;
                 partitions.insert((topic.clone(), p), Arc::new(Mutex::new(part)));
             }
         }
         let groups = Groups::new(&config);
         let txn = TxnService::new(&config)?;
-        let broker = Arc::new(Self {
+        let broker = Arc::new_cyclic(|weak| Self {
             config,
             cluster,
             topics,
@@ -81,6 +98,7 @@ impl Broker {
             flush,
             groups,
             txn,
+            verifier: Verifier::new(Arc::new(BrokerVerifier::new(weak.clone())), verification),
         });
         TxnService::start(&broker).await?;
         Groups::start(&broker);

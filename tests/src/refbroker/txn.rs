@@ -89,6 +89,26 @@ impl TxnService {
         matches!(self.mode, Mode::Embedded { .. })
     }
 
+    /// The embedded coordinator, once started.
+    pub(crate) fn embedded(&self) -> Option<&coordinator::shell::Coordinator> {
+        match &self.mode {
+            Mode::Embedded { started, .. } => started.get().map(|e| &e.coordinator),
+            Mode::Forward(_) => None,
+        }
+    }
+
+    /// Standalone mode with a single daemon (`--coordinator HOST:PORT`): its node id (the one
+    /// it gave itself once probed, else `--coordinator-node-id`). Every transactional id is
+    /// coordinated there.
+    pub(crate) fn single_daemon(&self) -> Option<i32> {
+        match &self.mode {
+            // Its list starts with `--coordinator-node-id` and is only ever replaced by a
+            // non-empty one.
+            Mode::Forward(d) if d.addrs.len() == 1 => d.live.lock().first().map(|(id, _)| *id),
+            _ => None,
+        }
+    }
+
     /// The node coordinating `transactional_id` in embedded mode (`None` while unknown; in
     /// standalone mode the daemons are asked instead).
     pub(crate) fn coordinator_node(&self, broker: &Broker, transactional_id: &str) -> Option<i32> {

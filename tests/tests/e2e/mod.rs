@@ -322,6 +322,9 @@ pub(crate) struct ClusterSpec {
     pub(crate) topics: Vec<String>,
     /// Coordinator settings (`KEY=VALUE`), passed as `--set` to whichever process hosts it.
     pub(crate) settings: Vec<String>,
+    /// Broker-only settings (`KEY=VALUE`), passed as `--set` to every refbroker in both modes
+    /// (e.g. `transaction.partition.verification.enable=false`).
+    pub(crate) broker_settings: Vec<String>,
     /// A coordinator cluster on etcd (`on_etcd`): a 3-member etcd and 3 coordinator nodes
     /// sharing the transaction log there.
     pub(crate) etcd: bool,
@@ -335,8 +338,15 @@ impl ClusterSpec {
             brokers: 2,
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
             settings: Vec::new(),
+            broker_settings: Vec::new(),
             etcd: false,
         }
+    }
+
+    /// Adds a broker setting (every refbroker, both modes).
+    pub(crate) fn broker_set(mut self, kv: &str) -> Self {
+        self.broker_settings.push(kv.to_owned());
+        self
     }
 
     /// A coordinator cluster on etcd (3 etcd members started with the cluster). Standalone:
@@ -468,6 +478,10 @@ impl Cluster {
                     args.push("--coordinator".to_owned());
                     args.push(daemon_addr.to_string());
                 }
+            }
+            for kv in &spec.broker_settings {
+                args.push("--set".to_owned());
+                args.push(kv.clone());
             }
             brokers.push(Server::new(
                 &format!("broker{}", i + 1),
@@ -602,6 +616,10 @@ impl Cluster {
                     args.push("--coordinator".to_owned());
                     args.push(join(&daemon_addrs));
                 }
+            }
+            for kv in &spec.broker_settings {
+                args.push("--set".to_owned());
+                args.push(kv.clone());
             }
             brokers.push(Server::new(
                 &format!("broker{}", i + 1),

@@ -1,0 +1,228 @@
+//! KIP-890 part 1: how refbroker asks the transaction coordinator, before a producer's first
+//! transactional append to a partition, whether the partition is in its transaction
+//! ([`markers::verify`]; switched off with `--set transaction.partition.verification.enable=false`).
+//!
+//! [`BrokerVerifier`] is refbroker's [`TxnVerifier`]:
+//!
+//! - standalone, one daemon (`--coordinator HOST:PORT`): every id is coordinated there; the
+//!   verify-only AddPartitionsToTxn v4 goes over the connection the broker already forwards
+//!   coordinator requests on;
+//! - standalone, several daemons (etcd): FindCoordinator (through the daemons, as a client's)
+//!   names the owner, which is asked over a connection of its own;
+//! - embedded: the owner of the id's `__transaction_state` partition; this node's coordinator
+//!   is asked in process (`Coordinator::add_partitions_to_txn` with `verify_only`), another
+//!   node's over the wire, as Kafka's brokers ask each other.
+//!
+//! [`markers::verify::Verifier`] in front of it merges concurrent questions per coordinator
+//! node and keeps positive answers for a second, forgotten when a marker for the producer is
+//! written here.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::StrBytes;
+use markers::verify::{
+    CallError, CoordinatorNode, TxnVerifier, VERIFY_VERSION, Verdict, VerifyTxn, codes,
+    verdicts_of, verify_request,
+};
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use super::NodeAddr;
+use super::server::Broker;
+
+/// Bound on connecting to a coordinator node for a verify call.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// refbroker's [`TxnVerifier`] (see the module docs).
+pub(crate) struct BrokerVerifier {
+    broker: Weak<Broker>,
+    /// Coordinator nodes learnt from FindCoordinator (several daemons).
+    addrs: txn_log::sync::Mutex<HashMap<i32, NodeAddr>>,
+    /// One connection per coordinator node asked over the wire (the Verifier sends one call
+    /// per node at a time).
+    conns: Mutex<HashMap<i32, KafkaConnection<TcpStream>>>,
+}
+
+impl BrokerVerifier {
+    pub(crate) fn new(broker: Weak<Broker>) -> Self {
+        Self {
+            broker,
+            addrs: txn_log::sync::Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Calls `node` at `addr` over the wire with the verify-only request.
+    async fn over_wire(
+        &self,
+        node: i32,
+        addr: &NodeAddr,
+        txns: &[VerifyTxn],
+    ) -> Result<Vec<Vec<Verdict>>, CallError> {
+        let mut conns = self.conns.lock().await;
+        let mut conn = match conns.remove(&node) {
+            Some(c) => c,
+            None => {
+                let stream = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    TcpStream::connect((addr.host.as_str(), addr.port)),
+                )
+                .await
+                .map_err(|_| CallError::Network(format!("connecting to node {node} timed out")))?
+                .map_err(|e| CallError::Network(format!("connecting to node {node}: {e}")))?;
+                let _ = stream.set_nodelay(true);
+                KafkaConnection::new(stream, "refbroker-verify")
+            }
+        };
+        // The Verifier bounds the call; a call cut short drops this connection with it.
+        let response = conn
+            .call(&verify_request(txns), VERIFY_VERSION)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        conns.insert(node, conn);
+        verdicts_of(txns, &response)
+    }
+}
+
+/// The in-process call to this node's embedded coordinator.
+async fn in_process(
+    c: &coordinator::shell::Coordinator,
+    txns: &[VerifyTxn],
+) -> Result<Vec<Vec<Verdict>>, CallError> {
+    let request = coordinator::AddPartitionsToTxnRequest {
+        version: VERIFY_VERSION,
+        transactions: txns
+            .iter()
+            .map(|t| coordinator::AddPartitionsTxn {
+                transactional_id: t.transactional_id.clone(),
+                producer_id: t.producer_id,
+                producer_epoch: t.producer_epoch,
+                verify_only: true,
+                partitions: t.partitions.clone(),
+            })
+            .collect(),
+    };
+    let response = c.add_partitions_to_txn(request).await;
+    if response.error != coordinator::ErrorCode::NONE {
+        return Err(CallError::Refused {
+            code: response.error.0,
+        });
+    }
+    Ok(txns
+        .iter()
+        .map(|t| {
+            let result = response
+                .results
+                .iter()
+                .find(|r| r.transactional_id == t.transactional_id);
+            t.partitions
+                .iter()
+                .map(|tp| {
+                    result
+                        .and_then(|r| r.partitions.iter().find(|(p, _)| p == tp))
+                        .map_or(
+                            Verdict::Other {
+                                code: codes::UNKNOWN_SERVER_ERROR,
+                            },
+                            |(_, code)| Verdict::from_coordinator_code(code.0),
+                        )
+                })
+                .collect()
+        })
+        .collect())
+}
+
+fn find_coordinator_request(transactional_id: &str) -> FindCoordinatorRequest {
+    FindCoordinatorRequest::default()
+        .with_key_type(1)
+        .with_coordinator_keys(vec![StrBytes::from_string(transactional_id.to_owned())])
+}
+
+#[async_trait]
+impl TxnVerifier for BrokerVerifier {
+    async fn coordinator(&self, transactional_id: &str) -> Result<CoordinatorNode, CallError> {
+        let unavailable = CallError::NoCoordinator {
+            code: codes::COORDINATOR_NOT_AVAILABLE,
+        };
+        let Some(broker) = self.broker.upgrade() else {
+            return Err(unavailable);
+        };
+        if broker.txn.is_embedded() {
+            return broker
+                .txn
+                .coordinator_node(&broker, transactional_id)
+                .map(CoordinatorNode)
+                .ok_or(unavailable);
+        }
+        if let Some(node) = broker.txn.single_daemon() {
+            return Ok(CoordinatorNode(node));
+        }
+        let r: FindCoordinatorResponse = broker
+            .txn
+            .forward(&find_coordinator_request(transactional_id), 4)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let Some(c) = r.coordinators.first() else {
+            return Err(unavailable);
+        };
+        if c.error_code != 0 {
+            return Err(CallError::NoCoordinator { code: c.error_code });
+        }
+        let port = u16::try_from(c.port).map_err(|_| unavailable.clone())?;
+        self.addrs.lock().insert(
+            c.node_id.0,
+            NodeAddr {
+                host: c.host.to_string(),
+                port,
+            },
+        );
+        Ok(CoordinatorNode(c.node_id.0))
+    }
+
+    async fn verify(
+        &self,
+        node: CoordinatorNode,
+        txns: &[VerifyTxn],
+    ) -> Result<Vec<Vec<Verdict>>, CallError> {
+        let Some(broker) = self.broker.upgrade() else {
+            return Err(CallError::NoCoordinator {
+                code: codes::COORDINATOR_NOT_AVAILABLE,
+            });
+        };
+        if broker.txn.is_embedded() {
+            if node.0 == broker.config.node_id {
+                let Some(c) = broker.txn.embedded() else {
+                    return Err(CallError::NoCoordinator {
+                        code: codes::COORDINATOR_NOT_AVAILABLE,
+                    });
+                };
+                return in_process(c, txns).await;
+            }
+            let Some(addr) = broker.cluster.addr(node.0).cloned() else {
+                return Err(CallError::NoCoordinator {
+                    code: codes::COORDINATOR_NOT_AVAILABLE,
+                });
+            };
+            return self.over_wire(node.0, &addr, txns).await;
+        }
+        if broker.txn.single_daemon().is_some() {
+            let response = broker
+                .txn
+                .forward(&verify_request(txns), VERIFY_VERSION)
+                .await
+                .map_err(|e| CallError::Network(e.to_string()))?;
+            return verdicts_of(txns, &response);
+        }
+        let Some(addr) = self.addrs.lock().get(&node.0).cloned() else {
+            return Err(CallError::NoCoordinator {
+                code: codes::COORDINATOR_NOT_AVAILABLE,
+            });
+        };
+        self.over_wire(node.0, &addr, txns).await
+    }
+}
