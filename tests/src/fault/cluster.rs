@@ -122,11 +122,28 @@ impl FaultCluster {
         Self::start_on(options, None).await
     }
 
+    /// As [`FaultCluster::start`], every broker also given `--set KEY=VALUE` for each of
+    /// `broker_settings` (e.g. `transaction.partition.verification.enable=false`).
+    pub async fn start_with_broker_settings(
+        options: ClusterOptions,
+        broker_settings: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::start_inner(options, None, broker_settings).await
+    }
+
     /// Starts the proxies, the brokers and the daemon; with `etcd` (cluster mode) first the
     /// etcd members, then the brokers and every daemon on the etcd log.
     pub async fn start_on(
         options: ClusterOptions,
         etcd_options: Option<EtcdOptions>,
+    ) -> anyhow::Result<Self> {
+        Self::start_inner(options, etcd_options, &[]).await
+    }
+
+    async fn start_inner(
+        options: ClusterOptions,
+        etcd_options: Option<EtcdOptions>,
+        broker_settings: &[&str],
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(
             options.daemon_bin.exists(),
@@ -177,7 +194,7 @@ impl FaultCluster {
         let mut brokers = Vec::new();
         for (i, port) in broker_ports.iter().enumerate() {
             let dir = root.path().join(format!("broker-{}", i + 1));
-            let args = vec![
+            let mut args = vec![
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
                 "--data-dir".into(),
@@ -199,6 +216,9 @@ impl FaultCluster {
                 "--set".into(),
                 "fetch.max.wait.ms=50".into(),
             ];
+            for kv in broker_settings {
+                args.extend(["--set".into(), (*kv).to_owned()]);
+            }
             brokers.push(Proc::start(
                 Spec {
                     name: format!("broker-{}", i + 1),
