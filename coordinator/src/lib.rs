@@ -6,7 +6,7 @@
 //! - `embed`: what a broker embedding the coordinator needs: the tokio [`shell`] (with the
 //!   marker writer of the `markers` crate) and the Kafka message conversions of
 //!   `server::protocol`. It re-exports [`kafka_protocol`] (the workspace's copy with bounded
-//!   decoders), [`async_trait`] (for implementing [`shell::PartitionCatalog`]) and
+//!   decoders), [`async_trait`](macro@async_trait) (for implementing [`shell::PartitionCatalog`]) and
 //!   [`prometheus_client`] (the types of [`shell::Metrics`]), so a broker needs none of them as
 //!   its own dependency.
 //! - `daemon` (default, implies `embed`): the Kafka wire server, settings, command line, logging

@@ -1,27 +1,7 @@
 //! The ownership hook of a broker whose own replication decides who leads the
 //! `__transaction_state` partitions: [`Coordinator::became_leader`] and
-//! [`Coordinator::lost_leadership`].
-//!
-//! Kafka's rule (`TransactionCoordinator.onElection`/`onResignation`): the coordinator epoch of
-//! a log partition is the leader epoch of its `__transaction_state` partition. So the epoch the
-//! broker's replication gives the new leader is the one the coordinator claims in the log
-//! (`TxnLog::claim`, which fences every lower epoch) and stamps on every marker (which
-//! participants fence by). The hook keeps the notifications in order per partition:
-//!
-//! - `became_leader(p, e)` with `e` below the highest epoch seen for `p` is stale (a newer
-//!   election was already reported): refused with `LogError::Fenced`, nothing changes.
-//! - `became_leader(p, e)` again with the same `e` loads `p` again (claiming the same epoch
-//!   succeeds): how to take a partition back after a forced unload (see
-//!   [`Coordinator::subscribe_unloads`]) while still its leader.
-//! - `lost_leadership(p, Some(e))` unloads `p` unless a later election (`> e`) was reported;
-//!   `lost_leadership(p, None)` always unloads.
-//!
-//! A log shared by every node (etcd) is its own election: there the hook is called with
-//! [`LeaderEpoch::NextInLog`], which claims one above the stored epoch in one atomic step
-//! (`TxnLog::claim_next`: two nodes taking the partition at once never get the same epoch),
-//! and the epoch so claimed is recorded as the partition's highest. The daemon's etcd
-//! membership (`coordinator::server::membership`, feature `daemon`) takes and gives up its
-//! partitions through this hook only.
+//! [`Coordinator::lost_leadership`] (the rules are on `became_leader`, which rustdoc shows; this
+//! module is private).
 
 use std::collections::BTreeMap;
 
@@ -59,7 +39,29 @@ impl Coordinator {
     /// This broker became the leader of `__transaction_state-<partition>` at `epoch` (an
     /// `i32` leader epoch, or [`LeaderEpoch::NextInLog`] on a shared log): claims the partition
     /// in the log at that coordinator epoch, loads it and serves it. Resolves once serving,
-    /// with the epoch. See the [module docs](self) for the order rules.
+    /// with the epoch.
+    ///
+    /// Kafka's rule (`TransactionCoordinator.onElection`/`onResignation`): the coordinator
+    /// epoch of a log partition is the leader epoch of its `__transaction_state` partition. So
+    /// the epoch the broker's replication gives the new leader is the one the coordinator
+    /// claims in the log (`TxnLog::claim`, which fences every lower epoch) and stamps on every
+    /// marker (which participants fence by). The hook keeps the notifications in order per
+    /// partition:
+    ///
+    /// - `became_leader(p, e)` with `e` below the highest epoch seen for `p` is stale (a newer
+    ///   election was already reported): refused with `LogError::Fenced`, nothing changes.
+    /// - `became_leader(p, e)` again with the same `e` loads `p` again (claiming the same epoch
+    ///   succeeds): how to take a partition back after a forced unload (see
+    ///   [`Coordinator::subscribe_unloads`]) while still its leader.
+    /// - [`Coordinator::lost_leadership`]`(p, Some(e))` unloads `p` unless a later election
+    ///   (`> e`) was reported; `lost_leadership(p, None)` always unloads.
+    ///
+    /// A log shared by every node (etcd) is its own election: there the hook is called with
+    /// [`LeaderEpoch::NextInLog`], which claims one above the stored epoch in one atomic step
+    /// (`TxnLog::claim_next`: two nodes taking the partition at once never get the same
+    /// epoch), and the epoch so claimed is recorded as the partition's highest. The daemon's
+    /// etcd membership (`coordinator::server::membership`, feature `daemon`) takes and gives up
+    /// its partitions through this hook only.
     pub async fn became_leader(
         &self,
         partition: LogPartition,
