@@ -23,8 +23,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    ApiKey, DescribeTransactionsRequest, ProduceRequest, TopicName, TransactionalId,
+    ApiKey, DescribeTransactionsRequest, GroupId, ProduceRequest, ProducerId as WireProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
@@ -309,13 +313,42 @@ async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
     // The same producer's next batch of that transaction, late.
     let late = raw_produce(view.leaders[&0], pid, epoch, 1, "t1-late").await;
     assert_eq!(late.0, INVALID_TXN_STATE, "{late:?}");
-    // A new transaction that adds the partition is verified and appended as usual.
+    // A late TxnOffsetCommit of the aborted transaction (its group's __consumer_offsets
+    // partition was never added) is refused the same way.
+    let mut pool = Pool::new("late-offsets", Duration::from_secs(5));
+    let commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(sb(TID)))
+        .with_group_id(GroupId(sb("hv-group")))
+        .with_producer_id(WireProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_topics(vec![
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(sb(TOPIC)))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(1),
+                ]),
+        ]);
+    let r = pool
+        .call(broker.addr(), &commit, 3)
+        .await
+        .expect("TxnOffsetCommit");
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, INVALID_TXN_STATE,
+        "{r:?}"
+    );
+    // A new transaction that adds the partition is verified and appended as usual, and so is
+    // its offset commit (AddOffsetsToTxn added the offsets partition).
     p.add_partitions(&[0]).await.expect("add again");
     match p.produce(0, &["t2".to_owned()], true).await {
         Ok(offset) => assert_eq!(offset, 2, "after t1-first (0) and the ABORT marker (1)"),
         Err(ClientError::Definite { code, .. }) => panic!("t2 refused with {code}"),
         Err(e) => panic!("t2: {e}"),
     }
+    p.send_offsets(broker.addr(), "hv-group", TOPIC, &[(0, 1)])
+        .await
+        .expect("t2's offsets verified and committed");
     p.end(true).await.expect("commit");
     let mut f = Fetcher::new(view, "reader");
     let r = f
