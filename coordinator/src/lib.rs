@@ -78,7 +78,6 @@
 mod config;
 mod effect;
 mod engine;
-mod error;
 mod pid;
 mod request;
 mod sync;
@@ -92,7 +91,6 @@ pub use config::{
 };
 pub use effect::{Effect, IoId, Millis, RequestId, UnloadReason};
 pub use engine::{Engine, EngineMetrics, handle_unrouted, is_epoch_exhausted};
-pub use error::ErrorCode;
 pub use pid::{InvalidBlock, ProducerIdAllocator};
 pub use request::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
@@ -101,6 +99,9 @@ pub use request::{
     ListTransactionsRequest, ListTransactionsResponse, ListedTxn, Request, Response,
     merge_list_responses, unknown_state_filters,
 };
+/// Kafka's error codes: the workspace's one error-code type, [`txn_log::ErrorCode`]
+/// (re-exported; the participant's and the marker path's errors return the same type).
+pub use txn_log::ErrorCode;
 /// The marker decision and its end, shared with the marker writer (`txn_log`'s types).
 pub use txn_log::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 

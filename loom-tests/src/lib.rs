@@ -21,19 +21,18 @@ use coordinator::{
     InitProducerIdRequest, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
     Request, RequestId, Response, UnloadReason,
 };
+use markers::apply::ApplyError;
 use markers::participant::{
     BatchHeader, Marker, MarkerApplied, MarkerError, ParticipantConfig, PartitionState,
-    ProduceDecision, TxnVersion,
+    ProduceDecision,
 };
-use markers::writer::{
-    self, BrokerEndpoint, LeaderLookup, MarkerPlanner, PlannerConfig, build_response,
-};
+use markers::writer::{self, BrokerEndpoint, LeaderLookup, MarkerPlanner, PlannerConfig};
 use txn_log::mem::{WaitDurable, poll_once};
 use txn_log::sync::Mutex;
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, MemTxnLog,
-    ProducerEpoch, ProducerId, ProducerIdBlock, TopicPartition, TransactionalId, TxnLog, TxnResult,
-    TxnState,
+    CoordinatorEpoch, ErrorCode, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
+    MemTxnLog, ProducerEpoch, ProducerId, ProducerIdBlock, TopicPartition, TransactionalId, TxnLog,
+    TxnResult, TxnState,
 };
 
 /// The loom model builder every model uses: the environment's settings
@@ -604,7 +603,7 @@ pub struct Broker {
     pub rejected: Vec<(TopicPartition, Marker, MarkerError)>,
     /// Answer the next `WriteTxnMarkers` with this code for every partition, applying
     /// nothing (e.g. NOT_LEADER_OR_FOLLOWER, to force a retry).
-    pub fail_next: Option<i16>,
+    pub fail_next: Option<ErrorCode>,
 }
 
 impl Broker {
@@ -666,44 +665,41 @@ impl Broker {
     /// Returns the error code per (producer id, topic, partition).
     fn write_txn_markers(
         &mut self,
-        markers: &[(Marker, Vec<TopicPartition>)],
+        markers: &[(TopicPartition, Marker)],
         now_ms: i64,
-    ) -> BTreeMap<(i64, String, i32), i16> {
-        let mut codes = BTreeMap::new();
+    ) -> Vec<Result<(), ApplyError>> {
         let fail = self.fail_next.take();
-        for (marker, partitions) in markers {
-            for p in partitions {
-                let key = (marker.producer_id.0, p.topic.clone(), p.partition);
-                if let Some(code) = fail {
-                    codes.insert(key, code);
-                    continue;
+        let mut results = Vec::with_capacity(markers.len());
+        for (p, marker) in markers {
+            if let Some(code) = fail {
+                results.push(Err(ApplyError::Code(code)));
+                continue;
+            }
+            let Some(state) = self.partitions.get_mut(p) else {
+                results.push(Err(ApplyError::UnknownPartition));
+                continue;
+            };
+            match state.check_marker(marker) {
+                Ok(pending) => {
+                    let at = state.next_offset();
+                    let applied = state
+                        .complete_marker(pending, at, now_ms)
+                        .expect("checked marker records");
+                    state.advance_high_watermark(state.next_offset());
+                    self.applied.push(AppliedMarker {
+                        partition: p.clone(),
+                        marker: *marker,
+                        applied,
+                    });
+                    results.push(Ok(()));
                 }
-                let Some(state) = self.partitions.get_mut(p) else {
-                    codes.insert(key, writer::codes::UNKNOWN_TOPIC_OR_PARTITION);
-                    continue;
-                };
-                match state.check_marker(marker) {
-                    Ok(pending) => {
-                        let at = state.next_offset();
-                        let applied = state
-                            .complete_marker(pending, at, now_ms)
-                            .expect("checked marker records");
-                        state.advance_high_watermark(state.next_offset());
-                        self.applied.push(AppliedMarker {
-                            partition: p.clone(),
-                            marker: *marker,
-                            applied,
-                        });
-                        codes.insert(key, writer::codes::NONE);
-                    }
-                    Err(e) => {
-                        codes.insert(key, e.code());
-                        self.rejected.push((p.clone(), *marker, e));
-                    }
+                Err(e) => {
+                    self.rejected.push((p.clone(), *marker, e.clone()));
+                    results.push(Err(ApplyError::Rejected(e)));
                 }
             }
         }
-        codes
+        results
     }
 }
 
@@ -730,41 +726,10 @@ pub fn deliver_one(node: &Mutex<Node>, broker: &Mutex<Broker>, node_id: i32) -> 
     else {
         return false;
     };
-    let markers: Vec<(Marker, Vec<TopicPartition>)> = request
-        .markers
-        .iter()
-        .zip(&txn_versions)
-        .map(|(m, v)| {
-            let marker = Marker {
-                producer_id: ProducerId(m.producer_id.0),
-                producer_epoch: ProducerEpoch(m.producer_epoch),
-                coordinator_epoch: CoordinatorEpoch(m.coordinator_epoch),
-                result: if m.transaction_result {
-                    TxnResult::Commit
-                } else {
-                    TxnResult::Abort
-                },
-                txn_version: TxnVersion(i8::try_from(*v).unwrap_or(i8::MAX)),
-            };
-            let parts = m
-                .topics
-                .iter()
-                .flat_map(|t| {
-                    t.partition_indexes
-                        .iter()
-                        .map(|&p| TopicPartition::new(t.name.0.as_str(), p))
-                })
-                .collect();
-            (marker, parts)
-        })
-        .collect();
-    let codes = broker.lock().write_txn_markers(&markers, 0);
-    let response = build_response(&request, |pid, topic, p| {
-        codes
-            .get(&(pid.0, topic.to_owned(), p))
-            .copied()
-            .unwrap_or(writer::codes::UNKNOWN_SERVER_ERROR)
-    });
+    // The library's conversion both ways, as a broker hosting the coordinator uses it.
+    let markers = markers::apply::markers_of(&request, &txn_versions);
+    let results = broker.lock().write_txn_markers(&markers, 0);
+    let response = markers::apply::response_of(&request, &results);
     let mut n = node.lock();
     let now = now_ms(n.now);
     if let Markers::Planner { planner, .. } = &mut n.markers {

@@ -34,8 +34,8 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TxnResult};
 
+use crate::ErrorCode;
 use crate::participant::{Marker, MarkerError, TxnVersion};
-use crate::writer::codes;
 
 /// Why a marker was not applied to its partition. Each maps to the error code Kafka's broker
 /// answers ([`ApplyError::code`]), which decides what the marker writer does next.
@@ -60,19 +60,25 @@ pub enum ApplyError {
     Storage(String),
     /// Any other Kafka error code (e.g. `NOT_ENOUGH_REPLICAS`, 19, from a replicated log).
     #[error("error code {0}")]
-    Code(i16),
+    Code(ErrorCode),
 }
 
 impl ApplyError {
     /// The Kafka error code of the partition's `WriteTxnMarkers` result.
-    pub fn code(&self) -> i16 {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::NotLeader => codes::NOT_LEADER_OR_FOLLOWER,
-            Self::UnknownPartition => codes::UNKNOWN_TOPIC_OR_PARTITION,
+            Self::NotLeader => ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            Self::UnknownPartition => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             Self::Rejected(e) => e.code(),
-            Self::Storage(_) => codes::KAFKA_STORAGE_ERROR,
+            Self::Storage(_) => ErrorCode::KAFKA_STORAGE_ERROR,
             Self::Code(c) => *c,
         }
+    }
+}
+
+impl From<&ApplyError> for ErrorCode {
+    fn from(e: &ApplyError) -> Self {
+        e.code()
     }
 }
 
@@ -97,13 +103,11 @@ pub trait MarkerApplier: Send + Sync {
 /// a missing one is TV0, as on the wire.
 pub fn markers_of(
     request: &WriteTxnMarkersRequest,
-    txn_versions: &[u8],
+    txn_versions: &[TxnVersion],
 ) -> Vec<(TopicPartition, Marker)> {
     let mut out = Vec::new();
     for (i, m) in request.markers.iter().enumerate() {
-        let txn_version = txn_versions.get(i).map_or(TxnVersion::V0, |&v| {
-            TxnVersion(i8::try_from(v).unwrap_or(i8::MAX))
-        });
+        let txn_version = txn_versions.get(i).copied().unwrap_or(TxnVersion::V0);
         let marker = Marker {
             producer_id: ProducerId(m.producer_id.0),
             producer_epoch: ProducerEpoch(m.producer_epoch),
@@ -144,13 +148,13 @@ pub fn response_of(
                         .iter()
                         .map(|&p| {
                             let code = match results.next() {
-                                Some(Ok(())) => codes::NONE,
+                                Some(Ok(())) => ErrorCode::NONE,
                                 Some(Err(e)) => e.code(),
-                                None => codes::UNKNOWN_SERVER_ERROR,
+                                None => ErrorCode::UNKNOWN_SERVER_ERROR,
                             };
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(p)
-                                .with_error_code(code)
+                                .with_error_code(code.code())
                         })
                         .collect();
                     WritableTxnMarkerTopicResult::default()
@@ -173,7 +177,7 @@ pub fn response_of(
 pub async fn apply_request(
     applier: &dyn MarkerApplier,
     request: &WriteTxnMarkersRequest,
-    txn_versions: &[u8],
+    txn_versions: &[TxnVersion],
 ) -> WriteTxnMarkersResponse {
     let results = applier
         .apply_markers(markers_of(request, txn_versions))
@@ -220,7 +224,7 @@ impl crate::writer::MarkerTransport for ApplierTransport {
         &self,
         _broker: &crate::writer::BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, crate::writer::TransportError> {
         Ok(apply_request(self.applier.as_ref(), &request, &txn_versions).await)
     }
@@ -261,7 +265,7 @@ mod tests {
     #[test]
     fn a_request_becomes_one_marker_per_partition_and_back() {
         let r = request();
-        let entries = markers_of(&r, &[2]);
+        let entries = markers_of(&r, &[TxnVersion::V2]);
         let tps: Vec<String> = entries.iter().map(|(tp, _)| tp.to_string()).collect();
         assert_eq!(tps.len(), 4);
         let first = entries[0].1;
@@ -286,7 +290,7 @@ mod tests {
                 Err(ApplyError::Storage("disk".into())),
             ],
         );
-        let codes: Vec<(i64, String, i32, i16)> = response
+        let codes: Vec<(i64, String, i32, ErrorCode)> = response
             .markers
             .iter()
             .flat_map(|m| {
@@ -296,7 +300,7 @@ mod tests {
                             m.producer_id.0,
                             t.name.0.to_string(),
                             p.partition_index,
-                            p.error_code,
+                            ErrorCode::from(p.error_code),
                         )
                     })
                 })
@@ -305,10 +309,10 @@ mod tests {
         assert_eq!(
             codes,
             vec![
-                (10, "a".into(), 0, codes::NONE),
-                (10, "a".into(), 1, codes::NOT_LEADER_OR_FOLLOWER),
-                (10, "b".into(), 4, codes::KAFKA_STORAGE_ERROR),
-                (11, "a".into(), 2, codes::UNKNOWN_SERVER_ERROR),
+                (10, "a".into(), 0, ErrorCode::NONE),
+                (10, "a".into(), 1, ErrorCode::NOT_LEADER_OR_FOLLOWER),
+                (10, "b".into(), 4, ErrorCode::KAFKA_STORAGE_ERROR),
+                (11, "a".into(), 2, ErrorCode::UNKNOWN_SERVER_ERROR),
             ]
         );
     }
@@ -320,8 +324,44 @@ mod tests {
             marker_coordinator_epoch: CoordinatorEpoch(1),
             current_coordinator_epoch: CoordinatorEpoch(2),
         });
-        assert_eq!(e.code(), codes::TRANSACTION_COORDINATOR_FENCED);
+        assert_eq!(e.code(), ErrorCode::TRANSACTION_COORDINATOR_FENCED);
+        assert_eq!(
+            ErrorCode::from(&e),
+            ErrorCode::TRANSACTION_COORDINATOR_FENCED
+        );
+        let zombie = crate::participant::ProduceError::InvalidProducerEpoch {
+            producer_id: ProducerId(1),
+            batch_epoch: ProducerEpoch(0),
+            current_epoch: ProducerEpoch(1),
+        };
+        assert_eq!(ErrorCode::from(&zombie), ErrorCode::INVALID_PRODUCER_EPOCH);
+        assert_eq!(zombie.response_error().code(), 47);
         assert_eq!(ApplyError::UnknownPartition.code(), 3);
-        assert_eq!(ApplyError::Code(19).code(), 19);
+        assert_eq!(ApplyError::Code(ErrorCode::NOT_ENOUGH_REPLICAS).code(), 19);
+    }
+
+    /// The one name table (`txn_log::ErrorCode`) agrees with kafka-protocol's generated one
+    /// (Kafka's `Errors.java`) on every code it names: the name and whether it is retriable.
+    #[test]
+    fn error_code_table_agrees_with_kafka_protocol() {
+        use kafka_protocol::ResponseError;
+        for &code in ErrorCode::KNOWN {
+            let name = code.name().expect("named");
+            let Some(theirs) = ResponseError::try_from_code(code.code()) else {
+                assert_eq!(code, ErrorCode::NONE);
+                continue;
+            };
+            let camel: String = name
+                .split('_')
+                .map(|w| {
+                    let mut cs = w.chars();
+                    cs.next().map_or(String::new(), |c| {
+                        c.to_string() + &cs.as_str().to_ascii_lowercase()
+                    })
+                })
+                .collect();
+            assert_eq!(format!("{theirs:?}"), camel, "{code}");
+            assert_eq!(code.is_retriable(), theirs.is_retriable(), "{code}");
+        }
     }
 }

@@ -31,6 +31,10 @@ pub use kafka_protocol;
 #[cfg(feature = "net")]
 pub use async_trait::async_trait;
 
+/// Kafka's error codes: the workspace's one error-code type (`txn_log::ErrorCode`, also
+/// `coordinator::ErrorCode`), which every typed error here converts to (`code()`).
+pub use txn_log::ErrorCode;
+
 pub mod apply;
 pub mod participant;
 

@@ -15,8 +15,8 @@ use markers::writer::{
 use tokio::sync::{Semaphore, mpsc};
 use txn_log::sync::Mutex;
 use txn_log::{
-    CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
-    TxnResult,
+    CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnResult, TxnVersion,
 };
 
 fn tp(topic: &str, p: i32) -> TopicPartition {
@@ -36,12 +36,12 @@ fn req(txn: &str, pid: i64, lp: u32, ce: i32, parts: &[TopicPartition]) -> TxnMa
         log_partition: LogPartition(lp),
         result: TxnResult::Abort,
         partitions: parts.to_vec(),
-        txn_version: txn_log::TxnVersion::V2,
+        txn_version: TxnVersion::V2,
     }
 }
 
 /// What a scripted broker does with one partition marker.
-type Script = dyn Fn(i32, i64, &str, i32) -> i16 + Send + Sync;
+type Script = dyn Fn(i32, i64, &str, i32) -> ErrorCode + Send + Sync;
 
 /// Scripted in-process brokers: per-partition answer codes, brokers that are down (every call
 /// fails as a disconnect), and a log of `(node, pid, topic, partition)` received.
@@ -50,7 +50,7 @@ struct Brokers {
     down: Mutex<HashSet<i32>>,
     log: Mutex<Vec<(i32, i64, String, i32)>>,
     calls: Mutex<BTreeMap<i32, usize>>,
-    versions_seen: Mutex<Vec<u8>>,
+    versions_seen: Mutex<Vec<TxnVersion>>,
 }
 
 impl Brokers {
@@ -64,7 +64,7 @@ impl Brokers {
         })
     }
 
-    fn script(&self, f: impl Fn(i32, i64, &str, i32) -> i16 + Send + Sync + 'static) {
+    fn script(&self, f: impl Fn(i32, i64, &str, i32) -> ErrorCode + Send + Sync + 'static) {
         *self.script.lock() = Box::new(f);
     }
 
@@ -88,7 +88,7 @@ impl Brokers {
         &self,
         broker: &BrokerEndpoint,
         request: &WriteTxnMarkersRequest,
-        versions: &[u8],
+        versions: &[TxnVersion],
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         let node = broker.node_id;
         *self.calls.lock().entry(node).or_default() += 1;
@@ -186,7 +186,11 @@ async fn s92_two_brokers_two_transactions_sharing_a_partition() {
     b1.sort();
     assert_eq!(b1, vec![(0, "topic1".into(), 0), (1, "topic1".into(), 0)]);
     assert_eq!(brokers.received(2), vec![(0, "topic1".into(), 1)]);
-    assert!(brokers.versions_seen.lock().iter().all(|&v| v == 2));
+    let seen = brokers.versions_seen.lock().clone();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|&v| v == TxnVersion::V2),
+        "{seen:?}"
+    );
     let st = s.writer.stats();
     assert_eq!((st.markers_sent, st.markers_acked, st.completed), (3, 3, 2));
     assert_eq!(st.pending_decisions, 0);
@@ -318,7 +322,7 @@ impl LocalMarkerHandler for Gate {
         &self,
         _broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        _txn_versions: Vec<u8>,
+        _txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         let ce = request.markers.first().map_or(-1, |m| m.coordinator_epoch);
         let _ = self.arrived.send(ce);

@@ -23,12 +23,12 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use txn_log::sync::Mutex;
 use txn_log::{
-    CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
-    TxnResult,
+    CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnResult,
 };
 
 /// Per-marker answer: `(node, pid, topic, partition) -> code`.
-type Script = dyn Fn(i32, i64, &str, i32) -> i16 + Send + Sync;
+type Script = dyn Fn(i32, i64, &str, i32) -> ErrorCode + Send + Sync;
 
 /// The fake cluster: topic -> leader per partition, broker ports.
 #[derive(Default)]
@@ -141,7 +141,7 @@ fn metadata(cluster: &Cluster, m: &kafka_protocol::messages::MetadataRequest) ->
         .map(|name| {
             let t = MetadataResponseTopic::default().with_name(Some(name.clone()));
             match topics_map.get(name.0.as_str()) {
-                None => t.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                None => t.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION.code()),
                 Some(leaders) => t.with_partitions(
                     leaders
                         .iter()

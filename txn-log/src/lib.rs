@@ -3,7 +3,8 @@
 //!
 //! This crate owns:
 //! - the identifiers ([`TransactionalId`], [`ProducerId`], [`ProducerEpoch`],
-//!   [`CoordinatorEpoch`], [`LogPartition`], [`TopicPartition`]) and Kafka's [`TxnState`];
+//!   [`CoordinatorEpoch`], [`LogPartition`], [`TopicPartition`]), Kafka's [`TxnState`],
+//!   [`TxnVersion`] and [`ErrorCode`] (the one error-code type of the workspace);
 //! - the persisted record ([`TxnRecord`]) and its versioned, checksummed encoding;
 //! - the [`TxnLog`] trait, the seam a broker implements with its own replicated log, with its
 //!   correctness obligations;
@@ -32,6 +33,7 @@
 pub mod codec;
 mod decision;
 mod error;
+mod error_code;
 #[cfg(feature = "etcd")]
 pub mod etcd_log;
 mod ids;
@@ -49,6 +51,7 @@ mod version;
 
 pub use decision::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 pub use error::LogError;
+pub use error_code::ErrorCode;
 #[cfg(feature = "etcd")]
 pub use etcd_log::{EtcdConfig, EtcdTxnLog};
 pub use ids::{

@@ -36,7 +36,6 @@
 mod builder;
 mod catalog;
 mod clock;
-mod codes;
 mod completion;
 mod driver;
 mod markers;

@@ -2,7 +2,7 @@
 //! the Kafka error code a real broker would send (`code()`); `Display` texts may change.
 
 use kafka_protocol::ResponseError;
-use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId};
+use txn_log::{CoordinatorEpoch, ErrorCode, ProducerEpoch, ProducerId};
 
 use super::TxnVersion;
 
@@ -91,22 +91,31 @@ pub enum ProduceError {
 }
 
 impl ProduceError {
-    /// The Kafka error.
-    pub fn response_error(&self) -> ResponseError {
+    /// The Kafka error code for the partition's response (`.code()` of it is the `int16`).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::InvalidRecord { .. } => ResponseError::InvalidRecord,
-            Self::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-            Self::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-            Self::InvalidTxnState { .. } | Self::NotVerified { .. } => {
-                ResponseError::InvalidTxnState
-            }
-            Self::UnknownProducerId { .. } => ResponseError::UnknownProducerId,
+            Self::InvalidRecord { .. } => ErrorCode::INVALID_RECORD,
+            Self::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
+            Self::OutOfOrderSequence { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            Self::InvalidTxnState { .. } | Self::NotVerified { .. } => ErrorCode::INVALID_TXN_STATE,
+            Self::UnknownProducerId { .. } => ErrorCode::UNKNOWN_PRODUCER_ID,
         }
     }
 
-    /// The Kafka error code (`int16`) for the response.
-    pub fn code(&self) -> i16 {
-        self.response_error().code()
+    /// The same code as kafka-protocol's error type, for a broker built on kafka-protocol.
+    pub fn response_error(&self) -> ResponseError {
+        response_error(self.code())
+    }
+}
+
+/// kafka-protocol's error for a non-zero code.
+fn response_error(code: ErrorCode) -> ResponseError {
+    ResponseError::try_from_code(code.code()).unwrap_or(ResponseError::UnknownServerError)
+}
+
+impl From<&ProduceError> for ErrorCode {
+    fn from(e: &ProduceError) -> Self {
+        e.code()
     }
 }
 
@@ -156,18 +165,24 @@ pub enum MarkerError {
 }
 
 impl MarkerError {
-    /// The Kafka error.
-    pub fn response_error(&self) -> ResponseError {
+    /// The Kafka error code for the partition's `WriteTxnMarkers` result.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::InvalidMarker { .. } => ResponseError::InvalidRequest,
-            Self::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-            Self::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+            Self::InvalidMarker { .. } => ErrorCode::INVALID_REQUEST,
+            Self::InvalidProducerEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
+            Self::CoordinatorFenced { .. } => ErrorCode::TRANSACTION_COORDINATOR_FENCED,
         }
     }
 
-    /// The Kafka error code (`int16`) for the response.
-    pub fn code(&self) -> i16 {
-        self.response_error().code()
+    /// The same code as kafka-protocol's error type, for a broker built on kafka-protocol.
+    pub fn response_error(&self) -> ResponseError {
+        response_error(self.code())
+    }
+}
+
+impl From<&MarkerError> for ErrorCode {
+    fn from(e: &MarkerError) -> Self {
+        e.code()
     }
 }
 

@@ -92,7 +92,7 @@ impl VerificationEntry {
 
 #[cfg(test)]
 mod tests {
-    use txn_log::{CoordinatorEpoch, TxnResult};
+    use txn_log::{CoordinatorEpoch, ErrorCode, TxnResult};
 
     use super::super::*;
     use super::*;
@@ -193,7 +193,7 @@ mod tests {
         append(&mut p, &txn(0, 4), Some(g2));
     }
 
-    fn err(p: &mut PartitionState, b: &BatchHeader, g: Option<VerificationGuard>) -> i16 {
+    fn err(p: &mut PartitionState, b: &BatchHeader, g: Option<VerificationGuard>) -> ErrorCode {
         p.check_batch_verified(b, g).expect_err("refused").code()
     }
 
@@ -258,14 +258,14 @@ mod tests {
         assert_eq!(err(&mut p, &txn(0, 0), Some(g0)), 48);
         assert_eq!(
             p.start_verification(&txn(0, 0), 0).map_err(|e| e.code()),
-            Err(47)
+            Err(ErrorCode::INVALID_PRODUCER_EPOCH)
         );
         append(&mut p, &txn(1, 0), Some(g1));
         // Older than the producer's epoch here: fenced before any question is asked.
         marker(&mut p, 1, TxnResult::Commit);
         assert_eq!(
             p.start_verification(&txn(0, 2), 0).map_err(|e| e.code()),
-            Err(47)
+            Err(ErrorCode::INVALID_PRODUCER_EPOCH)
         );
     }
 

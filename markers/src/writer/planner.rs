@@ -11,39 +11,46 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use kafka_protocol::protocol::StrBytes;
-use txn_log::{CoordinatorEpoch, LogPartition, ProducerId, TopicPartition, TransactionalId};
+use txn_log::{
+    CoordinatorEpoch, ErrorCode, LogPartition, ProducerId, TopicPartition, TransactionalId,
+    TxnVersion,
+};
 
 use super::{BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 
 /// Milliseconds on the caller's monotonic clock.
 pub type Millis = u64;
 
-/// Kafka error codes the planner distinguishes.
+/// The Kafka error codes the planner distinguishes: [`ErrorCode`]'s constants under the
+/// names this module always had (the same type and values; no table of its own).
 pub mod codes {
+    use txn_log::ErrorCode;
+
     /// No error.
-    pub const NONE: i16 = 0;
+    pub const NONE: ErrorCode = ErrorCode::NONE;
     /// Unknown server error (fatal in Kafka; retried here).
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode::UNKNOWN_SERVER_ERROR;
     /// Partition not hosted by the receiver.
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
     /// Receiver is not the leader.
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode::NOT_LEADER_OR_FOLLOWER;
     /// The append timed out.
-    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode::REQUEST_TIMED_OUT;
     /// ISR too small.
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const NOT_ENOUGH_REPLICAS: ErrorCode = ErrorCode::NOT_ENOUGH_REPLICAS;
     /// ISR shrank after the append.
-    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode =
+        ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND;
     /// The API version is not supported by the partition.
-    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode::UNSUPPORTED_VERSION;
     /// Record format older than v2: no transactions on this partition.
-    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: ErrorCode = ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT;
     /// The marker's producer epoch is stale.
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode::INVALID_PRODUCER_EPOCH;
     /// The marker's coordinator epoch is lower than the partition has seen.
-    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    pub const TRANSACTION_COORDINATOR_FENCED: ErrorCode = ErrorCode::TRANSACTION_COORDINATOR_FENCED;
     /// Storage failure on the leader.
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const KAFKA_STORAGE_ERROR: ErrorCode = ErrorCode::KAFKA_STORAGE_ERROR;
 }
 
 /// What the planner does with one partition's error code (Kafka's `TransactionMarkerRequestCompletionHandler`).
@@ -62,7 +69,7 @@ enum Action {
     Unexpected,
 }
 
-fn classify(code: i16) -> Action {
+fn classify(code: ErrorCode) -> Action {
     match code {
         codes::NONE => Action::Done,
         codes::UNSUPPORTED_FOR_MESSAGE_FORMAT | codes::UNSUPPORTED_VERSION => Action::Unsupported,
@@ -142,7 +149,7 @@ pub enum Effect {
         request: WriteTxnMarkersRequest,
         /// The transaction version of each marker, parallel to `request.markers` (v1 has no
         /// field for it; in-process participants use it).
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     },
 }
 
@@ -471,7 +478,7 @@ impl MarkerPlanner {
         let Some(flight) = self.take_in_flight(broker, request_id) else {
             return;
         };
-        let mut codes_by_key: HashMap<(i64, &str, i32), i16> = HashMap::new();
+        let mut codes_by_key: HashMap<(i64, &str, i32), ErrorCode> = HashMap::new();
         for marker in &response.markers {
             for topic in &marker.topics {
                 for p in &topic.partitions {
@@ -481,7 +488,7 @@ impl MarkerPlanner {
                             topic.name.0.as_str(),
                             p.partition_index,
                         ),
-                        p.error_code,
+                        ErrorCode::from(p.error_code),
                     );
                 }
             }
@@ -673,8 +680,7 @@ impl MarkerPlanner {
             }
             let r = &dec.request;
             markers.push(marker_entry(r, &tps));
-            // The transport hop still carries the persisted byte (see `Effect::Send`).
-            versions.push(u8::from(r.txn_version));
+            versions.push(r.txn_version);
             flight.push((d, r.producer_id, tps.into_iter().collect()));
         }
         self.stats.markers_sent += partitions as u64;
@@ -842,10 +848,11 @@ fn marker_entry(r: &TxnMarkerRequest, tps: &BTreeSet<TopicPartition>) -> Writabl
 }
 
 /// Builds the answer to `request` with `code_for(producer_id, topic, partition)` per partition:
-/// a helper for participants, in-process transports and tests.
-pub fn build_response(
+/// a helper for participants, in-process transports and tests. The closure answers an
+/// [`ErrorCode`] (or the raw `int16`).
+pub fn build_response<C: Into<ErrorCode>>(
     request: &WriteTxnMarkersRequest,
-    mut code_for: impl FnMut(ProducerId, &str, i32) -> i16,
+    mut code_for: impl FnMut(ProducerId, &str, i32) -> C,
 ) -> WriteTxnMarkersResponse {
     let markers = request
         .markers
@@ -862,7 +869,7 @@ pub fn build_response(
                         .map(|&p| {
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(p)
-                                .with_error_code(code_for(pid, t.name.0.as_str(), p))
+                                .with_error_code(code_for(pid, t.name.0.as_str(), p).into().code())
                         })
                         .collect();
                     WritableTxnMarkerTopicResult::default()

@@ -8,16 +8,14 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio::net::TcpStream;
-use txn_log::TopicPartition;
 use txn_log::sync::Mutex;
+use txn_log::{ErrorCode, TopicPartition};
 
 use super::{BrokerEndpoint, LeaderLookup};
 use crate::wire::KafkaConnection;
 
 /// The `Metadata` version [`MetadataLeaderResolver`] sends (supported by Kafka 2.8 to 4.x).
 pub const METADATA_VERSION: i16 = 12;
-
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// A lookup that produced no answer at all (treated like [`LeaderLookup::Unknown`]: retried).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,10 +196,11 @@ impl LeaderResolver for MetadataLeaderResolver {
             return Ok(LeaderLookup::Unknown);
         };
         state.leaders.retain(|k, _| k.topic != tp.topic);
-        if topic.error_code == UNKNOWN_TOPIC_OR_PARTITION {
+        let code = ErrorCode::from(topic.error_code);
+        if code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION {
             return Ok(LeaderLookup::TopicGone);
         }
-        if topic.error_code != 0 {
+        if !code.is_none() {
             return Ok(LeaderLookup::Unknown);
         }
         for p in &topic.partitions {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use txn_log::{
-    CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
-    TxnResult,
+    CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnResult, TxnVersion,
 };
 
 use super::planner::{Effect, Lookup, MarkerPlanner, Millis, PlannerConfig, RequestId, codes};
@@ -31,7 +31,7 @@ fn req(txn: &str, pid: i64, lp: u32, ce: i32, parts: &[TopicPartition]) -> TxnMa
         log_partition: LogPartition(lp),
         result: TxnResult::Commit,
         partitions: parts.to_vec(),
-        txn_version: txn_log::TxnVersion::V2,
+        txn_version: TxnVersion::V2,
     }
 }
 
@@ -63,7 +63,7 @@ impl Sent {
             .collect()
     }
 
-    fn respond(&self, code: i16) -> WriteTxnMarkersResponse {
+    fn respond(&self, code: ErrorCode) -> WriteTxnMarkersResponse {
         build_response(&self.request, |_, _, _| code)
     }
 }
@@ -105,7 +105,11 @@ impl Harness {
                     request,
                     txn_versions,
                 } => {
-                    assert_eq!(txn_versions.len(), request.markers.len());
+                    assert_eq!(
+                        txn_versions,
+                        vec![TxnVersion::V2; request.markers.len()],
+                        "every marker's decision is TV2"
+                    );
                     sends.push(Sent {
                         node: broker.node_id,
                         id: request_id,
@@ -134,7 +138,7 @@ impl Harness {
         }
     }
 
-    fn respond(&mut self, s: &Sent, code: i16) {
+    fn respond(&mut self, s: &Sent, code: ErrorCode) {
         let r = s.respond(code);
         self.p.handle_response(self.now, s.node, s.id, &r);
         self.drain();
@@ -423,7 +427,7 @@ enum Expect {
 /// S101: every row of the response table.
 #[test]
 fn s101_response_errors_follow_the_table() {
-    let rows: &[(i16, Expect)] = &[
+    let rows: &[(ErrorCode, Expect)] = &[
         (codes::NONE, Expect::Complete),
         (codes::UNKNOWN_TOPIC_OR_PARTITION, Expect::Retry),
         (codes::NOT_LEADER_OR_FOLLOWER, Expect::Retry),
@@ -437,10 +441,10 @@ fn s101_response_errors_follow_the_table() {
         (codes::UNSUPPORTED_VERSION, Expect::Complete),
         // Kafka: IllegalStateException. Here: retried and counted.
         (codes::UNKNOWN_SERVER_ERROR, Expect::Retry),
-        (2, Expect::Retry),
-        (10, Expect::Retry),
-        (18, Expect::Retry),
-        (21, Expect::Retry),
+        (ErrorCode::CORRUPT_MESSAGE, Expect::Retry),
+        (ErrorCode::MESSAGE_TOO_LARGE, Expect::Retry),
+        (ErrorCode::RECORD_LIST_TOO_LARGE, Expect::Retry),
+        (ErrorCode::INVALID_REQUIRED_ACKS, Expect::Retry),
     ];
     for &(code, expect) in rows {
         let mut h = Harness::new();
@@ -448,7 +452,9 @@ fn s101_response_errors_follow_the_table() {
         let sends = h.route(|_| LeaderLookup::Leader(ep(1)));
         assert_eq!(sends.len(), 1);
         // topic1-0 answers `code`, topic1-1 NONE.
-        let r = build_response(&sends[0].request, |_, _, p| if p == 0 { code } else { 0 });
+        let r = build_response(&sends[0].request, |_, _, p| {
+            if p == 0 { code } else { ErrorCode::NONE }
+        });
         h.p.handle_response(h.now, 1, sends[0].id, &r);
         h.drain();
         match expect {
@@ -475,7 +481,8 @@ fn s101_response_errors_follow_the_table() {
                     (1, 1),
                     "{code}"
                 );
-                let outside_table = [codes::UNKNOWN_SERVER_ERROR, 2, 10, 18, 21].contains(&code);
+                let outside_table =
+                    [codes::UNKNOWN_SERVER_ERROR.code(), 2, 10, 18, 21].contains(&code.code());
                 assert_eq!(st.unexpected_errors, u64::from(outside_table), "{code}");
                 h.advance();
                 let (lookups, _) = h.poll();
@@ -722,7 +729,16 @@ mod prop {
         ]
     }
 
-    const CODES: [i16; 8] = [0, 0, 0, 6, 3, 47, 43, 7];
+    const CODES: [ErrorCode; 8] = [
+        ErrorCode::NONE,
+        ErrorCode::NONE,
+        ErrorCode::NONE,
+        ErrorCode::NOT_LEADER_OR_FOLLOWER,
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode::INVALID_PRODUCER_EPOCH,
+        ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode::REQUEST_TIMED_OUT,
+    ];
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]

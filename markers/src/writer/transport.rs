@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use txn_log::TxnVersion;
 use txn_log::sync::Mutex;
 
 use super::BrokerEndpoint;
@@ -81,7 +82,7 @@ pub trait MarkerTransport: Send + Sync {
         &self,
         broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         let _ = txn_versions;
         self.write_markers(broker, request).await
@@ -233,14 +234,14 @@ pub trait LocalMarkerHandler: Send + Sync {
         &self,
         broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError>;
 }
 
 type LocalFn = dyn Fn(
         &BrokerEndpoint,
         WriteTxnMarkersRequest,
-        &[u8],
+        &[TxnVersion],
     ) -> Result<WriteTxnMarkersResponse, TransportError>
     + Send
     + Sync;
@@ -253,7 +254,7 @@ impl LocalMarkerHandler for FnHandler {
         &self,
         broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         (self.0)(broker, request, &txn_versions)
     }
@@ -283,7 +284,7 @@ impl InProcessTransport {
         F: Fn(
                 &BrokerEndpoint,
                 WriteTxnMarkersRequest,
-                &[u8],
+                &[TxnVersion],
             ) -> Result<WriteTxnMarkersResponse, TransportError>
             + Send
             + Sync
@@ -311,7 +312,7 @@ impl MarkerTransport for InProcessTransport {
         &self,
         broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         self.handler
             .write_markers(broker, request, txn_versions)
@@ -373,7 +374,7 @@ impl MarkerTransport for RoutingTransport {
         &self,
         broker: &BrokerEndpoint,
         request: WriteTxnMarkersRequest,
-        txn_versions: Vec<u8>,
+        txn_versions: Vec<TxnVersion>,
     ) -> Result<WriteTxnMarkersResponse, TransportError> {
         self.pick(broker)
             .write_markers_versioned(broker, request, txn_versions)

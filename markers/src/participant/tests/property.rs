@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 
 use proptest::prelude::*;
-use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
+use txn_log::{CoordinatorEpoch, ErrorCode, ProducerEpoch, ProducerId, TxnResult};
 
 use crate::participant::*;
 
@@ -98,7 +98,7 @@ struct Model {
     ce: i32,
 }
 
-fn code<T: std::fmt::Debug>(r: Result<T, ProduceError>) -> i16 {
+fn code<T: std::fmt::Debug>(r: Result<T, ProduceError>) -> ErrorCode {
     r.expect_err("must be rejected").code()
 }
 

@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
+use txn_log::{CoordinatorEpoch, ErrorCode, ProducerEpoch, ProducerId, TxnResult};
 
 use crate::participant::*;
 
@@ -52,7 +52,7 @@ fn txn(epoch: i16, seq: i32, n: i32) -> BatchHeader {
     BatchHeader::transactional(PID, ProducerEpoch(epoch), seq, n)
 }
 
-fn err_code(p: &mut PartitionState, h: BatchHeader) -> i16 {
+fn err_code(p: &mut PartitionState, h: BatchHeader) -> ErrorCode {
     p.check_batch(&h).expect_err("rejected").code()
 }
 

@@ -1,21 +1,28 @@
-//! Kafka error codes as data (`Errors.java`), and the append-error translation of
-//! `TransactionStateManager.appendTransactionToLog`.
+//! Kafka error codes as data (`Errors.java`): the one error-code type of the workspace.
 //!
-//! Error codes travel inside [`crate::Response`]s; they are never Rust `Err`s. `Display` texts
-//! may change; match on the code.
+//! The coordinator answers with it, the participant's typed errors
+//! (`markers::participant::ProduceError::code`, `MarkerError::code`), the in-process marker
+//! path (`markers::apply::ApplyError::code`), the marker writer's error handling and
+//! transaction verification's verdicts (`markers::verify::Verdict::produce_code`) return it.
+//! On the wire it is the `int16`: [`ErrorCode::code`], `i16::from`, and `ErrorCode::from(i16)`
+//! (every `int16` converts, known or not). Error codes travel inside responses; they are never
+//! Rust `Err`s. `Display` texts may change; match on the code.
 
 use std::fmt;
 
-use txn_log::LogError;
+use crate::LogError;
 
-/// A Kafka wire error code (`int16`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A Kafka wire error code (`int16`), with Kafka's names as associated constants.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ErrorCode(pub i16);
 
 macro_rules! error_codes {
-    ($($(#[$doc:meta])* $name:ident = $code:expr;)*) => {
+    ($($(#[$doc:meta])* $name:ident = $code:expr, retriable: $retriable:expr;)*) => {
         impl ErrorCode {
             $($(#[$doc])* pub const $name: Self = Self($code);)*
+
+            /// Every code this table names, in table order.
+            pub const KNOWN: &'static [ErrorCode] = &[$(Self::$name,)*];
 
             /// Kafka's name of the code (`Errors.name()`), or `None` if this table does not know it.
             pub fn name(self) -> Option<&'static str> {
@@ -24,82 +31,104 @@ macro_rules! error_codes {
                     _ => None,
                 }
             }
+
+            /// Whether Kafka's exception for the code is a `RetriableException` (the client
+            /// retries the request as it is). `false` for [`ErrorCode::NONE`] and for codes
+            /// this table does not know.
+            pub fn is_retriable(self) -> bool {
+                match self.0 {
+                    $($code => $retriable,)*
+                    _ => false,
+                }
+            }
         }
     };
 }
 
 error_codes! {
     /// 0: no error.
-    NONE = 0;
+    NONE = 0, retriable: false;
     /// -1: unexpected server error.
-    UNKNOWN_SERVER_ERROR = -1;
+    UNKNOWN_SERVER_ERROR = -1, retriable: false;
     /// 2: corrupt message.
-    CORRUPT_MESSAGE = 2;
+    CORRUPT_MESSAGE = 2, retriable: true;
     /// 3: unknown topic or partition.
-    UNKNOWN_TOPIC_OR_PARTITION = 3;
+    UNKNOWN_TOPIC_OR_PARTITION = 3, retriable: true;
     /// 6: not leader or follower.
-    NOT_LEADER_OR_FOLLOWER = 6;
+    NOT_LEADER_OR_FOLLOWER = 6, retriable: true;
     /// 7: request timed out.
-    REQUEST_TIMED_OUT = 7;
+    REQUEST_TIMED_OUT = 7, retriable: true;
     /// 10: message too large.
-    MESSAGE_TOO_LARGE = 10;
+    MESSAGE_TOO_LARGE = 10, retriable: false;
     /// 13: network exception.
-    NETWORK_EXCEPTION = 13;
+    NETWORK_EXCEPTION = 13, retriable: true;
     /// 14: the coordinator is loading (or a producer-id block is being fetched).
-    COORDINATOR_LOAD_IN_PROGRESS = 14;
+    COORDINATOR_LOAD_IN_PROGRESS = 14, retriable: true;
     /// 15: the coordinator is not available.
-    COORDINATOR_NOT_AVAILABLE = 15;
+    COORDINATOR_NOT_AVAILABLE = 15, retriable: true;
     /// 16: this is not the coordinator for the key.
-    NOT_COORDINATOR = 16;
+    NOT_COORDINATOR = 16, retriable: true;
     /// 18: record list too large.
-    RECORD_LIST_TOO_LARGE = 18;
+    RECORD_LIST_TOO_LARGE = 18, retriable: false;
     /// 19: not enough replicas.
-    NOT_ENOUGH_REPLICAS = 19;
+    NOT_ENOUGH_REPLICAS = 19, retriable: true;
     /// 20: not enough replicas after append.
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20;
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20, retriable: true;
     /// 21: invalid required acks.
-    INVALID_REQUIRED_ACKS = 21;
+    INVALID_REQUIRED_ACKS = 21, retriable: false;
     /// 29: topic authorization failed.
-    TOPIC_AUTHORIZATION_FAILED = 29;
+    TOPIC_AUTHORIZATION_FAILED = 29, retriable: false;
     /// 30: group authorization failed.
-    GROUP_AUTHORIZATION_FAILED = 30;
+    GROUP_AUTHORIZATION_FAILED = 30, retriable: false;
     /// 31: cluster authorization failed.
-    CLUSTER_AUTHORIZATION_FAILED = 31;
+    CLUSTER_AUTHORIZATION_FAILED = 31, retriable: false;
     /// 35: unsupported version.
-    UNSUPPORTED_VERSION = 35;
+    UNSUPPORTED_VERSION = 35, retriable: false;
     /// 42: invalid request.
-    INVALID_REQUEST = 42;
+    INVALID_REQUEST = 42, retriable: false;
     /// 43: unsupported for message format.
-    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43;
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43, retriable: false;
+    /// 45: out-of-order sequence number (the participant's sequence check).
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45, retriable: false;
+    /// 46: duplicate sequence number.
+    DUPLICATE_SEQUENCE_NUMBER = 46, retriable: false;
     /// 47: invalid producer epoch.
-    INVALID_PRODUCER_EPOCH = 47;
+    INVALID_PRODUCER_EPOCH = 47, retriable: false;
     /// 48: invalid transaction state.
-    INVALID_TXN_STATE = 48;
+    INVALID_TXN_STATE = 48, retriable: false;
     /// 49: invalid producer id mapping.
-    INVALID_PRODUCER_ID_MAPPING = 49;
+    INVALID_PRODUCER_ID_MAPPING = 49, retriable: false;
     /// 50: invalid transaction timeout.
-    INVALID_TRANSACTION_TIMEOUT = 50;
-    /// 51: concurrent transactions (retry later).
-    CONCURRENT_TRANSACTIONS = 51;
+    INVALID_TRANSACTION_TIMEOUT = 50, retriable: false;
+    /// 51: concurrent transactions (the client retries it by its own rule, not as a
+    /// `RetriableException`).
+    CONCURRENT_TRANSACTIONS = 51, retriable: false;
     /// 52: transaction coordinator fenced.
-    TRANSACTION_COORDINATOR_FENCED = 52;
+    TRANSACTION_COORDINATOR_FENCED = 52, retriable: false;
     /// 53: transactional id authorization failed.
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53;
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53, retriable: false;
     /// 55: operation not attempted.
-    OPERATION_NOT_ATTEMPTED = 55;
+    OPERATION_NOT_ATTEMPTED = 55, retriable: false;
     /// 56: storage error.
-    KAFKA_STORAGE_ERROR = 56;
+    KAFKA_STORAGE_ERROR = 56, retriable: true;
     /// 59: unknown producer id.
-    UNKNOWN_PRODUCER_ID = 59;
+    UNKNOWN_PRODUCER_ID = 59, retriable: false;
+    /// 87: invalid record (the batch failed the broker's validation).
+    INVALID_RECORD = 87, retriable: false;
     /// 90: producer fenced (KIP-588).
-    PRODUCER_FENCED = 90;
+    PRODUCER_FENCED = 90, retriable: false;
     /// 105: transactional id not found.
-    TRANSACTIONAL_ID_NOT_FOUND = 105;
+    TRANSACTIONAL_ID_NOT_FOUND = 105, retriable: false;
     /// 120: transaction abortable (KIP-890).
-    TRANSACTION_ABORTABLE = 120;
+    TRANSACTION_ABORTABLE = 120, retriable: false;
 }
 
 impl ErrorCode {
+    /// The `int16` Kafka puts on the wire.
+    pub const fn code(self) -> i16 {
+        self.0
+    }
+
     /// Whether this is [`ErrorCode::NONE`].
     pub fn is_none(self) -> bool {
         self == Self::NONE
@@ -166,6 +195,30 @@ impl ErrorCode {
         } else {
             self
         }
+    }
+}
+
+impl From<i16> for ErrorCode {
+    fn from(code: i16) -> Self {
+        Self(code)
+    }
+}
+
+impl From<ErrorCode> for i16 {
+    fn from(code: ErrorCode) -> Self {
+        code.0
+    }
+}
+
+impl PartialEq<i16> for ErrorCode {
+    fn eq(&self, other: &i16) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<ErrorCode> for i16 {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == other.0
     }
 }
 
@@ -239,5 +292,30 @@ mod tests {
         );
         assert_eq!(ErrorCode::NONE.for_version(0, 4), ErrorCode::NONE);
         assert_eq!(ErrorCode(90).name(), Some("PRODUCER_FENCED"));
+    }
+
+    #[test]
+    fn wire_conversion_keeps_every_int16() {
+        for raw in [i16::MIN, -2, -1, 0, 1, 45, 87, 120, 999, i16::MAX] {
+            let code = ErrorCode::from(raw);
+            assert_eq!(code.code(), raw);
+            assert_eq!(i16::from(code), raw);
+            assert_eq!(code, raw);
+        }
+        assert_eq!(ErrorCode::default(), ErrorCode::NONE);
+        assert_eq!(format!("{}", ErrorCode(48)), "INVALID_TXN_STATE(48)");
+        assert_eq!(format!("{:?}", ErrorCode(999)), "ErrorCode(999)");
+        assert!(!ErrorCode(999).is_retriable() && ErrorCode(999).name().is_none());
+    }
+
+    #[test]
+    fn table_names_each_code_once() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::KNOWN {
+            assert!(seen.insert(code.0), "{code} twice");
+            assert!(code.name().is_some());
+        }
+        assert!(ErrorCode::NOT_ENOUGH_REPLICAS.is_retriable());
+        assert!(!ErrorCode::INVALID_TXN_STATE.is_retriable());
     }
 }
