@@ -151,6 +151,7 @@ impl Tool {
     }
 
     fn run(&mut self, args: &[&str]) -> ToolRun {
+        e2e::compat::used("kafka-transactions.sh");
         self.runs += 1;
         let out_path = self.dir.join(format!("tool-{}.out", self.runs));
         let err_path = self.dir.join(format!("tool-{}.err", self.runs));

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod checks;
+pub(crate) mod compat;
 pub(crate) mod json;
 
 use std::fmt::Write as _;
@@ -778,6 +779,15 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if !std::thread::panicking()
+            && let Some(broker) = self.brokers.first()
+        {
+            let mode = match self.spec.mode {
+                Mode::Embedded => "embedded",
+                Mode::Standalone => "standalone",
+            };
+            compat::record(mode, self.spec.etcd, broker.addr);
+        }
         if std::thread::panicking() {
             eprintln!("e2e harness: test failed; server logs:\n{}", self.logs());
             if std::env::var_os("E2E_KEEP").is_some() {
@@ -890,6 +900,11 @@ impl Client {
         script: &str,
         args: &[String],
     ) -> Self {
+        match script {
+            "lr.py" => compat::used("librdkafka"),
+            "kp.py" => compat::used("kafka-python"),
+            _ => {}
+        }
         let mut cmd = Command::new(python);
         cmd.arg("-u")
             .arg(scripts_dir().join(script))
@@ -902,6 +917,7 @@ impl Client {
     /// Starts the Java client program `tests/java/TxnClient.java` (single-file source launch)
     /// with Kafka's jars on `classpath`; stderr goes to a file in `dir`.
     pub(crate) fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
+        compat::used("java");
         let mut cmd = Command::new("java");
         cmd.args([
             "-XX:TieredStopAtLevel=1",

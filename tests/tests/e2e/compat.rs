@@ -1,0 +1,107 @@
+//! The compatibility record: every end-to-end test that passes notes which real clients it ran
+//! against which deployment, and at which `transaction.version` the brokers finalized;
+//! `scripts/compat-table` (run by `scripts/test` after the suite) turns the notes into the
+//! matrix of docs/compatibility.md. A test that fails or is skipped notes nothing.
+//!
+//! Clients note themselves when they start ([`used`]); the cluster writes the note when it is
+//! dropped at the end of a passing test, after asking a broker for its finalized features.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+thread_local! {
+    /// The clients the current test (one thread per test) has started.
+    static CLIENTS: RefCell<BTreeSet<&'static str>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// Notes that the current test ran `client` (`librdkafka`, `kafka-python`, `java`,
+/// `kafka-transactions.sh`).
+pub(crate) fn used(client: &'static str) {
+    CLIENTS.with(|c| c.borrow_mut().insert(client));
+}
+
+/// Where the notes go: `compat/` under the target directory's test scratch space, one file per
+/// test.
+pub(crate) fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compat")
+}
+
+/// Writes the current test's note (nothing if it started no client): its name, the mode, etcd
+/// or not, and the `transaction.version` finalized by `broker` (0 when it lists none).
+pub(crate) fn record(mode: &str, etcd: bool, broker: SocketAddr) {
+    let clients: Vec<&'static str> = CLIENTS
+        .with(|c| std::mem::take(&mut *c.borrow_mut()))
+        .into_iter()
+        .collect();
+    if clients.is_empty() {
+        return;
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("unknown").replace("::", "-");
+    let finalized = finalized_transaction_version(broker).unwrap_or(-1);
+    let clients: Vec<String> = clients.iter().map(|c| format!("\"{c}\"")).collect();
+    let note = format!(
+        "{{\"file\":\"{}\",\"test\":\"{test}\",\"mode\":\"{mode}\",\"etcd\":{etcd},\
+         \"finalized_transaction_version\":{finalized},\"clients\":[{}]}}\n",
+        env!("CARGO_CRATE_NAME"),
+        clients.join(",")
+    );
+    let dir = dir();
+    let written = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::write(
+            dir.join(format!("{}-{test}.json", env!("CARGO_CRATE_NAME"))),
+            note,
+        )
+    });
+    if let Err(e) = written {
+        eprintln!("compat: could not write the note of {test}: {e}");
+    }
+}
+
+/// ApiVersions v3 to `addr`: the finalized `transaction.version` level (0 if not listed).
+fn finalized_transaction_version(addr: SocketAddr) -> Option<i16> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let header = RequestHeader::default()
+        .with_request_api_key(18)
+        .with_request_api_version(3)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("e2e-compat")));
+    let body = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("e2e-compat"))
+        .with_client_software_version(StrBytes::from_static_str("1"));
+    let mut buf = BytesMut::new();
+    header.encode(&mut buf, 2).ok()?;
+    body.encode(&mut buf, 3).ok()?;
+    let mut frame = u32::try_from(buf.len()).ok()?.to_be_bytes().to_vec();
+    frame.extend_from_slice(&buf);
+    s.write_all(&frame).ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let len = usize::try_from(u32::from_be_bytes(len)).ok()?;
+    if !(4..=1 << 20).contains(&len) {
+        return None;
+    }
+    let mut resp = vec![0u8; len];
+    s.read_exact(&mut resp).ok()?;
+    let mut resp = bytes::Bytes::from(resp);
+    // Response header v0 (ApiVersions always answers with header v0): the correlation id.
+    if resp.get_i32() != 7 {
+        return None;
+    }
+    let r = ApiVersionsResponse::decode(&mut resp, 3).ok()?;
+    Some(
+        r.finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "transaction.version")
+            .map_or(0, |f| f.max_version_level),
+    )
+}
