@@ -56,9 +56,27 @@
 //! Sources: [`AddPartitionsToTxnManager.scala`](https://github.com/apache/kafka/blob/4.1/core/src/main/scala/kafka/server/AddPartitionsToTxnManager.scala)
 //! (response mapping) and `ReplicaManager.handleProduceAppend`'s `postVerificationCallback`
 //! in [`ReplicaManager.scala`](https://github.com/apache/kafka/blob/4.1/core/src/main/scala/kafka/server/ReplicaManager.scala)
-//! (NOT_ENOUGH_REPLICAS "because it does not trigger a metadata refresh"). Produce v11+ and
-//! transaction version 2, where Kafka keeps TRANSACTION_ABORTABLE and CONCURRENT_TRANSACTIONS
-//! and lets the broker add the partition itself, are not covered here.
+//! (NOT_ENOUGH_REPLICAS "because it does not trigger a metadata refresh").
+//!
+//! # Transaction version 2: the broker adds the partition (KIP-890 part 2)
+//!
+//! A TV2 client sends no AddPartitionsToTxn: its first Produce (v12+) or TxnOffsetCommit
+//! (v5+) to a partition in a transaction makes the broker add the partition itself, with the
+//! same machinery: a [`VerifyTxn`] whose [`VerifyTxn::operation`] is [`Operation::Add`] goes
+//! out as AddPartitionsToTxn v5 with `verify_only = false` ([`ADD_VERSION`]), is batched per
+//! coordinator node like a verification (never merged with one: the same transaction asked
+//! both ways goes in two entries), and a positive answer ([`Verdict::Verified`]: the
+//! partition is now in the transaction) lets the batch be appended with the guard
+//! `start_verification` handed out before the call, as Kafka's `addOrVerifyTransaction`.
+//! Adds are made even when verification is switched off (Kafka skips the coordinator only
+//! for a verification that is off, never for an add). Which operation and which error codes
+//! a request gets is [`TxnSupport`] (Kafka's `TransactionSupportedOperation`): Produce
+//! v3–v10 and TxnOffsetCommit v0–v3 verify and take INVALID_TXN_STATE for a partition that is
+//! not in the transaction; Produce v11 and TxnOffsetCommit v4 verify and take
+//! TRANSACTION_ABORTABLE (120) as the coordinator said it; Produce v12+ and TxnOffsetCommit
+//! v5+ add, take TRANSACTION_ABORTABLE as is, and take CONCURRENT_TRANSACTIONS (51) as is
+//! (Kafka's broker retries it for a while first: the previous transaction of a TV2 producer
+//! may still be completing) instead of NOT_ENOUGH_REPLICAS. [`Verdict::client_code`] maps.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,7 +93,7 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use txn_log::sync::Mutex;
-use txn_log::{ProducerEpoch, ProducerId, TopicPartition};
+use txn_log::{ErrorCode, ProducerEpoch, ProducerId, TopicPartition};
 
 use crate::participant::ParticipantConfig;
 
@@ -87,34 +105,106 @@ pub const VERIFICATION_ENABLE_KEY: &str = "transaction.partition.verification.en
 /// transaction, v5 may answer TRANSACTION_ABORTABLE, both read as `NotInTransaction`).
 pub const VERIFY_VERSION: i16 = 4;
 
-/// Kafka error codes this module reads or answers.
-pub mod codes {
-    /// NETWORK_EXCEPTION.
-    pub const NETWORK_EXCEPTION: i16 = 13;
-    /// COORDINATOR_LOAD_IN_PROGRESS.
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    /// COORDINATOR_NOT_AVAILABLE.
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    /// NOT_COORDINATOR.
-    pub const NOT_COORDINATOR: i16 = 16;
-    /// NOT_ENOUGH_REPLICAS.
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    /// CLUSTER_AUTHORIZATION_FAILED.
-    pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
-    /// UNSUPPORTED_VERSION.
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    /// INVALID_PRODUCER_EPOCH.
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    /// INVALID_TXN_STATE.
-    pub const INVALID_TXN_STATE: i16 = 48;
-    /// CONCURRENT_TRANSACTIONS.
-    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-    /// PRODUCER_FENCED.
-    pub const PRODUCER_FENCED: i16 = 90;
+/// The AddPartitionsToTxn version a call with an [`Operation::Add`] is sent at (v5, the
+/// version Kafka's brokers send; [`request_version`] picks it).
+pub const ADD_VERSION: i16 = 5;
+
+/// The AddPartitionsToTxn version to send [`verify_request`]`(txns)` at: [`ADD_VERSION`] if
+/// any transaction is an add, else [`VERIFY_VERSION`].
+pub fn request_version(txns: &[VerifyTxn]) -> i16 {
+    if txns.iter().any(|t| t.operation == Operation::Add) {
+        ADD_VERSION
+    } else {
+        VERIFY_VERSION
+    }
+}
+
+/// What the broker asks the coordinator about a transaction's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Operation {
+    /// KIP-890 part 1: are the partitions in the ongoing transaction? (`verify_only = true`;
+    /// no write at the coordinator.)
+    #[default]
+    Verify,
+    /// KIP-890 part 2 (transaction version 2): add the partitions to the transaction
+    /// (`verify_only = false`), as a TV1 client's AddPartitionsToTxn would have.
+    Add,
+}
+
+/// What the client's request version implies (Kafka's `TransactionSupportedOperation`):
+/// which [`Operation`] its first transactional append to a partition needs and which error
+/// codes it understands ([`Verdict::client_code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnSupport {
+    /// Produce v3–v10, TxnOffsetCommit v0–v3 (`defaultError`): verify; TRANSACTION_ABORTABLE
+    /// is answered as INVALID_TXN_STATE.
+    DefaultError,
+    /// Produce v11, TxnOffsetCommit v4 (`genericErrorSupported`): verify; the client knows
     /// TRANSACTION_ABORTABLE.
-    pub const TRANSACTION_ABORTABLE: i16 = 120;
+    GenericError,
+    /// Produce v12+, TxnOffsetCommit v5+ (`addPartition`, a TV2 client): add.
+    AddPartition,
+}
+
+impl TxnSupport {
+    /// For a Produce request of version `v` (Kafka: > 11 add, > 10 generic error).
+    pub fn from_produce_version(v: i16) -> Self {
+        match v {
+            v if v >= 12 => Self::AddPartition,
+            11 => Self::GenericError,
+            _ => Self::DefaultError,
+        }
+    }
+
+    /// For a TxnOffsetCommit request of version `v` (Kafka: > 4 add, > 3 generic error).
+    pub fn from_txn_offset_commit_version(v: i16) -> Self {
+        match v {
+            v if v >= 5 => Self::AddPartition,
+            4 => Self::GenericError,
+            _ => Self::DefaultError,
+        }
+    }
+
+    /// The question to ask the coordinator.
+    pub fn operation(self) -> Operation {
+        match self {
+            Self::AddPartition => Operation::Add,
+            Self::DefaultError | Self::GenericError => Operation::Verify,
+        }
+    }
+}
+
+/// The Kafka error codes this module reads or answers: [`ErrorCode`]'s constants under the
+/// names this module always had (the same type and values; no table of its own).
+pub mod codes {
+    use txn_log::ErrorCode;
+
+    /// NETWORK_EXCEPTION.
+    pub const NETWORK_EXCEPTION: ErrorCode = ErrorCode::NETWORK_EXCEPTION;
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode::COORDINATOR_NOT_AVAILABLE;
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: ErrorCode = ErrorCode::NOT_COORDINATOR;
+    /// NOT_ENOUGH_REPLICAS.
+    pub const NOT_ENOUGH_REPLICAS: ErrorCode = ErrorCode::NOT_ENOUGH_REPLICAS;
+    /// CLUSTER_AUTHORIZATION_FAILED.
+    pub const CLUSTER_AUTHORIZATION_FAILED: ErrorCode = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+    /// UNSUPPORTED_VERSION.
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode::UNSUPPORTED_VERSION;
+    /// INVALID_PRODUCER_EPOCH.
+    pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode::INVALID_PRODUCER_EPOCH;
+    /// INVALID_TXN_STATE.
+    pub const INVALID_TXN_STATE: ErrorCode = ErrorCode::INVALID_TXN_STATE;
+    /// CONCURRENT_TRANSACTIONS.
+    pub const CONCURRENT_TRANSACTIONS: ErrorCode = ErrorCode::CONCURRENT_TRANSACTIONS;
+    /// PRODUCER_FENCED.
+    pub const PRODUCER_FENCED: ErrorCode = ErrorCode::PRODUCER_FENCED;
+    /// TRANSACTION_ABORTABLE.
+    pub const TRANSACTION_ABORTABLE: ErrorCode = ErrorCode::TRANSACTION_ABORTABLE;
     /// UNKNOWN_SERVER_ERROR.
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode::UNKNOWN_SERVER_ERROR;
 }
 
 /// The broker's verification settings.
@@ -198,8 +288,10 @@ pub struct VerifyTxn {
     pub producer_id: ProducerId,
     /// The batches' producer epoch.
     pub producer_epoch: ProducerEpoch,
-    /// The partitions to verify.
+    /// The partitions to verify (or add).
     pub partitions: Vec<TopicPartition>,
+    /// Verify (KIP-890 part 1) or add (part 2, a TV2 client's first append).
+    pub operation: Operation,
 }
 
 /// A transaction coordinator node, as the broker names it: verifications for the same node
@@ -211,7 +303,8 @@ pub struct CoordinatorNode(pub i32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Verdict {
-    /// The partition is in the producer's ongoing transaction: append.
+    /// The partition is in the producer's ongoing transaction (verified, or just added by an
+    /// [`Operation::Add`]): append.
     Verified,
     /// Not verified, and the append goes ahead anyway, as Kafka does: verification is switched
     /// off, or the coordinator does not support it (AddPartitionsToTxn below v4).
@@ -219,6 +312,11 @@ pub enum Verdict {
     /// The partition is not in the producer's ongoing transaction (or there is none): the
     /// late or stray batch of a hanging transaction. Produce: INVALID_TXN_STATE.
     NotInTransaction,
+    /// The coordinator answered TRANSACTION_ABORTABLE (120; its verify path's answer for a
+    /// partition outside the transaction): as [`Verdict::NotInTransaction`], but a client that
+    /// knows the code ([`TxnSupport::GenericError`], [`TxnSupport::AddPartition`]) gets it
+    /// as is and aborts its transaction.
+    TransactionAbortable,
     /// The coordinator knows a newer epoch. Produce: INVALID_PRODUCER_EPOCH.
     ProducerFenced,
     /// The transaction is completing (PrepareCommit/PrepareAbort). Produce: NOT_ENOUGH_REPLICAS.
@@ -227,21 +325,24 @@ pub enum Verdict {
     /// NETWORK_EXCEPTION for a failed or timed-out call). Produce: NOT_ENOUGH_REPLICAS.
     CoordinatorUnavailable {
         /// What the coordinator or the call said.
-        code: i16,
+        code: ErrorCode,
     },
     /// Any other error of the coordinator; Produce answers the same code.
     Other {
         /// The coordinator's error.
-        code: i16,
+        code: ErrorCode,
     },
 }
 
 impl Verdict {
-    /// The verdict for a per-partition error code of a verify-only AddPartitionsToTxn answer.
-    pub fn from_coordinator_code(code: i16) -> Self {
+    /// The verdict for a per-partition error code of a verify-only AddPartitionsToTxn answer
+    /// (an [`ErrorCode`] or the `int16` off the wire).
+    pub fn from_coordinator_code(code: impl Into<ErrorCode>) -> Self {
+        let code = code.into();
         match code {
-            0 => Self::Verified,
-            codes::INVALID_TXN_STATE | codes::TRANSACTION_ABORTABLE => Self::NotInTransaction,
+            ErrorCode::NONE => Self::Verified,
+            codes::INVALID_TXN_STATE => Self::NotInTransaction,
+            codes::TRANSACTION_ABORTABLE => Self::TransactionAbortable,
             codes::PRODUCER_FENCED | codes::INVALID_PRODUCER_EPOCH => Self::ProducerFenced,
             codes::CONCURRENT_TRANSACTIONS => Self::ConcurrentTransactions,
             codes::NETWORK_EXCEPTION
@@ -257,11 +358,28 @@ impl Verdict {
         matches!(self, Self::Verified | Self::Skipped)
     }
 
-    /// The error code a Produce (v3–v10) answers for the partition; 0 when it may append.
-    pub fn produce_code(self) -> i16 {
+    /// The error code a Produce (v3–v10) answers for the partition; NONE when it may append
+    /// ([`Verdict::client_code`] with [`TxnSupport::DefaultError`]).
+    pub fn produce_code(self) -> ErrorCode {
+        self.client_code(TxnSupport::DefaultError)
+    }
+
+    /// The error code the client's request answers for the partition, by what its version
+    /// supports (Kafka's `AddPartitionsToTxnManager` and `ReplicaManager` mapping); NONE when
+    /// it may append. TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE for
+    /// [`TxnSupport::DefaultError`] only; CONCURRENT_TRANSACTIONS stays itself for
+    /// [`TxnSupport::AddPartition`] only (NOT_ENOUGH_REPLICAS otherwise).
+    pub fn client_code(self, support: TxnSupport) -> ErrorCode {
         match self {
-            Self::Verified | Self::Skipped => 0,
+            Self::Verified | Self::Skipped => ErrorCode::NONE,
             Self::NotInTransaction => codes::INVALID_TXN_STATE,
+            Self::TransactionAbortable => match support {
+                TxnSupport::DefaultError => codes::INVALID_TXN_STATE,
+                TxnSupport::GenericError | TxnSupport::AddPartition => codes::TRANSACTION_ABORTABLE,
+            },
+            Self::ConcurrentTransactions if support == TxnSupport::AddPartition => {
+                codes::CONCURRENT_TRANSACTIONS
+            }
             Self::ProducerFenced => codes::INVALID_PRODUCER_EPOCH,
             Self::ConcurrentTransactions | Self::CoordinatorUnavailable { .. } => {
                 codes::NOT_ENOUGH_REPLICAS
@@ -282,7 +400,7 @@ pub enum CallError {
     #[error("no coordinator available (error {code})")]
     NoCoordinator {
         /// The error.
-        code: i16,
+        code: ErrorCode,
     },
     /// The call failed on the way: connection refused or lost, timeout, undecodable answer.
     #[error("verify call failed: {0}")]
@@ -291,14 +409,25 @@ pub enum CallError {
     #[error("the coordinator refused the verify call (error {code})")]
     Refused {
         /// The top-level error.
-        code: i16,
+        code: ErrorCode,
     },
 }
 
 impl CallError {
-    /// The verdict every partition of the call gets.
+    /// The verdict every partition of a verify call gets.
     pub fn verdict(&self) -> Verdict {
+        self.verdict_for(Operation::Verify)
+    }
+
+    /// The verdict every partition of the call gets, for `operation`. A coordinator without
+    /// broker-form AddPartitionsToTxn skips a verification (as Kafka) but cannot add a
+    /// partition: an add gets UNSUPPORTED_VERSION rather than an append outside the
+    /// transaction (Kafka appends; a coordinator of a TV2 cluster always has v5).
+    pub fn verdict_for(&self, operation: Operation) -> Verdict {
         match self {
+            Self::Unsupported if operation == Operation::Add => Verdict::Other {
+                code: codes::UNSUPPORTED_VERSION,
+            },
             Self::Unsupported => Verdict::Skipped,
             Self::NoCoordinator { code } => Verdict::CoordinatorUnavailable { code: *code },
             Self::Network(_) => Verdict::CoordinatorUnavailable {
@@ -332,7 +461,8 @@ pub trait TxnVerifier: Send + Sync {
     ) -> Result<Vec<Vec<Verdict>>, CallError>;
 }
 
-/// The verify-only AddPartitionsToTxn (send it at [`VERIFY_VERSION`] or above) for `txns`.
+/// The broker-form AddPartitionsToTxn for `txns` (send it at [`request_version`]`(txns)`):
+/// `verify_only` for an [`Operation::Verify`], not for an [`Operation::Add`].
 pub fn verify_request(txns: &[VerifyTxn]) -> AddPartitionsToTxnRequest {
     let transactions = txns
         .iter()
@@ -357,7 +487,7 @@ pub fn verify_request(txns: &[VerifyTxn]) -> AddPartitionsToTxnRequest {
                 )))
                 .with_producer_id(kafka_protocol::messages::ProducerId(t.producer_id.0))
                 .with_producer_epoch(t.producer_epoch.0)
-                .with_verify_only(true)
+                .with_verify_only(t.operation == Operation::Verify)
                 .with_topics(topics)
         })
         .collect();
@@ -373,7 +503,7 @@ pub fn verdicts_of(
 ) -> Result<Vec<Vec<Verdict>>, CallError> {
     if response.error_code != 0 {
         return Err(CallError::Refused {
-            code: response.error_code,
+            code: response.error_code.into(),
         });
     }
     Ok(txns
@@ -421,6 +551,8 @@ pub struct VerifierStats {
     pub verified: u64,
     /// Partitions refused (any verdict that does not allow the append).
     pub refused: u64,
+    /// Transactions sent with [`Operation::Add`] (included in `transactions_sent`).
+    pub adds_sent: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -541,14 +673,17 @@ impl Verifier {
         self.shared.state.lock().stats
     }
 
-    /// Verifies `txn`'s partitions: one verdict per partition, in order. Partitions with a
-    /// positive answer still cached are answered at once; the others wait for the next call
-    /// to the id's coordinator node, shared with every other verification for that node that
-    /// arrives before it leaves. Needs a tokio runtime (the call runs on a task of its own,
-    /// so dropping this future does not cancel it for the others).
+    /// Verifies (or, for an [`Operation::Add`], adds) `txn`'s partitions: one verdict per
+    /// partition, in order. Partitions with a positive answer still cached are answered at
+    /// once (a partition verified or added in this transaction is in it either way); the
+    /// others wait for the next call to the id's coordinator node, shared with every other
+    /// question for that node that arrives before it leaves (the same transaction asked with
+    /// the same operation shares one entry). With verification switched off a verification
+    /// is `Skipped`; an add is still made. Needs a tokio runtime (the call runs on a task of
+    /// its own, so dropping this future does not cancel it for the others).
     pub async fn verify(&self, txn: VerifyTxn) -> Vec<(TopicPartition, Verdict)> {
         let shared = &self.shared;
-        if !shared.config.enable {
+        if !shared.config.enable && txn.operation == Operation::Verify {
             return txn
                 .partitions
                 .into_iter()
@@ -627,7 +762,7 @@ impl Verifier {
                 .await
             {
                 Ok(Ok(node)) => node,
-                Ok(Err(e)) => return all(e.verdict()),
+                Ok(Err(e)) => return all(e.verdict_for(txn.operation)),
                 Err(_) => {
                     return all(Verdict::CoordinatorUnavailable {
                         code: codes::NETWORK_EXCEPTION,
@@ -651,6 +786,7 @@ impl Verifier {
                 e.txn.transactional_id == txn.transactional_id
                     && e.txn.producer_id == txn.producer_id
                     && e.txn.producer_epoch == txn.producer_epoch
+                    && e.txn.operation == txn.operation
             });
             let merged = same.is_some();
             match same {
@@ -778,6 +914,10 @@ async fn drain(shared: Arc<Shared>, node: CoordinatorNode) {
             }
             st.stats.calls += 1;
             st.stats.transactions_sent += batch.len() as u64;
+            st.stats.adds_sent += batch
+                .iter()
+                .filter(|e| e.txn.operation == Operation::Add)
+                .count() as u64;
             batch
         };
         let txns: Vec<VerifyTxn> = batch.iter().map(|e| e.txn.clone()).collect();
@@ -804,7 +944,7 @@ async fn drain(shared: Arc<Shared>, node: CoordinatorNode) {
                         })
                         .collect()
                 }
-                Err(e) => vec![e.verdict(); entry.txn.partitions.len()],
+                Err(e) => vec![e.verdict_for(entry.txn.operation); entry.txn.partitions.len()],
             };
             for w in entry.waiters {
                 let mine = w
@@ -893,19 +1033,33 @@ mod tests {
             self.calls.lock().push(txns.to_vec());
             let permit = self.gate.acquire().await.expect("gate open");
             permit.forget();
-            let members = self.members.lock();
+            let mut members = self.members.lock();
             Ok(txns
                 .iter()
                 .map(|t| {
-                    let set = members.get(&(t.transactional_id.clone(), t.producer_epoch.0));
-                    t.partitions
-                        .iter()
-                        .map(|p| match set {
-                            Some(s) if s.contains(p) => Verdict::Verified,
-                            Some(_) => Verdict::from_coordinator_code(codes::INVALID_TXN_STATE),
-                            None => Verdict::from_coordinator_code(codes::PRODUCER_FENCED),
-                        })
-                        .collect()
+                    // An add puts the partitions into a transaction the script knows.
+                    let set = members.get_mut(&(t.transactional_id.clone(), t.producer_epoch.0));
+                    match set {
+                        Some(s) if t.operation == Operation::Add => {
+                            s.extend(t.partitions.iter().cloned());
+                            vec![Verdict::Verified; t.partitions.len()]
+                        }
+                        Some(s) => t
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                if s.contains(p) {
+                                    Verdict::Verified
+                                } else {
+                                    Verdict::from_coordinator_code(codes::INVALID_TXN_STATE)
+                                }
+                            })
+                            .collect(),
+                        None => vec![
+                            Verdict::from_coordinator_code(codes::PRODUCER_FENCED);
+                            t.partitions.len()
+                        ],
+                    }
                 })
                 .collect())
         }
@@ -921,6 +1075,14 @@ mod tests {
             producer_id: ProducerId(pid),
             producer_epoch: ProducerEpoch(epoch),
             partitions: parts.iter().map(|&p| tp(p)).collect(),
+            operation: Operation::Verify,
+        }
+    }
+
+    fn add(id: &str, pid: i64, epoch: i16, parts: &[i32]) -> VerifyTxn {
+        VerifyTxn {
+            operation: Operation::Add,
+            ..txn(id, pid, epoch, parts)
         }
     }
 
@@ -939,33 +1101,93 @@ mod tests {
         let table = [
             (0, Verdict::Verified, 0),
             (48, Verdict::NotInTransaction, 48),
-            (120, Verdict::NotInTransaction, 48),
+            (120, Verdict::TransactionAbortable, 48),
             (90, Verdict::ProducerFenced, 47),
             (47, Verdict::ProducerFenced, 47),
             (51, Verdict::ConcurrentTransactions, 19),
-            (16, Verdict::CoordinatorUnavailable { code: 16 }, 19),
-            (15, Verdict::CoordinatorUnavailable { code: 15 }, 19),
-            (14, Verdict::CoordinatorUnavailable { code: 14 }, 19),
-            (13, Verdict::CoordinatorUnavailable { code: 13 }, 19),
-            (49, Verdict::Other { code: 49 }, 49),
-            (42, Verdict::Other { code: 42 }, 42),
+            (
+                16,
+                Verdict::CoordinatorUnavailable {
+                    code: ErrorCode(16),
+                },
+                19,
+            ),
+            (
+                15,
+                Verdict::CoordinatorUnavailable {
+                    code: ErrorCode(15),
+                },
+                19,
+            ),
+            (
+                14,
+                Verdict::CoordinatorUnavailable {
+                    code: ErrorCode(14),
+                },
+                19,
+            ),
+            (
+                13,
+                Verdict::CoordinatorUnavailable {
+                    code: ErrorCode(13),
+                },
+                19,
+            ),
+            (
+                49,
+                Verdict::Other {
+                    code: ErrorCode(49),
+                },
+                49,
+            ),
+            (
+                42,
+                Verdict::Other {
+                    code: ErrorCode(42),
+                },
+                42,
+            ),
         ];
         for (code, verdict, produce) in table {
             assert_eq!(Verdict::from_coordinator_code(code), verdict, "{code}");
-            assert_eq!(verdict.produce_code(), produce, "{code}");
+            assert_eq!(
+                Verdict::from_coordinator_code(ErrorCode(code)),
+                verdict,
+                "{code}"
+            );
+            assert_eq!(verdict.produce_code(), ErrorCode(produce), "{code}");
             assert_eq!(verdict.allows_append(), produce == 0, "{code}");
         }
         assert_eq!(CallError::Unsupported.verdict(), Verdict::Skipped);
         assert!(Verdict::Skipped.allows_append());
-        assert_eq!(CallError::Network("x".into()).verdict().produce_code(), 19);
         assert_eq!(
-            CallError::NoCoordinator { code: 15 }
-                .verdict()
-                .produce_code(),
-            19
+            CallError::Network("x".into()).verdict().produce_code(),
+            ErrorCode::NOT_ENOUGH_REPLICAS
         );
-        assert_eq!(CallError::Refused { code: 31 }.verdict().produce_code(), 48);
-        assert_eq!(CallError::Refused { code: 42 }.verdict().produce_code(), 42);
+        assert_eq!(
+            CallError::NoCoordinator {
+                code: ErrorCode::COORDINATOR_NOT_AVAILABLE
+            }
+            .verdict()
+            .produce_code(),
+            ErrorCode::NOT_ENOUGH_REPLICAS
+        );
+        assert_eq!(
+            CallError::Refused {
+                code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+            }
+            .verdict()
+            .produce_code(),
+            ErrorCode::INVALID_TXN_STATE
+        );
+        assert_eq!(
+            CallError::Refused {
+                code: ErrorCode::INVALID_REQUEST
+            }
+            .verdict()
+            .produce_code(),
+            ErrorCode::INVALID_REQUEST
+        );
     }
 
     #[test]
@@ -1016,7 +1238,9 @@ mod tests {
             vec![
                 Verdict::Verified,
                 Verdict::ConcurrentTransactions,
-                Verdict::Other { code: -1 },
+                Verdict::Other {
+                    code: ErrorCode::UNKNOWN_SERVER_ERROR
+                },
                 Verdict::Verified
             ]
         );
@@ -1024,7 +1248,9 @@ mod tests {
         let refused = resp.clone().with_error_code(31);
         assert_eq!(
             verdicts_of(&txns, &refused),
-            Err(CallError::Refused { code: 31 })
+            Err(CallError::Refused {
+                code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+            })
         );
     }
 
@@ -1169,12 +1395,24 @@ mod tests {
         let out = v.verify(txn("a", 1, 0, &[0, 1])).await;
         assert_eq!(
             verdicts(&out),
-            vec![Verdict::CoordinatorUnavailable { code: 13 }; 2]
+            vec![
+                Verdict::CoordinatorUnavailable {
+                    code: ErrorCode::NETWORK_EXCEPTION
+                };
+                2
+            ]
         );
-        assert_eq!(out[0].1.produce_code(), 19);
-        *s.lookup.lock() = Some(CallError::NoCoordinator { code: 15 });
+        assert_eq!(out[0].1.produce_code(), ErrorCode::NOT_ENOUGH_REPLICAS);
+        *s.lookup.lock() = Some(CallError::NoCoordinator {
+            code: ErrorCode::COORDINATOR_NOT_AVAILABLE,
+        });
         let out = v.verify(txn("a", 1, 0, &[0])).await;
-        assert_eq!(out[0].1, Verdict::CoordinatorUnavailable { code: 15 });
+        assert_eq!(
+            out[0].1,
+            Verdict::CoordinatorUnavailable {
+                code: ErrorCode::COORDINATOR_NOT_AVAILABLE
+            }
+        );
         assert_eq!(v.stats().refused, 3);
     }
 
@@ -1204,5 +1442,174 @@ mod tests {
         assert_eq!(verdicts(&x), vec![Verdict::Verified]);
         assert_eq!(verdicts(&y), vec![Verdict::Verified]);
         assert_eq!(s.calls().len(), 2);
+    }
+
+    #[test]
+    fn the_request_version_decides_operation_and_error_codes() {
+        use TxnSupport::{AddPartition, DefaultError, GenericError};
+        for (v, s) in [(3, DefaultError), (10, DefaultError), (11, GenericError)] {
+            assert_eq!(TxnSupport::from_produce_version(v), s, "Produce v{v}");
+        }
+        assert_eq!(TxnSupport::from_produce_version(12), AddPartition);
+        assert_eq!(TxnSupport::from_produce_version(13), AddPartition);
+        assert_eq!(TxnSupport::from_txn_offset_commit_version(3), DefaultError);
+        assert_eq!(TxnSupport::from_txn_offset_commit_version(4), GenericError);
+        assert_eq!(TxnSupport::from_txn_offset_commit_version(5), AddPartition);
+        assert_eq!(AddPartition.operation(), Operation::Add);
+        assert_eq!(GenericError.operation(), Operation::Verify);
+        assert_eq!(DefaultError.operation(), Operation::Verify);
+        // (verdict, defaultError, genericErrorSupported, addPartition)
+        let table = [
+            (Verdict::Verified, 0, 0, 0),
+            (Verdict::NotInTransaction, 48, 48, 48),
+            (Verdict::TransactionAbortable, 48, 120, 120),
+            (Verdict::ProducerFenced, 47, 47, 47),
+            (Verdict::ConcurrentTransactions, 19, 19, 51),
+            (
+                Verdict::CoordinatorUnavailable {
+                    code: codes::NOT_COORDINATOR,
+                },
+                19,
+                19,
+                19,
+            ),
+        ];
+        for (verdict, d, g, a) in table {
+            assert_eq!(
+                verdict.client_code(DefaultError),
+                ErrorCode(d),
+                "{verdict:?}"
+            );
+            assert_eq!(verdict.produce_code(), ErrorCode(d), "{verdict:?}");
+            assert_eq!(
+                verdict.client_code(GenericError),
+                ErrorCode(g),
+                "{verdict:?}"
+            );
+            assert_eq!(
+                verdict.client_code(AddPartition),
+                ErrorCode(a),
+                "{verdict:?}"
+            );
+        }
+        // A coordinator without broker-form AddPartitionsToTxn: a verification is skipped,
+        // an add cannot be made.
+        assert_eq!(
+            CallError::Unsupported.verdict_for(Operation::Verify),
+            Verdict::Skipped
+        );
+        let refused = CallError::Unsupported.verdict_for(Operation::Add);
+        assert!(!refused.allows_append());
+        assert_eq!(
+            refused.client_code(AddPartition),
+            codes::UNSUPPORTED_VERSION
+        );
+    }
+
+    #[test]
+    fn an_add_goes_on_the_wire_without_verify_only_at_v5() {
+        let txns = vec![add("a", 7, 2, &[0, 1]), txn("b", 8, 0, &[2])];
+        let req = verify_request(&txns);
+        assert!(!req.transactions[0].verify_only);
+        assert!(req.transactions[1].verify_only);
+        assert_eq!(request_version(&txns), ADD_VERSION);
+        assert_eq!(request_version(&txns[1..]), VERIFY_VERSION);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adds_are_made_with_verification_off_and_never_merged_with_a_verification() {
+        let s = Script::new(true);
+        s.add("a", 0, &tp(9));
+        let off = VerificationConfig {
+            enable: false,
+            ..VerificationConfig::default()
+        };
+        let v = Verifier::new(s.clone(), off);
+        assert_eq!(
+            verdicts(&v.verify(txn("a", 1, 0, &[0])).await),
+            vec![Verdict::Skipped]
+        );
+        assert!(
+            s.calls().is_empty(),
+            "a verification that is off asks nothing"
+        );
+        assert_eq!(
+            verdicts(&v.verify(add("a", 1, 0, &[0])).await),
+            vec![Verdict::Verified]
+        );
+        assert_eq!(s.calls().len(), 1, "an add is made all the same");
+        assert_eq!(s.calls()[0][0].operation, Operation::Add);
+        // Another epoch is fenced; nothing is added.
+        assert_eq!(
+            verdicts(&v.verify(add("a", 1, 1, &[3])).await),
+            vec![Verdict::ProducerFenced]
+        );
+
+        // Verification on: a verify and an add of the same transaction, queued while a call
+        // is out, go in calls of their own.
+        let s = Script::new(false);
+        s.add("b", 0, &tp(9));
+        let v = Verifier::new(s.clone(), VerificationConfig::default());
+        let spawn = |t: VerifyTxn| {
+            let v = v.clone();
+            tokio::spawn(async move { v.verify(t).await })
+        };
+        let first = spawn(txn("b", 2, 0, &[1]));
+        settle().await;
+        let added = spawn(add("b", 2, 0, &[1]));
+        settle().await;
+        let verified = spawn(txn("b", 2, 0, &[1]));
+        settle().await;
+        s.gate.add_permits(10);
+        assert_eq!(
+            verdicts(&first.await.unwrap()),
+            vec![Verdict::NotInTransaction]
+        );
+        assert_eq!(verdicts(&added.await.unwrap()), vec![Verdict::Verified]);
+        assert_eq!(verdicts(&verified.await.unwrap()), vec![Verdict::Verified]);
+        let ops: Vec<Vec<Operation>> = s
+            .calls()
+            .iter()
+            .map(|c| c.iter().map(|t| t.operation).collect())
+            .collect();
+        assert_eq!(
+            ops,
+            vec![
+                vec![Operation::Verify],
+                vec![Operation::Add],
+                vec![Operation::Verify]
+            ]
+        );
+        let st = v.stats();
+        assert_eq!((st.calls, st.adds_sent, st.merged), (3, 1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_added_partition_is_in_the_transaction_until_a_marker() {
+        let s = Script::new(true);
+        s.add("a", 0, &tp(9));
+        let v = Verifier::new(s.clone(), VerificationConfig::default());
+        assert_eq!(
+            verdicts(&v.verify(add("a", 1, 0, &[0])).await),
+            vec![Verdict::Verified]
+        );
+        assert_eq!(v.cached(), 1);
+        // The same transaction's next append, verified or added, needs no call.
+        v.verify(txn("a", 1, 0, &[0])).await;
+        v.verify(add("a", 1, 0, &[0])).await;
+        assert_eq!(s.calls().len(), 1);
+        // The next transaction of a TV2 producer has the next epoch: asked again.
+        s.add("a", 1, &tp(9));
+        v.verify(add("a", 1, 1, &[0])).await;
+        assert_eq!(s.calls().len(), 2);
+        // A marker for the producer: nothing cached is used any more.
+        v.marker_written(ProducerId(1));
+        assert_eq!(v.cached(), 0);
+        s.end("a", 0);
+        assert_eq!(
+            verdicts(&v.verify(txn("a", 1, 0, &[0])).await),
+            vec![Verdict::ProducerFenced]
+        );
+        assert_eq!(s.calls().len(), 3);
     }
 }

@@ -8,8 +8,13 @@
 //! partition and in input order; the aborted and fenced outputs are in the log but not read
 //! under read_committed; and the group's committed offsets are the input's end offsets.
 //!
-//! The clients negotiate transaction version 1: refbroker finalizes `transaction.version` 1
-//! (see docs/compatibility.md).
+//! Each scenario runs with transaction version 1 and 2, as the brokers finalize it
+//! (`--set transaction.version=1|2`). With 2 the Java client sends no AddPartitionsToTxn or
+//! AddOffsetsToTxn: its Produce v12 and TxnOffsetCommit v5 make the broker add the partition
+//! (KIP-890 part 2), and every EndTxn (v5) bumps the producer epoch. That TV2 was really used
+//! is checked at the end: the coordinator's DescribeTransactions shows the successor's epoch
+//! advanced by at least one per transaction it ended (under TV1 it stays where
+//! initTransactions left it, which is checked too).
 //!
 //! Needs the Kafka jars that `scripts/test` resolves with Maven (`TXN_TEST_KAFKA_CLASSPATH`);
 //! without them the tests print that they were skipped.
@@ -67,12 +72,45 @@ fn read(
     ReadResult::from_events(&events)
 }
 
-fn scenario(mode: Mode) {
-    let test = format!("java_transform_{}", mode.tag());
+/// The producer epoch the coordinator of `txn_id` describes (DescribeTransactions v0, asked
+/// at the coordinator a broker names).
+fn described_epoch(broker: std::net::SocketAddr, txn_id: &str) -> i16 {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, TransactionalId};
+    let coordinator = e2e::find_coordinator(broker, txn_id)
+        .unwrap_or_else(|e| panic!("FindCoordinator for {txn_id}: {e}"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut pool = txn_tests::fault::client::Pool::new("e2e-java", Duration::from_secs(5));
+        let req =
+            DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(
+                kafka_protocol::protocol::StrBytes::from_string(txn_id.to_owned()),
+            )]);
+        let r = pool
+            .call(coordinator, &req, 0)
+            .await
+            .unwrap_or_else(|e| panic!("DescribeTransactions at {coordinator}: {e}"));
+        let t = r.transaction_states.first().expect("one transaction state");
+        assert_eq!(t.error_code, 0, "DescribeTransactions of {txn_id}");
+        t.producer_epoch
+    })
+}
+
+fn scenario(mode: Mode, tv: i16) {
+    let test = format!(
+        "java_transform_{}{}",
+        if tv >= 2 { "tv2_" } else { "" },
+        mode.tag()
+    );
     let Some(cp) = e2e::kafka_classpath_or_skip(&test) else {
         return;
     };
-    let cluster = Cluster::start(ClusterSpec::new(mode, &["input:3", "output:3"]));
+    let cluster = Cluster::start(
+        ClusterSpec::new(mode, &["input:3", "output:3"])
+            .broker_set(&format!("transaction.version={tv}")),
+    );
     let bootstrap = cluster.bootstrap();
     let dir = cluster.dir().to_path_buf();
 
@@ -156,6 +194,27 @@ fn scenario(mode: Mode) {
     let aborts = events.iter().filter(|e| ev(e) == "abort").count();
     assert!(aborts > 0, "every third transaction aborts: {events:?}");
 
+    // Which transaction version the client used: TV2 bumps the epoch at every EndTxn, TV1
+    // keeps the one initTransactions gave (1 or 2 after fencing the zombie).
+    let ended = events
+        .iter()
+        .filter(|e| ev(e) == "abort" || ev(e) == "commit")
+        .count();
+    let epoch = described_epoch(cluster.brokers[0].addr, &txn_id);
+    if tv >= 2 {
+        assert!(
+            usize::try_from(epoch).unwrap_or(0) >= ended,
+            "TV2: the successor ended {ended} transactions, so its epoch should have been \
+             bumped at least as often, but the coordinator describes epoch {epoch}"
+        );
+    } else {
+        assert!(
+            epoch <= 3 && ended > 3,
+            "TV1: the epoch stays where initTransactions left it; described {epoch} after \
+             {ended} transactions"
+        );
+    }
+
     // Exactly one output per input, on the input's partition, in input order.
     let mut expect = Expect::default();
     for (p, v, _) in &inputs {
@@ -214,10 +273,20 @@ fn scenario(mode: Mode) {
 
 #[test]
 fn java_transform_standalone() {
-    scenario(Mode::Standalone);
+    scenario(Mode::Standalone, 1);
 }
 
 #[test]
 fn java_transform_embedded() {
-    scenario(Mode::Embedded);
+    scenario(Mode::Embedded, 1);
+}
+
+#[test]
+fn java_transform_tv2_standalone() {
+    scenario(Mode::Standalone, 2);
+}
+
+#[test]
+fn java_transform_tv2_embedded() {
+    scenario(Mode::Embedded, 2);
 }

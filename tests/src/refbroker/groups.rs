@@ -26,7 +26,9 @@ use kafka_protocol::messages::{
     TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use markers::verify::VerifyTxn;
+use markers::verify::{Operation, TxnSupport, VerifyTxn};
+
+use super::handlers::{ADD_RETRY_BACKOFF, ADD_RETRY_FOR};
 use tokio::sync::{Mutex, oneshot};
 use tokio::time::Instant;
 use txn_log::{ProducerEpoch, ProducerId, TopicPartition, java_string_hash, kafka_partition_for};
@@ -700,9 +702,16 @@ pub(crate) async fn offset_commit(
         }),
     );
     if err.is_none() && !entries.is_empty() {
-        err = append_offsets(broker, &group, &entries, None, None)
-            .await
-            .err();
+        err = append_offsets(
+            broker,
+            &group,
+            &entries,
+            None,
+            None,
+            TxnSupport::DefaultError,
+        )
+        .await
+        .err();
     }
     let code = err.map_or(0, |e| e.code());
     OffsetCommitResponse::default().with_topics(
@@ -732,6 +741,7 @@ async fn append_offsets(
     entries: &[(OffsetKey, OffsetValue)],
     producer: Option<(ProducerId, ProducerEpoch)>,
     transactional_id: Option<&str>,
+    support: TxnSupport,
 ) -> Result<(), ResponseError> {
     let index = offsets_partition_for(broker, group);
     let Some(part) = broker.partition(CONSUMER_OFFSETS, index) else {
@@ -739,16 +749,26 @@ async fn append_offsets(
     };
     // KIP-890 part 1: a TxnOffsetCommit's first write to this partition in its transaction
     // is verified with the coordinator first, as a Produce (Kafka's group coordinator does
-    // the same through the replica manager).
+    // the same through the replica manager). Part 2 (v5+, a TV2 client that sent no
+    // AddOffsetsToTxn): the coordinator adds the partition, also with verification off; a
+    // completing previous transaction (CONCURRENT_TRANSACTIONS) is waited out for a while,
+    // as for a Produce.
     let mut guard = None;
+    let add = support.operation() == Operation::Add;
+    let start = Instant::now();
     if let (Some(producer), Some(transactional_id)) = (producer, transactional_id)
-        && broker.verifier.config().enable
+        && (broker.verifier.config().enable || add)
     {
-        let started =
-            part.lock()
-                .await
-                .start_offsets_verification(producer, entries.len(), now_ms())?;
-        if let Some(g) = started {
+        loop {
+            let started = part.lock().await.start_offsets_verification(
+                producer,
+                entries.len(),
+                now_ms(),
+                add,
+            )?;
+            let Some(g) = started else {
+                break;
+            };
             let answer = broker
                 .verifier
                 .verify(VerifyTxn {
@@ -756,19 +776,31 @@ async fn append_offsets(
                     producer_id: producer.0,
                     producer_epoch: producer.1,
                     partitions: vec![TopicPartition::new(CONSUMER_OFFSETS, index)],
+                    operation: support.operation(),
                 })
                 .await;
             match answer.first().map(|(_, v)| *v) {
-                Some(v) if v.allows_append() => guard = Some(g),
+                Some(v) if v.allows_append() => {
+                    guard = g;
+                    break;
+                }
                 Some(v) => {
+                    let code = v.client_code(support);
+                    if code == markers::verify::codes::CONCURRENT_TRANSACTIONS
+                        && start.elapsed() + ADD_RETRY_BACKOFF <= ADD_RETRY_FOR
+                    {
+                        tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+                        continue;
+                    }
                     // Kafka's offset append maps NOT_ENOUGH_REPLICAS to COORDINATOR_NOT_AVAILABLE
                     // (GroupMetadataManager.storeOffsets), which clients retry.
-                    let code = match v.produce_code() {
+                    let code = match code {
                         markers::verify::codes::NOT_ENOUGH_REPLICAS => {
                             markers::verify::codes::COORDINATOR_NOT_AVAILABLE
                         }
                         c => c,
-                    };
+                    }
+                    .0;
                     return Err(
                         ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code))
                     );
@@ -884,10 +916,12 @@ pub(crate) async fn offset_fetch(
 }
 
 /// TxnOffsetCommit: stages the offsets in the offsets partition as a transactional batch of
-/// the producer; they become visible with its COMMIT marker.
+/// the producer; they become visible with its COMMIT marker. v5+ (a TV2 client, which sent
+/// no AddOffsetsToTxn): the offsets partition is added to the transaction here first.
 pub(crate) async fn txn_offset_commit(
     broker: &Broker,
     r: TxnOffsetCommitRequest,
+    v: i16,
 ) -> TxnOffsetCommitResponse {
     use kafka_protocol::messages::txn_offset_commit_response::{
         TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -932,6 +966,7 @@ pub(crate) async fn txn_offset_commit(
             &entries,
             Some(producer),
             Some(r.transactional_id.0.as_str()),
+            TxnSupport::from_txn_offset_commit_version(v),
         )
         .await
         .err();

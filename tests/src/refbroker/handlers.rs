@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use markers::apply::ApplyError;
 use markers::participant::{Marker, VerificationGuard};
-use markers::verify::VerifyTxn;
+use markers::verify::{Operation, TxnSupport, VerifyTxn};
 use txn_log::TopicPartition;
 
 use super::log::Flush;
@@ -69,7 +69,7 @@ pub(crate) async fn dispatch(
             ResponseKind::OffsetFetch(super::groups::offset_fetch(broker, r, v).await)
         }
         RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(super::groups::txn_offset_commit(broker, r).await)
+            ResponseKind::TxnOffsetCommit(super::groups::txn_offset_commit(broker, r, v).await)
         }
         RequestKind::JoinGroup(r) => {
             ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await)
@@ -266,9 +266,10 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
         PartitionProduceResponse, TopicProduceResponse,
     };
     let acks = r.acks;
-    // KIP-890 part 1: first transactional appends wait for the coordinator's yes.
+    // KIP-890: first transactional appends wait for the coordinator's yes (part 1), or for
+    // the coordinator to add the partition (part 2, Produce v12+).
     let mut verified = if (-1..=1).contains(&acks) {
-        verify_first_appends(broker, &r).await
+        verify_first_appends(broker, &r, TxnSupport::from_produce_version(v)).await
     } else {
         HashMap::new()
     };
@@ -292,7 +293,8 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
             } else if let Some(part_lock) = broker.partition(&name, p.index) {
                 let guard = verified
                     .remove(&(name.clone(), p.index))
-                    .and_then(Result::ok);
+                    .and_then(Result::ok)
+                    .flatten();
                 let records = p.records.unwrap_or_default();
                 let mut part = part_lock.lock().await;
                 let res = part.append_produce(&records, guard);
@@ -358,8 +360,40 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
     (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
 }
 
-/// Per partition of a Produce: the verification guard to append with, or the error to answer.
-type Verified = HashMap<(String, i32), Result<VerificationGuard, ResponseError>>;
+/// Per partition of a Produce: the verification guard to append with (`None` for an add made
+/// with verification off), or the error to answer.
+type Verified = HashMap<(String, i32), Result<Option<VerificationGuard>, ResponseError>>;
+
+/// How long a TV2 add answered CONCURRENT_TRANSACTIONS is retried by the broker before the
+/// client gets the error, and the pause between tries (Kafka's
+/// `add.partitions.to.txn.retry.backoff.max.ms` 100 and `add.partitions.to.txn.retry.backoff.ms`
+/// 20): the producer's previous transaction is usually completing and done within it.
+pub(crate) const ADD_RETRY_FOR: Duration = Duration::from_millis(100);
+pub(crate) const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+
+/// KIP-890: [`verify_first_appends_once`], and for an add (Produce v12+) that met a
+/// completing transaction (CONCURRENT_TRANSACTIONS), again after a pause while
+/// [`ADD_RETRY_FOR`] lasts, as Kafka's `ReplicaManager` does for `addPartition`.
+async fn verify_first_appends(
+    broker: &Broker,
+    r: &ProduceRequest,
+    support: TxnSupport,
+) -> Verified {
+    let start = tokio::time::Instant::now();
+    loop {
+        let out = verify_first_appends_once(broker, r, support).await;
+        let concurrent = out.values().any(|v| {
+            matches!(v, Err(e) if e.code() == markers::verify::codes::CONCURRENT_TRANSACTIONS.0)
+        });
+        if support != TxnSupport::AddPartition
+            || !concurrent
+            || start.elapsed() + ADD_RETRY_BACKOFF > ADD_RETRY_FOR
+        {
+            return out;
+        }
+        tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+    }
+}
 
 /// KIP-890 part 1 (`transaction.partition.verification.enable`): for every partition whose
 /// batch would open its producer's transaction here, a verification guard from the
@@ -367,12 +401,19 @@ type Verified = HashMap<(String, i32), Result<VerificationGuard, ResponseError>>
 /// lock), then one question to the coordinator for all of them
 /// ([`markers::verify::Verifier`]: merged with concurrent requests for the same coordinator),
 /// without holding any lock. A refused partition gets the code Kafka's broker answers
-/// ([`markers::verify::Verdict::produce_code`]: INVALID_TXN_STATE when it is not in the
-/// transaction, NOT_ENOUGH_REPLICAS while the coordinator cannot answer, ...). Partitions
-/// needing no verification are not in the map.
-async fn verify_first_appends(broker: &Broker, r: &ProduceRequest) -> Verified {
+/// ([`markers::verify::Verdict::client_code`] for the request's version: INVALID_TXN_STATE
+/// when it is not in the transaction, NOT_ENOUGH_REPLICAS while the coordinator cannot
+/// answer, ...). Partitions needing no verification are not in the map. Part 2 (`support`
+/// is [`TxnSupport::AddPartition`], Produce v12+): the question is an add, asked also with
+/// verification off.
+async fn verify_first_appends_once(
+    broker: &Broker,
+    r: &ProduceRequest,
+    support: TxnSupport,
+) -> Verified {
     let mut out = Verified::new();
-    if !broker.verifier.config().enable {
+    let add = support.operation() == Operation::Add;
+    if !broker.verifier.config().enable && !add {
         return out;
     }
     let now = now_ms();
@@ -386,7 +427,7 @@ async fn verify_first_appends(broker: &Broker, r: &ProduceRequest) -> Verified {
             let (Some(part), Some(records)) = (broker.partition(&name, p.index), &p.records) else {
                 continue;
             };
-            let started = part.lock().await.start_verification(records, now);
+            let started = part.lock().await.start_verification(records, now, add);
             match started {
                 Ok(None) => {}
                 Ok(Some((pid, epoch, guard))) => {
@@ -433,6 +474,7 @@ async fn verify_first_appends(broker: &Broker, r: &ProduceRequest) -> Verified {
             producer_id: pid,
             producer_epoch: epoch,
             partitions: wanted.iter().map(|w| w.0.clone()).collect(),
+            operation: support.operation(),
         })
         .await;
     for ((tp, verdict), (.., guard)) in answers.into_iter().zip(wanted) {
@@ -441,9 +483,9 @@ async fn verify_first_appends(broker: &Broker, r: &ProduceRequest) -> Verified {
         } else {
             tracing::info!(
                 topic = %tp.topic, partition = tp.partition, producer_id = pid.0,
-                epoch = epoch.0, ?verdict, "produce refused by transaction verification"
+                epoch = epoch.0, ?verdict, ?support, "produce refused by transaction verification"
             );
-            let code = verdict.produce_code();
+            let code = verdict.client_code(support).0;
             Err(ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code)))
         };
         out.insert((tp.topic, tp.partition), result);
@@ -624,7 +666,7 @@ async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOf
 pub(crate) async fn write_txn_markers(
     broker: &Broker,
     r: &WriteTxnMarkersRequest,
-    txn_versions: &[u8],
+    txn_versions: &[txn_log::TxnVersion],
 ) -> WriteTxnMarkersResponse {
     let results = apply_markers(broker, markers::apply::markers_of(r, txn_versions)).await;
     markers::apply::response_of(r, &results)
@@ -678,7 +720,7 @@ pub(crate) async fn apply_markers(
                         pending.add((name, p), part_lock, end);
                         Ok(())
                     }
-                    Err(e) => Err(ApplyError::Code(code(e))),
+                    Err(e) => Err(ApplyError::Code(code(e).into())),
                 }
             }
             None if broker.exists(&name, p) => Err(ApplyError::NotLeader),

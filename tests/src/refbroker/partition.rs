@@ -160,37 +160,62 @@ impl Partition {
     /// (`None`: not transactional, verification off, the producer's transaction is open here
     /// already, or bytes [`Partition::append_produce`] will refuse anyway). A zombie epoch is
     /// refused at once (INVALID_PRODUCER_EPOCH).
+    ///
+    /// `add` (KIP-890 part 2, a TV2 client's Produce v12+): the coordinator is asked to add
+    /// the partition whenever the batch opens the producer's transaction here, also with
+    /// verification switched off (then without a guard: `Some((pid, epoch, None))`).
     pub(crate) fn start_verification(
         &mut self,
         records: &Bytes,
         now_ms: i64,
-    ) -> Result<Option<(ProducerId, ProducerEpoch, VerificationGuard)>, ResponseError> {
+        add: bool,
+    ) -> Result<Option<(ProducerId, ProducerEpoch, Option<VerificationGuard>)>, ResponseError> {
         let Ok((header, _)) = BatchHeader::parse(records) else {
             return Ok(None);
         };
+        let (pid, epoch) = (header.producer_id, header.producer_epoch);
         match self.state.start_verification(&header, now_ms) {
-            Ok(guard) => Ok(guard.map(|g| (header.producer_id, header.producer_epoch, g))),
+            Ok(Some(g)) => Ok(Some((pid, epoch, Some(g)))),
+            Ok(None) if add && self.opens_transaction(&header) => Ok(Some((pid, epoch, None))),
+            Ok(None) => Ok(None),
             Err(e) => Err(e.response_error()),
         }
     }
 
+    /// Whether `header` is a transactional batch of a producer with no transaction open here
+    /// at its epoch (what `start_verification` asks when verification is on).
+    fn opens_transaction(&self, header: &BatchHeader) -> bool {
+        header.is_transactional
+            && !header.is_control
+            && header.has_producer_id()
+            && !self
+                .state
+                .has_ongoing_transaction(header.producer_id, header.producer_epoch)
+    }
+
     /// As [`Partition::start_verification`] for the transactional batch of `records` offset
-    /// commits that [`Partition::append_offsets`] would write for `producer` now.
+    /// commits that [`Partition::append_offsets`] would write for `producer` now: `None`
+    /// nothing to ask, `Some(guard)` ask (`add`: a TxnOffsetCommit v5+, asked whenever the
+    /// batch opens the transaction here; the guard is `None` with verification off).
     pub(crate) fn start_offsets_verification(
         &mut self,
         producer: (ProducerId, ProducerEpoch),
         records: usize,
         now_ms: i64,
-    ) -> Result<Option<VerificationGuard>, ResponseError> {
+        add: bool,
+    ) -> Result<Option<Option<VerificationGuard>>, ResponseError> {
         let (pid, epoch) = producer;
         let seq = self.next_offsets_sequence(pid, epoch);
         let header = BatchHeader {
             max_timestamp_ms: now_ms,
             ..BatchHeader::transactional(pid, epoch, seq, i32::try_from(records).unwrap_or(1))
         };
-        self.state
-            .start_verification(&header, now_ms)
-            .map_err(|e| e.response_error())
+        match self.state.start_verification(&header, now_ms) {
+            Ok(Some(g)) => Ok(Some(Some(g))),
+            Ok(None) if add && self.opens_transaction(&header) => Ok(Some(None)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.response_error()),
+        }
     }
 
     /// The sequence refbroker gives the next offsets batch of `pid` (the group coordinator's

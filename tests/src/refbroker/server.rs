@@ -45,6 +45,21 @@ pub struct Broker {
     /// KIP-890 part 1: asks the coordinator before first transactional appends
     /// (`transaction.partition.verification.enable`, default true).
     pub(crate) verifier: Verifier,
+    /// The `transaction.version` finalized in ApiVersions (`--set transaction.version`,
+    /// default [`DEFAULT_TRANSACTION_VERSION`]).
+    pub(crate) transaction_version: i16,
+}
+
+/// The `transaction.version` among the `--set` values: 0, 1 or 2 (default
+/// [`DEFAULT_TRANSACTION_VERSION`]).
+pub(crate) fn transaction_version(config: &Config) -> anyhow::Result<i16> {
+    match config.settings.get("transaction.version") {
+        None => Ok(DEFAULT_TRANSACTION_VERSION),
+        Some(v) => match v.trim().parse::<i16>() {
+            Ok(n) if (0..=MAX_TRANSACTION_VERSION).contains(&n) => Ok(n),
+            _ => anyhow::bail!("transaction.version={v:?}: expected 0, 1 or 2"),
+        },
+    }
 }
 
 /// The verification settings among the `--set` values.
@@ -74,6 +89,7 @@ impl Broker {
             }
         };
         let verification = verification_config(&config)?;
+        let transaction_version = transaction_version(&config)?;
         let participant = verification.participant(ParticipantConfig::default());
         let mut partitions = BTreeMap::new();
         for (topic, &count) in &topics {
@@ -99,6 +115,7 @@ impl Broker {
             groups,
             txn,
             verifier: Verifier::new(Arc::new(BrokerVerifier::new(weak.clone())), verification),
+            transaction_version,
         });
         TxnService::start(&broker).await?;
         Groups::start(&broker);
@@ -123,11 +140,20 @@ impl Broker {
     /// (`coordinator::server::protocol::SUPPORTED`: TV2's EndTxn v5 included); standalone mode
     /// forwards what reaches it at the versions below, except ListTransactions, which it
     /// answers itself with an empty list.
+    ///
+    /// With `transaction.version` 2 finalized, the versions of KIP-890 part 2 are served too:
+    /// Produce v12 and TxnOffsetCommit v5 (the broker adds the partition to the transaction),
+    /// and, standalone, EndTxn v5 forwarded to the daemon (the epoch bump per transaction).
+    /// Below 2 they are not listed, so no client takes this broker for a TV2 one.
     pub(crate) fn supported(&self, key: ApiKey) -> Option<VersionRange> {
         if self.txn.is_embedded() && is_coordinator_api(key) {
             return super::embedded::supported(key);
         }
+        let tv2 = self.transaction_version >= 2;
         let (min, max) = match key {
+            ApiKey::Produce if tv2 => (3, 12),
+            ApiKey::TxnOffsetCommit if tv2 => (0, 5),
+            ApiKey::EndTxn if tv2 => (0, 5),
             ApiKey::Produce => (3, 10),
             ApiKey::Fetch => (4, 12),
             ApiKey::ListOffsets => (1, 7),
@@ -175,14 +201,27 @@ impl Broker {
             })
             .collect();
         // Features (ApiVersions v3+), as a Kafka broker lists them: `transaction.version`
-        // supported up to 1 and finalized at 1, because refbroker does not add a partition to
-        // a transaction on a TV2 Produce (KIP-890 part 2), so a Kafka client must keep sending
-        // AddPartitionsToTxn. Epoch 1, above the standalone daemon's 0: a client takes the
-        // finalized features of the highest epoch, so the brokers decide, not the daemon.
+        // supported up to 2 and finalized at the `transaction.version` setting (not listed at
+        // 0, as Kafka lists no feature at level 0). At 2 Kafka's Java client 4.x stops sending
+        // AddPartitionsToTxn and relies on Produce v12 / TxnOffsetCommit v5, which add the
+        // partition here (KIP-890 part 2). Epoch 1, above the standalone daemon's 0: a client
+        // takes the finalized features of the highest epoch, so the brokers decide, not the
+        // daemon.
         use kafka_protocol::messages::api_versions_response::{
             FinalizedFeatureKey, SupportedFeatureKey,
         };
         let name = || kafka_protocol::protocol::StrBytes::from_static_str("transaction.version");
+        let level = self.transaction_version;
+        let finalized = if level > 0 {
+            vec![
+                FinalizedFeatureKey::default()
+                    .with_name(name())
+                    .with_min_version_level(level)
+                    .with_max_version_level(level),
+            ]
+        } else {
+            Vec::new()
+        };
         ApiVersionsResponse::default()
             .with_error_code(error_code)
             .with_api_keys(api_keys)
@@ -190,21 +229,20 @@ impl Broker {
                 SupportedFeatureKey::default()
                     .with_name(name())
                     .with_min_version(0)
-                    .with_max_version(TRANSACTION_VERSION),
+                    .with_max_version(MAX_TRANSACTION_VERSION),
             ])
             .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
-            .with_finalized_features(vec![
-                FinalizedFeatureKey::default()
-                    .with_name(name())
-                    .with_min_version_level(TRANSACTION_VERSION)
-                    .with_max_version_level(TRANSACTION_VERSION),
-            ])
+            .with_finalized_features(finalized)
     }
 }
 
-/// The `transaction.version` refbroker supports and finalizes in ApiVersions: 1, since it
-/// does not add partitions implicitly on a TV2 Produce (KIP-890 part 2).
-pub(crate) const TRANSACTION_VERSION: i16 = 1;
+/// The highest `transaction.version` refbroker supports: 2 (KIP-890 part 2, the broker adds
+/// the partition on a Produce v12 / TxnOffsetCommit v5).
+pub(crate) const MAX_TRANSACTION_VERSION: i16 = 2;
+
+/// The `transaction.version` refbroker finalizes when no `--set transaction.version` is
+/// given.
+pub(crate) const DEFAULT_TRANSACTION_VERSION: i16 = 1;
 
 /// The epoch of refbroker's finalized features: above the standalone daemon's
 /// (`coordinator::server::protocol::FINALIZED_FEATURES_EPOCH`, 0), so clients follow the

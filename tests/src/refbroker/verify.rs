@@ -16,6 +16,11 @@
 //! [`markers::verify::Verifier`] in front of it merges concurrent questions per coordinator
 //! node and keeps positive answers for a second, forgotten when a marker for the producer is
 //! written here.
+//!
+//! The same calls carry the implicit add of transaction version 2 (KIP-890 part 2): a
+//! Produce v12+ or TxnOffsetCommit v5+ asks with [`markers::verify::Operation::Add`], sent as
+//! AddPartitionsToTxn v5 without `verify_only` (in process: `verify_only: false`), so the
+//! coordinator adds the partition as it would for a TV1 client's AddPartitionsToTxn.
 
 use std::collections::HashMap;
 use std::sync::Weak;
@@ -25,7 +30,7 @@ use async_trait::async_trait;
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use markers::verify::{
-    CallError, CoordinatorNode, TxnVerifier, VERIFY_VERSION, Verdict, VerifyTxn, codes,
+    CallError, CoordinatorNode, TxnVerifier, Verdict, VerifyTxn, codes, request_version,
     verdicts_of, verify_request,
 };
 use markers::wire::KafkaConnection;
@@ -81,60 +86,12 @@ impl BrokerVerifier {
         };
         // The Verifier bounds the call; a call cut short drops this connection with it.
         let response = conn
-            .call(&verify_request(txns), VERIFY_VERSION)
+            .call(&verify_request(txns), request_version(txns))
             .await
             .map_err(|e| CallError::Network(e.to_string()))?;
         conns.insert(node, conn);
         verdicts_of(txns, &response)
     }
-}
-
-/// The in-process call to this node's embedded coordinator.
-async fn in_process(
-    c: &coordinator::shell::Coordinator,
-    txns: &[VerifyTxn],
-) -> Result<Vec<Vec<Verdict>>, CallError> {
-    let request = coordinator::AddPartitionsToTxnRequest {
-        version: VERIFY_VERSION,
-        transactions: txns
-            .iter()
-            .map(|t| coordinator::AddPartitionsTxn {
-                transactional_id: t.transactional_id.clone(),
-                producer_id: t.producer_id,
-                producer_epoch: t.producer_epoch,
-                verify_only: true,
-                partitions: t.partitions.clone(),
-            })
-            .collect(),
-    };
-    let response = c.add_partitions_to_txn(request).await;
-    if response.error != coordinator::ErrorCode::NONE {
-        return Err(CallError::Refused {
-            code: response.error.0,
-        });
-    }
-    Ok(txns
-        .iter()
-        .map(|t| {
-            let result = response
-                .results
-                .iter()
-                .find(|r| r.transactional_id == t.transactional_id);
-            t.partitions
-                .iter()
-                .map(|tp| {
-                    result
-                        .and_then(|r| r.partitions.iter().find(|(p, _)| p == tp))
-                        .map_or(
-                            Verdict::Other {
-                                code: codes::UNKNOWN_SERVER_ERROR,
-                            },
-                            |(_, code)| Verdict::from_coordinator_code(code.0),
-                        )
-                })
-                .collect()
-        })
-        .collect())
 }
 
 fn find_coordinator_request(transactional_id: &str) -> FindCoordinatorRequest {
@@ -171,7 +128,9 @@ impl TxnVerifier for BrokerVerifier {
             return Err(unavailable);
         };
         if c.error_code != 0 {
-            return Err(CallError::NoCoordinator { code: c.error_code });
+            return Err(CallError::NoCoordinator {
+                code: c.error_code.into(),
+            });
         }
         let port = u16::try_from(c.port).map_err(|_| unavailable.clone())?;
         self.addrs.lock().insert(
@@ -201,7 +160,8 @@ impl TxnVerifier for BrokerVerifier {
                         code: codes::COORDINATOR_NOT_AVAILABLE,
                     });
                 };
-                return in_process(c, txns).await;
+                // In process: the library's conversion (coordinator::shell::verify).
+                return c.verify_txns(txns).await;
             }
             let Some(addr) = broker.cluster.addr(node.0).cloned() else {
                 return Err(CallError::NoCoordinator {
@@ -213,7 +173,7 @@ impl TxnVerifier for BrokerVerifier {
         if broker.txn.single_daemon().is_some() {
             let response = broker
                 .txn
-                .forward(&verify_request(txns), VERIFY_VERSION)
+                .forward(&verify_request(txns), request_version(txns))
                 .await
                 .map_err(|e| CallError::Network(e.to_string()))?;
             return verdicts_of(txns, &response);
