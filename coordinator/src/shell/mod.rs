@@ -42,6 +42,7 @@ mod markers;
 mod metrics;
 mod ownership;
 mod trail;
+mod verify;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -60,6 +61,7 @@ pub use markers::{MarkerSink, MarkerSinkStats, RecordingMarkerSink};
 pub use metrics::{ApiErrorLabels, ApiLabels, LogPartitionLabels, Metrics};
 pub use ownership::LeaderEpoch;
 pub use trail::TRANSITION_TARGET;
+pub use verify::IN_PROCESS_NODE;
 pub use writer::WriterSink;
 
 use driver::{Driver, EpochChoice, Msg};

@@ -526,3 +526,74 @@ async fn refused_marker_decisions_wait_in_the_driver_and_keep_their_order() {
     assert_eq!(m.markers_deferred.get(), 0);
     assert_eq!(m.markers_pending.get(), 0);
 }
+
+/// KIP-890 in process: the coordinator is a `markers::verify::TxnVerifier` behind the
+/// library's `Verifier`, with no conversion by the broker. A partition in the transaction is
+/// verified, one outside it is not, an old epoch is fenced, an add (TV2) puts a partition in
+/// the transaction, and nothing is answered for an id of a log partition not owned here.
+#[tokio::test]
+async fn the_coordinator_verifies_and_adds_in_process() {
+    use ::markers::verify::{Operation, Verdict, VerificationConfig, Verifier, VerifyTxn};
+
+    let h = harness(true);
+    h.coordinator.load_all_partitions().await.expect("load");
+    let r = init_ok(&h.coordinator, "app").await;
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    let a = h
+        .coordinator
+        .add_partitions_to_txn(add("app", pid, epoch, "t"))
+        .await;
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    let txn = |epoch, topic: &str, operation| VerifyTxn {
+        transactional_id: "app".into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        partitions: vec![TopicPartition::new(topic, 0)],
+        operation,
+    };
+    let config = VerificationConfig {
+        cache_ttl: std::time::Duration::ZERO,
+        ..VerificationConfig::default()
+    };
+    let verifier = Verifier::new(Arc::new(h.coordinator.clone()), config);
+    let one = |out: Vec<(TopicPartition, Verdict)>| {
+        assert_eq!(out.len(), 1, "{out:?}");
+        out[0].1
+    };
+    let verdict = one(verifier.verify(txn(epoch, "t", Operation::Verify)).await);
+    assert_eq!(verdict, Verdict::Verified);
+    let verdict = one(verifier.verify(txn(epoch, "u", Operation::Verify)).await);
+    assert!(!verdict.allows_append(), "{verdict:?}");
+    assert_eq!(verdict.produce_code(), ErrorCode::INVALID_TXN_STATE);
+    let old = ProducerEpoch(epoch.0 - 1);
+    let verdict = one(verifier.verify(txn(old, "t", Operation::Verify)).await);
+    assert_eq!(verdict, Verdict::ProducerFenced);
+    // The add of transaction version 2: "u" joins the transaction, then verifies.
+    let verdict = one(verifier.verify(txn(epoch, "u", Operation::Add)).await);
+    assert_eq!(verdict, Verdict::Verified);
+    let verdict = one(verifier.verify(txn(epoch, "u", Operation::Verify)).await);
+    assert_eq!(verdict, Verdict::Verified);
+    let d = h
+        .coordinator
+        .describe_transactions(DescribeTransactionsRequest {
+            transactional_ids: vec!["app".into()],
+        })
+        .await;
+    assert_eq!(d[0].partitions.len(), 2, "{d:?}");
+
+    // Not the owner: the log partition is unloaded here.
+    let id = TransactionalId::new("app").expect("id");
+    let lp = h.coordinator.config().partition_for(&id);
+    h.coordinator.unload_partition(lp).await;
+    let out = h
+        .coordinator
+        .verify_txns(&[txn(epoch, "t", Operation::Verify)])
+        .await
+        .expect("answered");
+    assert_eq!(
+        out,
+        vec![vec![Verdict::CoordinatorUnavailable {
+            code: ErrorCode::NOT_COORDINATOR
+        }]]
+    );
+}
