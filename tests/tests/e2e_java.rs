@@ -21,29 +21,17 @@
 
 mod e2e;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::checks::{Expect, Expected, Must, ReadResult, assert_clean, ev, int, values};
+use e2e::checks::{
+    Expect, Expected, Must, ReadResult, assert_clean, end_offsets, ev, int, offsets, values,
+};
 use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, Mode, args};
 
 const PARTITIONS: &str = "0,1,2";
 const PER_PARTITION: usize = 12;
-
-/// `[[partition, offset], ...]` of event `e`'s field `k`.
-fn pairs(e: &Json, k: &str) -> BTreeMap<i64, i64> {
-    e.get(k)
-        .and_then(Json::as_arr)
-        .unwrap_or_else(|| panic!("no {k} in {e:?}"))
-        .iter()
-        .map(|pair| {
-            let pair = pair.as_arr().expect("pair");
-            (pair[0].as_i64().expect("p"), pair[1].as_i64().expect("o"))
-        })
-        .collect()
-}
 
 /// Reads `topic` from the start with the Java consumer at `isolation`.
 fn read(
@@ -133,12 +121,7 @@ fn scenario(mode: Mode, tv: i16) {
         "values",
     );
     assert_eq!(inputs.len(), 3 * PER_PARTITION);
-    let mut input_end: BTreeMap<i64, i64> = BTreeMap::new();
-    for (p, v, o) in &inputs {
-        let o = o.unwrap_or_else(|| panic!("input {v} not acknowledged"));
-        let e = input_end.entry(*p).or_default();
-        *e = (*e).max(o + 1);
-    }
+    let input_end = end_offsets(&inputs);
 
     let group = format!("{test}-group");
     let txn_id = format!("{test}-txn");
@@ -187,7 +170,7 @@ fn scenario(mode: Mode, tv: i16) {
         .find(|e| ev(e) == "done")
         .unwrap_or_else(|| panic!("the successor did not finish: {events:?}"));
     assert_eq!(
-        pairs(done, "committed"),
+        offsets(done, "committed"),
         input_end,
         "the successor's final committed offsets must be the input's end offsets"
     );

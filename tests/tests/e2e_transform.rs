@@ -9,27 +9,14 @@
 
 mod e2e;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::checks::{Expect, Expected, Must, assert_clean, ev, values};
+use e2e::checks::{Expect, Expected, Must, assert_clean, end_offsets, ev, offsets, values};
 use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, Mode, args, run};
 
 const PARTITIONS: &str = "0,1,2";
 const PER_PARTITION: usize = 10;
-
-fn pairs(e: &Json, k: &str) -> Vec<(i64, i64)> {
-    e.get(k)
-        .and_then(Json::as_arr)
-        .unwrap_or_else(|| panic!("no {k} in {e:?}"))
-        .iter()
-        .map(|pair| {
-            let pair = pair.as_arr().expect("pair");
-            (pair[0].as_i64().expect("p"), pair[1].as_i64().expect("o"))
-        })
-        .collect()
-}
 
 fn scenario(mode: Mode) {
     let test = format!("transform_lr_{}", mode.tag());
@@ -61,12 +48,7 @@ fn scenario(mode: Mode) {
         "values",
     );
     assert_eq!(inputs.len(), 3 * PER_PARTITION);
-    let mut input_end: BTreeMap<i64, i64> = BTreeMap::new();
-    for (p, v, o) in &inputs {
-        let o = o.unwrap_or_else(|| panic!("input {v} not acknowledged"));
-        let e = input_end.entry(*p).or_default();
-        *e = (*e).max(o + 1);
-    }
+    let input_end = end_offsets(&inputs);
 
     let group = format!("{test}-group");
     let txn_id = format!("{test}-txn");
@@ -113,7 +95,7 @@ fn scenario(mode: Mode) {
         .iter()
         .find(|e| ev(e) == "done")
         .unwrap_or_else(|| panic!("transformer did not finish: {second:?}"));
-    let committed: BTreeMap<i64, i64> = pairs(done, "committed").into_iter().collect();
+    let committed = offsets(done, "committed");
     assert_eq!(
         committed, input_end,
         "the transformer's final committed offsets must be the input's end offsets"
@@ -180,13 +162,11 @@ fn scenario(mode: Mode) {
         ]),
         Duration::from_secs(30),
     );
-    let offsets: BTreeMap<i64, i64> = pairs(
+    let committed = offsets(
         c.iter().find(|e| ev(e) == "committed").expect("committed"),
         "offsets",
-    )
-    .into_iter()
-    .collect();
-    assert_eq!(offsets, input_end, "committed offsets of {group}");
+    );
+    assert_eq!(committed, input_end, "committed offsets of {group}");
 }
 
 #[test]

@@ -104,6 +104,32 @@ pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
         .collect()
 }
 
+/// `[[partition, offset], ...]` of field `k`, by partition.
+pub(crate) fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
+    e.get(k)
+        .and_then(Json::as_arr)
+        .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
+        .iter()
+        .map(|pair| {
+            let pair = pair
+                .as_arr()
+                .unwrap_or_else(|| panic!("bad offset pair in {e:?}"));
+            (pair[0].as_i64().expect("p"), pair[1].as_i64().expect("o"))
+        })
+        .collect()
+}
+
+/// The end offset of each partition after the acknowledged `values` (all must have offsets).
+pub(crate) fn end_offsets(values: &[(i64, String, Option<i64>)]) -> BTreeMap<i64, i64> {
+    let mut end: BTreeMap<i64, i64> = BTreeMap::new();
+    for (p, v, o) in values {
+        let o = o.unwrap_or_else(|| panic!("{v} not acknowledged"));
+        let e = end.entry(*p).or_default();
+        *e = (*e).max(o + 1);
+    }
+    end
+}
+
 /// What a value's visibility must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Must {
