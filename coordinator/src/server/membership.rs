@@ -253,9 +253,22 @@ impl Runner {
         let mut acked = Instant::now();
         let mut registered = true;
         loop {
+            let started = tokio::time::Instant::now();
+            let keeping = registered;
             // Keep-alive (or a new lease once the old one is gone).
             let alive = if registered {
-                self.keep_alive(lease).await
+                match self.keep_alive(lease).await {
+                    Some(true) => true,
+                    Some(false) => {
+                        // etcd says the lease is gone: register again with a new one.
+                        registered = false;
+                        false
+                    }
+                    // No member answered: keep the lease and ask again. etcd renews every
+                    // lease when a new leader is elected, so a leader election longer than
+                    // the TTL does not end it; `valid` below stops serving meanwhile.
+                    None => false,
+                }
             } else {
                 match self.register().await {
                     Ok(l) => {
@@ -271,27 +284,29 @@ impl Runner {
             };
             if alive {
                 acked = Instant::now();
-            } else if registered && acked.elapsed() >= self.ttl {
-                registered = false;
             }
             // Stop serving before the lease can have expired elsewhere.
             let valid = alive || acked.elapsed() < self.ttl - tick;
-            if valid {
+            if alive {
                 self.refresh_members().await;
-            } else {
+            } else if !valid {
                 self.membership.live.lock().clear();
             }
             self.reconcile(valid).await;
-            tokio::time::sleep(tick).await;
+            // One round per tick, counted from its start. A failed keep-alive is tried again at
+            // once (after a short pause, so refused connections do not spin), and the members
+            // are not read through the member that just failed: a round holding a dead
+            // member's timeouts must not cost the lease.
+            let pause = if keeping && !alive { tick / 10 } else { tick };
+            tokio::time::sleep_until(started + pause).await;
         }
     }
 
-    /// One keep-alive round trip; false if it failed or the lease is gone.
-    /// Refreshes the lease; false if no member acknowledged it within a third of the TTL or
-    /// the lease is gone. Tries the members one at a time, each for at most a ninth of the
-    /// TTL, starting with the one that answered last, so that one dead etcd member out of
-    /// three does not cost this daemon its lease.
-    async fn keep_alive(&mut self, lease: i64) -> bool {
+    /// Refreshes the lease: whether it still lives (`Some(false)`: etcd says it is gone), or
+    /// `None` if no member answered within a third of the TTL. Tries the members one at a
+    /// time, each for at most a ninth of the TTL, starting with the one that answered last,
+    /// so that one dead etcd member out of three does not cost this daemon its lease.
+    async fn keep_alive(&mut self, lease: i64) -> Option<bool> {
         let deadline = tokio::time::Instant::now() + self.ttl / 3;
         let each = self.ttl / 9;
         let n = self.endpoints.len();
@@ -317,7 +332,7 @@ impl Runner {
                 Ok(Ok((client, alive))) => {
                     *slot = Some(client);
                     self.current = i;
-                    return alive;
+                    return Some(alive);
                 }
                 Ok(Err(e)) => last = format!("{endpoint}: {e}"),
                 Err(_) => last = format!("{endpoint}: timed out"),
@@ -327,7 +342,7 @@ impl Runner {
             }
         }
         tracing::warn!(error = %last, "membership keep-alive failed on every etcd endpoint tried");
-        false
+        None
     }
 
     async fn refresh_members(&self) {
