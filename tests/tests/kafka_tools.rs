@@ -629,15 +629,15 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
     };
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
     assert_eq!(range(ApiKey::ListTransactions), Some((0, 1)));
-    // transaction.version: supported 0..1 and finalized at 1 (no implicit add on a TV2
-    // Produce, so Kafka's clients keep sending AddPartitionsToTxn), at epoch 1, above the
+    // transaction.version: supported 0..2 (refbroker adds the partition on a TV2 Produce) and
+    // finalized at its `transaction.version` setting, 1 by default, at epoch 1, above the
     // standalone daemon's 0
     let sf = &v.supported_features;
     assert_eq!(
         sf.iter()
             .map(|f| (f.name.to_string(), f.min_version, f.max_version))
             .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 0, 1)]
+        [("transaction.version".to_owned(), 0, 2)]
     );
     assert_eq!(v.finalized_features_epoch, 1);
     assert_eq!(
