@@ -328,14 +328,16 @@ pub(crate) struct LoadProbeResult {
     pub(crate) rss_after_close_kib: u64,
 }
 
-/// Reads every log partition of `dir` through `SledTxnLog::load` (all partitions at once,
-/// as the daemon does at start) without a coordinator: the storage share of recovery time
+/// Opens the log in `dir` and loads every partition through `SledTxnLog::load` (all partitions at
+/// once, as the daemon does at start) without a coordinator: the storage share of recovery time
 /// and of memory.
 pub(crate) async fn load_probe(dir: &Path, log_partitions: u32) -> anyhow::Result<LoadProbeResult> {
     let rss = || crate::stats::sample_pid(std::process::id()).map_or(0, |s| s.rss_kib);
     let rss_before_kib = rss();
     let start = Instant::now();
-    let cfg = SledConfig::new(dir);
+    // As the daemon opens it: every record is read at open (`SledConfig::preload`).
+    let mut cfg = SledConfig::new(dir);
+    cfg.preload = true;
     let log = Arc::new(tokio::task::spawn_blocking(move || SledTxnLog::open(cfg)).await??);
     let mut set = tokio::task::JoinSet::new();
     for p in 0..log_partitions {

@@ -329,21 +329,30 @@ where
     let mut out = Vec::new();
     for kv in records {
         let (k, v) = kv?;
-        let (k, v) = (k.as_ref(), v.as_ref());
-        let (p, id) = parse_record_key(k)?;
+        let (p, id, record) = decode_record_entry(k.as_ref(), v.as_ref())?;
         if p != partition {
             return Err(LogError::Corrupt {
                 partition: Some(partition),
-                key: printable_key(k),
+                key: printable_key(k.as_ref()),
                 reason: format!("record key names partition {p}"),
             });
         }
-        out.push((id, decode_record(partition, k, v)?));
+        out.push((id, record));
     }
     Ok(LoadedPartition {
         coordinator_epoch,
         records: out,
     })
+}
+
+/// Verifies and decodes one stored record: its partition and transactional id (from the key)
+/// and the record.
+pub fn decode_record_entry(
+    key: &[u8],
+    value: &[u8],
+) -> Result<(LogPartition, TransactionalId, TxnRecord), LogError> {
+    let (partition, id) = parse_record_key(key)?;
+    Ok((partition, id, decode_record(partition, key, value)?))
 }
 
 /// Verifies one stored `(key, value)` pair of any kind (record, coordinator epoch,

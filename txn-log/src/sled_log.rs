@@ -23,6 +23,16 @@
 //!
 //! Reads (`load`) go straight to sled and see every applied batch.
 //!
+//! # Recovery read
+//!
+//! sled 0.34 keeps in memory every page it has read, whatever its cache size, until the
+//! database is closed. A coordinator reads its whole log once at start and then only writes,
+//! so with [`SledConfig::preload`] `open` reads every record on a short-lived database
+//! handle (two scans per core over contiguous partition ranges), closes it, and opens the
+//! database again for serving: the pages recovery read are given back, and the first `load`
+//! of each partition takes its preloaded records. A partition written since (`append`) is read
+//! from sled again.
+//!
 //! See `docs/durability.md`.
 //!
 //! Not for loom: sled and the writer thread do not run under a loom model; use
@@ -42,7 +52,7 @@ use crate::log::next_epoch;
 use crate::sync::{Arc, Mutex};
 use crate::{
     Appending, CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
-    ProducerId, ProducerIdBlock, TxnLog, append_failed,
+    ProducerId, ProducerIdBlock, TransactionalId, TxnLog, TxnRecord, append_failed,
 };
 
 /// How a committed batch is made durable.
@@ -78,6 +88,11 @@ pub struct SledConfig {
     /// keeps every transactional id in memory and reads the log only at load, so a large cache
     /// only holds what recovery read: with 1M ids sled's 1 GiB default cost about 440 B per id.
     pub cache_capacity: u64,
+    /// Read every record at `open` and serve each partition's first `load` from that read,
+    /// then drop the pages it used (see [Recovery read](self#recovery-read)); default false.
+    /// For a process that loads every partition of its log right after opening it, as the
+    /// daemon does: records of a partition that is never loaded nor written stay in memory.
+    pub preload: bool,
 }
 
 impl SledConfig {
@@ -89,6 +104,7 @@ impl SledConfig {
             max_batch: 512,
             lock_wait: Duration::from_secs(5),
             cache_capacity: Self::DEFAULT_CACHE_BYTES,
+            preload: false,
         }
     }
 
@@ -186,12 +202,24 @@ struct Request {
 #[derive(Debug)]
 pub struct SledTxnLog {
     tree: sled::Tree,
+    /// Records read at open ([`SledConfig::preload`]) of the partitions not loaded nor written
+    /// since.
+    preloaded: Mutex<HashMap<LogPartition, Preloaded>>,
     shared: Arc<Shared>,
     tx: Mutex<Option<mpsc::UnboundedSender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 const TREE: &[u8] = b"txn-log";
+
+/// The records of one partition as `load` returns them, ordered by id.
+type PartitionRecords = Vec<(TransactionalId, TxnRecord)>;
+
+/// What the recovery read found for one partition: its records, or its first corrupt one.
+type Preloaded = Result<PartitionRecords, LogError>;
+
+/// Most threads the recovery read uses.
+const MAX_RECOVERY_READERS: usize = 8;
 
 fn sled_err(e: sled::Error) -> LogError {
     match e {
@@ -246,8 +274,8 @@ impl SledTxnLog {
             ));
         }
         std::fs::create_dir_all(&config.path)?;
-        let db = open_db(&config)?;
-        let tree = db.open_tree(TREE).map_err(sled_err)?;
+        let mut db = open_db(&config)?;
+        let mut tree = db.open_tree(TREE).map_err(sled_err)?;
 
         let mut epochs = HashMap::new();
         for kv in tree.scan_prefix([codec::EPOCH_KEY_PREFIX]) {
@@ -258,6 +286,18 @@ impl SledTxnLog {
         let next_producer_id = match tree.get(codec::PRODUCER_ID_KEY).map_err(sled_err)? {
             Some(v) => codec::decode_next_producer_id(&v)?,
             None => 0,
+        };
+        let preloaded = if config.preload {
+            let last = epochs.keys().map(|p| p.0).max().unwrap_or(0);
+            let records = read_all_records(&tree, last)?;
+            // Close the handle that paged the whole log in, and serve from a fresh one.
+            drop(tree);
+            drop(db);
+            db = open_db(&config)?;
+            tree = db.open_tree(TREE).map_err(sled_err)?;
+            records
+        } else {
+            HashMap::new()
         };
 
         let db_file = match config.sync_mode {
@@ -294,6 +334,7 @@ impl SledTxnLog {
             .spawn(move || writer.run(rx))?;
         Ok(Self {
             tree,
+            preloaded: Mutex::new(preloaded),
             shared,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(handle)),
@@ -380,6 +421,9 @@ impl TxnLog for SledTxnLog {
         epoch: CoordinatorEpoch,
         batch: Vec<LogEntry>,
     ) -> Appending {
+        // The preloaded records are stale once the partition is written; freed outside the lock.
+        let stale = self.preloaded.lock().remove(&partition);
+        drop(stale);
         match self.enqueue(Op::Append(partition, epoch, batch)) {
             Ok(rx) => Box::pin(async move { rx.await.map_err(|_| LogError::Closed)?.map(|_| ()) }),
             Err(e) => append_failed(e),
@@ -395,6 +439,13 @@ impl TxnLog for SledTxnLog {
             .tree
             .get(codec::epoch_key(partition))
             .map_err(sled_err)?;
+        let preloaded = self.preloaded.lock().remove(&partition);
+        if let Some(records) = preloaded {
+            let records = records?;
+            let none = std::iter::empty::<Result<(&[u8], &[u8]), LogError>>();
+            let loaded = codec::decode_partition(partition, epoch.as_deref(), none)?;
+            return Ok(LoadedPartition { records, ..loaded });
+        }
         codec::decode_partition(
             partition,
             epoch.as_deref(),
@@ -421,6 +472,89 @@ impl TxnLog for SledTxnLog {
             ))),
         }
     }
+}
+
+/// Reads and verifies every record in `tree`, on up to two threads per core, each scanning a
+/// contiguous range of partitions; the last range is open-ended, so records of a partition
+/// above `last_claimed` are read too.
+fn read_all_records(
+    tree: &sled::Tree,
+    last_claimed: u32,
+) -> Result<HashMap<LogPartition, Preloaded>, LogError> {
+    // Two per core: a reader also waits for sled's page reads (pread).
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let partitions = u64::from(last_claimed) + 1;
+    let readers = u64::try_from((2 * cores).min(MAX_RECOVERY_READERS))
+        .unwrap_or(1)
+        .min(partitions);
+    let per_reader = partitions.div_ceil(readers);
+    // Range starts: the first takes every key of the record prefix (a short, corrupt key
+    // included); the others start at a partition's prefix.
+    let starts: Vec<Vec<u8>> = (0..readers)
+        .map(|i| {
+            if i == 0 {
+                vec![codec::RECORD_KEY_PREFIX]
+            } else {
+                // i * per_reader < partitions <= 2^32.
+                let first = u32::try_from(i * per_reader).unwrap_or(u32::MAX);
+                codec::record_prefix(LogPartition(first)).to_vec()
+            }
+        })
+        .collect();
+    let end_of_records = vec![codec::RECORD_KEY_PREFIX + 1];
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = starts
+            .iter()
+            .enumerate()
+            .map(|(i, start)| {
+                let end = starts.get(i + 1).unwrap_or(&end_of_records);
+                scope.spawn(move || read_records(tree, start, end))
+            })
+            .collect();
+        let mut all = HashMap::new();
+        for reader in readers {
+            let part = reader.join().map_err(|_| {
+                LogError::from(std::io::Error::other("a recovery reader thread panicked"))
+            })??;
+            all.extend(part);
+        }
+        Ok(all)
+    })
+}
+
+/// Reads and verifies the records with keys in `start..end`. A corrupt record is kept as its
+/// partition's outcome, so that partition's `load` reports it as a read of sled would; a
+/// failure that names no partition (sled's own, or a key that is not a record key) fails the
+/// read.
+fn read_records(
+    tree: &sled::Tree,
+    start: &[u8],
+    end: &[u8],
+) -> Result<HashMap<LogPartition, Preloaded>, LogError> {
+    let mut out: HashMap<LogPartition, Preloaded> = HashMap::new();
+    for kv in tree.range(start..end) {
+        let (k, v) = kv.map_err(sled_err)?;
+        match codec::decode_record_entry(&k, &v) {
+            Ok((partition, id, record)) => {
+                if let Ok(records) = out.entry(partition).or_insert_with(|| Ok(Vec::new())) {
+                    records.push((id, record));
+                }
+            }
+            Err(e) => match e {
+                LogError::Corrupt {
+                    partition: Some(partition),
+                    ..
+                } => {
+                    let outcome = out.entry(partition).or_insert_with(|| Ok(Vec::new()));
+                    if outcome.is_ok() {
+                        *outcome = Err(e);
+                    }
+                }
+                e => return Err(e),
+            },
+        }
+    }
+    Ok(out)
 }
 
 // ===== writer =====

@@ -357,24 +357,31 @@ fn corruption_is_reported_with_the_key() {
             *v = original.clone();
             f(v);
         });
-        let log = SledTxnLog::open_path(dir.path()).unwrap();
-        match block_on(log.load(p)) {
-            Err(LogError::Corrupt {
-                partition,
-                key,
-                reason,
-            }) => {
-                assert_eq!(partition, Some(p), "{what}");
-                assert_eq!(key, "victim", "{what}: {reason}");
+        // Read through sled at load, and read at open (preload): the same report.
+        for preload in [false, true] {
+            let mut config = SledConfig::new(dir.path());
+            config.preload = preload;
+            let log = SledTxnLog::open(config).unwrap();
+            match block_on(log.load(p)) {
+                Err(LogError::Corrupt {
+                    partition,
+                    key,
+                    reason,
+                }) => {
+                    assert_eq!(partition, Some(p), "{what}, preload {preload}");
+                    assert_eq!(key, "victim", "{what}, preload {preload}: {reason}");
+                }
+                other => panic!("{what}, preload {preload}: corruption not reported: {other:?}"),
             }
-            other => panic!("{what}: corruption not reported: {other:?}"),
+            // A second load reads sled again and finds it again.
+            assert!(block_on(log.load(p)).is_err(), "{what}, preload {preload}");
+            assert!(
+                matches!(log.verify_all(), Err(LogError::Corrupt { .. })),
+                "{what}"
+            );
+            // Other partitions stay readable.
+            assert!(block_on(log.load(LogPartition(6))).is_ok());
         }
-        assert!(
-            matches!(log.verify_all(), Err(LogError::Corrupt { .. })),
-            "{what}"
-        );
-        // Other partitions stay readable.
-        assert!(block_on(log.load(LogPartition(6))).is_ok());
     }
     tamper(dir.path(), &key, |v| *v = original.clone());
     {
@@ -402,6 +409,71 @@ fn corruption_is_reported_with_the_key() {
         }
         other => panic!("corrupt pid counter not reported: {other:?}"),
     }
+}
+
+/// With `SledConfig::preload`, every partition's first load returns what a read of sled
+/// returns (partitions spread over the recovery readers' ranges, one above every claimed
+/// partition, one with no records); a partition written after open is read from sled again.
+#[test]
+fn preload_serves_what_sled_holds_and_rereads_written_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let claimed = [0u32, 1, 3, 7, 100, 1000, 4097];
+    let expected = |log: &SledTxnLog| -> BTreeMap<u32, txn_log::LoadedPartition> {
+        claimed
+            .iter()
+            .chain(&[5000, 77])
+            .map(|&p| (p, block_on(log.load(LogPartition(p))).unwrap()))
+            .collect()
+    };
+    let before = {
+        let log = SledTxnLog::open_path(dir.path()).unwrap();
+        for (i, &p) in claimed.iter().enumerate() {
+            let epoch = CoordinatorEpoch(i32::try_from(i).unwrap() + 1);
+            block_on(log.claim(LogPartition(p), epoch)).unwrap();
+            let n = if p == 7 { 0 } else { 3 + i };
+            let entries = (0..n)
+                .map(|j| {
+                    let pid = i64::from(p) * 100 + i64::try_from(j).unwrap();
+                    LogEntry::upsert(
+                        tid(&format!("id-{p}-{j}")),
+                        record(pid, TxnState::Ongoing, j + 1),
+                    )
+                })
+                .collect();
+            block_on(log.append(LogPartition(p), epoch, entries)).unwrap();
+        }
+        // Partition 5000 was never claimed, so it has no records; 77 has neither.
+        expected(&log)
+    };
+    let mut config = SledConfig::new(dir.path());
+    config.preload = true;
+    let log = SledTxnLog::open(config.clone()).unwrap();
+    assert_eq!(expected(&log), before);
+
+    let log = {
+        drop(log);
+        SledTxnLog::open(config).unwrap()
+    };
+    let p = LogPartition(3);
+    let epoch = before[&3].coordinator_epoch.unwrap();
+    block_on(log.append(
+        p,
+        epoch,
+        vec![
+            LogEntry::upsert(tid("written-after-open"), record(9, TxnState::Empty, 0)),
+            LogEntry::tombstone(tid("id-3-0")),
+        ],
+    ))
+    .unwrap();
+    let loaded = block_on(log.load(p)).unwrap();
+    let ids: Vec<&str> = loaded.records.iter().map(|(id, _)| id.as_str()).collect();
+    assert!(ids.contains(&"written-after-open"), "{ids:?}");
+    assert!(!ids.contains(&"id-3-0"), "{ids:?}");
+    assert_eq!(ids.len(), before[&3].records.len());
+    assert_eq!(
+        block_on(log.load(LogPartition(1000))).unwrap(),
+        before[&1000]
+    );
 }
 
 /// Blocks allocated before and after several reopens never overlap.

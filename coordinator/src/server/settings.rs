@@ -600,11 +600,14 @@ impl Settings {
     /// The [`SledConfig`] of a transaction log in `path` under these settings (`txn.log.sync`,
     /// `txn.log.cache.bytes`),
     /// for [`txn_log::SledTxnLog::open`]. The daemon and embedders that parse the daemon's keys
-    /// (the refbroker's embedded coordinator) open their log with it.
+    /// (the refbroker's embedded coordinator) open their log with it. Both load every partition
+    /// their log holds right after opening it, so the log is read once at open
+    /// ([`SledConfig::preload`]) and sled does not keep the pages that read used.
     pub fn sled_config(&self, path: impl Into<PathBuf>) -> SledConfig {
         let mut c = SledConfig::new(path);
         c.sync_mode = self.txn_log_sync;
         c.cache_capacity = self.txn_log_cache_bytes;
+        c.preload = true;
         c
     }
 }
