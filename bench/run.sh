@@ -14,6 +14,7 @@
 #   PRODUCERS=LIST   producer counts of the matrix (default 1,16,64,256)
 #   PPT=LIST         partitions per transaction (default "1 8")
 #   RECOVERY_IDS=N   transactional ids of the recovery scenario (default 1000000)
+#   RSS_SETTLE_S=N   recovery: seconds idle before the RSS per idle id is read (default 15)
 #   KAFKA_LIBS=DIR   resolved Kafka jars (default $OUT/../txn-bench-kafka-libs, resolved with mvn)
 #   NO_BUILD=1       skip cargo build
 #
@@ -28,6 +29,7 @@ WARMUP="${WARMUP:-2}"
 PRODUCERS="${PRODUCERS:-1,16,64,256}"
 PPT="${PPT:-1 8}"
 RECOVERY_IDS="${RECOVERY_IDS:-1000000}"
+RSS_SETTLE_S="${RSS_SETTLE_S:-15}"
 KAFKA_LIBS="${KAFKA_LIBS:-/tmp/txn-bench-kafka-libs}"
 TOPIC=txn-bench
 TOPIC_PARTITIONS=16
@@ -308,10 +310,13 @@ scenario_recovery() {
             --out "$d/ready-$round.json" | tee -a "$OUT/tables.txt"
         local t1; t1=$(date +%s.%N)
         sleep 1
+        local rss_1s; rss_1s=$(rss_kib "$pid")
+        # Idle: the daemon's allocator gives back what recovery freed within its decay time.
+        sleep "$RSS_SETTLE_S"
         local rss; rss=$(rss_kib "$pid")
         local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status")
-        results+=("{\"round\":\"$round\",\"wall_s\":$(echo "$t1 - $t0" | bc),\"rss_kib\":$rss,\"hwm_kib\":$hwm}")
-        log "recovery $round: $(echo "$t1 - $t0" | bc) s from spawn to ready; RSS $rss KiB (peak $hwm KiB)"
+        results+=("{\"round\":\"$round\",\"wall_s\":$(echo "$t1 - $t0" | bc),\"rss_1s_kib\":$rss_1s,\"rss_kib\":$rss,\"hwm_kib\":$hwm}")
+        log "recovery $round: $(echo "$t1 - $t0" | bc) s from spawn to ready; RSS $rss_1s KiB 1 s after, $rss KiB $((RSS_SETTLE_S + 1)) s after (peak $hwm KiB)"
         kill -9 "$pid"; wait "$pid" 2>/dev/null || true
     done
     local rss_full; rss_full=$(echo "${results[1]}" | sed 's/.*"rss_kib":\([0-9]*\).*/\1/')

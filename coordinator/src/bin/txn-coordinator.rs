@@ -11,6 +11,12 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use coordinator::server::admin::{self, AdminClient, Format};
 use coordinator::server::{self, LogFormat, ServeConfig, ServeOptions};
 
+/// jemalloc with background purging: memory freed after recovery (sled's read of the whole
+/// log) goes back to the system within its decay time (10 s), where glibc's malloc kept it
+/// resident.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "txn-coordinator",

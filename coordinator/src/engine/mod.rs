@@ -258,14 +258,27 @@ impl Engine {
             });
             return;
         }
-        for (id, record) in loaded.records {
-            assert_eq!(
-                self.config.partition_for(&id),
-                self.partition,
-                "{id} was loaded from the wrong log partition"
-            );
-            self.apply(&id, &LogOp::Upsert(record));
-        }
+        // One record per id: the map is built in one pass (full B-tree nodes, each record
+        // moved, not cloned); `reset` left it empty.
+        let (config, partition) = (&self.config, self.partition);
+        self.txns = loaded
+            .records
+            .into_iter()
+            .map(|(id, record)| {
+                assert_eq!(
+                    config.partition_for(&id),
+                    partition,
+                    "{id} was loaded from the wrong log partition"
+                );
+                assert_record_invariants(&id, &record);
+                let entry = Entry {
+                    record,
+                    durable: true,
+                    pending: None,
+                };
+                (id, entry)
+            })
+            .collect();
         self.status = Status::Loaded(coordinator_epoch);
         self.next_reap =
             Millis(now.0 + self.config.abort_timed_out_transaction_cleanup_interval_ms);
