@@ -197,6 +197,82 @@ async fn keep_alive_once(client: &Client, lease: i64) -> Result<bool, etcd_clien
     Ok(stream.message().await?.is_some_and(|r| r.ttl() > 0))
 }
 
+/// What a round's lease step gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseStep {
+    /// A member acknowledged the keep-alive, or a new lease was registered.
+    Acked,
+    /// etcd answered that the lease is gone.
+    Gone,
+    /// No member answered the keep-alive, or registering failed.
+    NoAnswer,
+}
+
+/// What a round does after its lease step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RoundPlan {
+    /// Whether the lease is known to hold, so this daemon may serve what it owns.
+    valid: bool,
+    /// How long after its start the next round begins.
+    pause: Duration,
+}
+
+/// The lease rules of the membership loop, apart from etcd and the clock (the caller passes
+/// `now`), so that they are tested on their own.
+///
+/// - The lease is given up only when etcd says it is gone. A keep-alive that no member
+///   answered keeps it: etcd renews every lease when it elects a new leader, so an election
+///   longer than the TTL does not end it.
+/// - Serving stops when no keep-alive has been acknowledged for the TTL less one tick, before
+///   the lease can have expired and another member have taken over.
+/// - Rounds start once per tick (a third of the TTL); a failed keep-alive is tried again after
+///   a tenth of a tick, so that a dead member's timeouts do not use up the TTL.
+#[derive(Debug)]
+struct LeaseRules {
+    ttl: Duration,
+    tick: Duration,
+    registered: bool,
+    acked: Instant,
+}
+
+impl LeaseRules {
+    /// Rules for a lease of `ttl` registered (acknowledged) at `now`.
+    fn new(ttl: Duration, now: Instant) -> Self {
+        Self {
+            ttl,
+            tick: ttl / 3,
+            registered: true,
+            acked: now,
+        }
+    }
+
+    /// Whether the next round keeps the current lease alive (else it registers a new one).
+    fn registered(&self) -> bool {
+        self.registered
+    }
+
+    /// Takes the outcome of a round's lease step at `now`.
+    fn after(&mut self, step: LeaseStep, now: Instant) -> RoundPlan {
+        let keeping = self.registered;
+        match step {
+            LeaseStep::Acked => {
+                self.registered = true;
+                self.acked = now;
+            }
+            LeaseStep::Gone => self.registered = false,
+            LeaseStep::NoAnswer => {}
+        }
+        let acked = step == LeaseStep::Acked;
+        let valid = acked || now.saturating_duration_since(self.acked) < self.ttl - self.tick;
+        let pause = if keeping && !acked {
+            self.tick / 10
+        } else {
+            self.tick
+        };
+        RoundPlan { valid, pause }
+    }
+}
+
 struct Runner {
     client: Client,
     /// Every endpoint, with a client of its own once connected: keep-alives go to one member
@@ -249,56 +325,36 @@ impl Runner {
     }
 
     async fn run(mut self, mut lease: i64) {
-        let tick = self.ttl / 3;
-        let mut acked = Instant::now();
-        let mut registered = true;
+        let mut rules = LeaseRules::new(self.ttl, Instant::now());
         loop {
             let started = tokio::time::Instant::now();
-            let keeping = registered;
             // Keep-alive (or a new lease once the old one is gone).
-            let alive = if registered {
+            let step = if rules.registered() {
                 match self.keep_alive(lease).await {
-                    Some(true) => true,
-                    Some(false) => {
-                        // etcd says the lease is gone: register again with a new one.
-                        registered = false;
-                        false
-                    }
-                    // No member answered: keep the lease and ask again. etcd renews every
-                    // lease when a new leader is elected, so a leader election longer than
-                    // the TTL does not end it; `valid` below stops serving meanwhile.
-                    None => false,
+                    Some(true) => LeaseStep::Acked,
+                    Some(false) => LeaseStep::Gone,
+                    None => LeaseStep::NoAnswer,
                 }
             } else {
                 match self.register().await {
                     Ok(l) => {
                         lease = l;
-                        registered = true;
-                        true
+                        LeaseStep::Acked
                     }
                     Err(e) => {
                         tracing::warn!(error = %format!("{e:#}"), "registering in etcd failed; retrying");
-                        false
+                        LeaseStep::NoAnswer
                     }
                 }
             };
-            if alive {
-                acked = Instant::now();
-            }
-            // Stop serving before the lease can have expired elsewhere.
-            let valid = alive || acked.elapsed() < self.ttl - tick;
-            if alive {
+            let round = rules.after(step, Instant::now());
+            if step == LeaseStep::Acked {
                 self.refresh_members().await;
-            } else if !valid {
+            } else if !round.valid {
                 self.membership.live.lock().clear();
             }
-            self.reconcile(valid).await;
-            // One round per tick, counted from its start. A failed keep-alive is tried again at
-            // once (after a short pause, so refused connections do not spin), and the members
-            // are not read through the member that just failed: a round holding a dead
-            // member's timeouts must not cost the lease.
-            let pause = if keeping && !alive { tick / 10 } else { tick };
-            tokio::time::sleep_until(started + pause).await;
+            self.reconcile(round.valid).await;
+            tokio::time::sleep_until(started + round.pause).await;
         }
     }
 
@@ -474,6 +530,58 @@ mod tests {
         assert_eq!(mine, expected);
         m.live.lock().remove(&1);
         assert_eq!(m.owned_partitions(), Some((0..12).collect()));
+    }
+
+    const TTL: Duration = Duration::from_secs(3);
+    const TICK: Duration = Duration::from_secs(1);
+
+    /// The finding of the suite (etcd_cluster, one etcd member SIGKILLed): rounds whose
+    /// keep-alive no member answers, for longer than the TTL, do not give the lease up; serving
+    /// stops after TTL - tick and resumes with the next acknowledgement, on the same lease.
+    #[test]
+    fn unanswered_keep_alives_keep_the_lease_and_stop_serving_in_time() {
+        let t0 = Instant::now();
+        let mut rules = LeaseRules::new(TTL, t0);
+        let mut at = Duration::ZERO;
+        while at < 2 * TTL {
+            at += TICK / 10;
+            let plan = rules.after(LeaseStep::NoAnswer, t0 + at);
+            assert!(
+                rules.registered(),
+                "lease dropped {at:?} after the last ack"
+            );
+            assert_eq!(plan.valid, at < TTL - TICK, "at {at:?}");
+            assert_eq!(plan.pause, TICK / 10, "a failed keep-alive is retried soon");
+        }
+        let plan = rules.after(LeaseStep::Acked, t0 + at);
+        assert_eq!(
+            plan,
+            RoundPlan {
+                valid: true,
+                pause: TICK
+            }
+        );
+        assert!(rules.registered());
+        let plan = rules.after(LeaseStep::NoAnswer, t0 + at + TICK);
+        assert!(plan.valid, "one tick after an ack still serves");
+    }
+
+    /// Only etcd's answer that the lease is gone makes the next round register; a failed
+    /// registration is retried a tick later, and serving waits for the new lease.
+    #[test]
+    fn a_gone_lease_is_registered_again() {
+        let t0 = Instant::now();
+        let mut rules = LeaseRules::new(TTL, t0);
+        let plan = rules.after(LeaseStep::Gone, t0 + TICK);
+        assert!(!rules.registered());
+        assert_eq!(plan.pause, TICK / 10, "registering starts soon");
+        assert!(plan.valid, "the last ack is one tick old");
+        let plan = rules.after(LeaseStep::NoAnswer, t0 + TICK * 2);
+        assert!(!rules.registered(), "registering failed");
+        assert_eq!(plan.pause, TICK);
+        assert!(!plan.valid, "no ack for TTL - tick");
+        let plan = rules.after(LeaseStep::Acked, t0 + TICK * 3);
+        assert!(rules.registered() && plan.valid);
     }
 
     #[test]
