@@ -288,13 +288,22 @@ impl SledTxnLog {
             None => 0,
         };
         let preloaded = if config.preload {
+            let started = Instant::now();
             let last = epochs.keys().map(|p| p.0).max().unwrap_or(0);
             let records = read_all_records(&tree, last)?;
+            let read_ms = started.elapsed().as_millis() as u64;
             // Close the handle that paged the whole log in, and serve from a fresh one.
             drop(tree);
             drop(db);
             db = open_db(&config)?;
             tree = db.open_tree(TREE).map_err(sled_err)?;
+            tracing::info!(
+                partitions = records.len(),
+                ids = records.values().map(|r| r.as_ref().map_or(0, Vec::len)).sum::<usize>(),
+                read_ms,
+                reopen_ms = started.elapsed().as_millis() as u64 - read_ms,
+                "transaction log read at open"
+            );
             records
         } else {
             HashMap::new()
