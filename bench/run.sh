@@ -280,34 +280,29 @@ scenario_latency() {
 
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 
-scenario_recovery() {
-    local d="$OUT/data/recovery" port
-    rm -rf "$d"; mkdir -p "$d"
+# recovery_of DAEMON LABEL DIR: RSS of DAEMON idle on an empty log, then two starts on the log in
+# DIR/coord (the second after a SIGKILL): spawn -> ready, RSS 1 s after and idle; one JSON line.
+recovery_of() {
+    local daemon=$1 label=$2 d=$3 port pid
     port=$(free_port)
-    # Baseline: RSS of an idle daemon on an empty log.
-    RUST_LOG=warn "$BIN/txn-coordinator" serve --listen "127.0.0.1:$port" --data-dir "$d/empty" \
-        >"$d/empty.out" 2>"$d/empty.err" &
-    local pid=$!; PIDS+=("$pid")
-    "$BENCH" --wait-ready --bootstrap "127.0.0.1:$port" --generate-ids 1 --json >"$d/ready-empty.json"
+    rm -rf "$d/empty-$label"
+    RUST_LOG=warn "$daemon" serve --listen "127.0.0.1:$port" --data-dir "$d/empty-$label" \
+        >"$d/empty-$label.out" 2>"$d/empty-$label.err" &
+    pid=$!; PIDS+=("$pid")
+    "$BENCH" --wait-ready --bootstrap "127.0.0.1:$port" --generate-ids 1 --json >"$d/ready-empty-$label.json"
     sleep 1
     local rss_empty; rss_empty=$(rss_kib "$pid")
     stop "$pid"
 
-    log "generating $RECOVERY_IDS ids (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-    "$BENCH" --generate-ids "$RECOVERY_IDS" --data-dir "$d/coord" --out "$OUT/recovery-generate.json" | tee -a "$OUT/tables.txt"
-
-    log "load probe: SledTxnLog::load of every partition, no coordinator"
-    "$BENCH" --load-probe --data-dir "$d/coord" --out "$OUT/recovery-load-probe.json" | tee -a "$OUT/tables.txt"
-
-    local results=()
+    local results=() round
     for round in first-start after-sigkill; do
         port=$(free_port)
         local t0; t0=$(date +%s.%N)
-        RUST_LOG=info "$BIN/txn-coordinator" serve --listen "127.0.0.1:$port" --data-dir "$d/coord" \
-            >"$d/$round.out" 2>"$d/$round.err" &
+        RUST_LOG=info "$daemon" serve --listen "127.0.0.1:$port" --data-dir "$d/coord" \
+            >"$d/$label-$round.out" 2>"$d/$label-$round.err" &
         pid=$!; PIDS+=("$pid")
         "$BENCH" --wait-ready --bootstrap "127.0.0.1:$port" --generate-ids "$RECOVERY_IDS" --ready-timeout 600 \
-            --out "$d/ready-$round.json" | tee -a "$OUT/tables.txt"
+            --out "$d/ready-$label-$round.json" >/dev/null
         local t1; t1=$(date +%s.%N)
         sleep 1
         local rss_1s; rss_1s=$(rss_kib "$pid")
@@ -316,13 +311,32 @@ scenario_recovery() {
         local rss; rss=$(rss_kib "$pid")
         local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status")
         results+=("{\"round\":\"$round\",\"wall_s\":$(echo "$t1 - $t0" | bc),\"rss_1s_kib\":$rss_1s,\"rss_kib\":$rss,\"hwm_kib\":$hwm}")
-        log "recovery $round: $(echo "$t1 - $t0" | bc) s from spawn to ready; RSS $rss_1s KiB 1 s after, $rss KiB $((RSS_SETTLE_S + 1)) s after (peak $hwm KiB)"
+        log "recovery $label $round: $(echo "$t1 - $t0" | bc) s from spawn to ready; RSS $rss_1s KiB 1 s after, $rss KiB $((RSS_SETTLE_S + 1)) s after (peak $hwm KiB)"
         kill -9 "$pid"; wait "$pid" 2>/dev/null || true
     done
     local rss_full; rss_full=$(echo "${results[1]}" | sed 's/.*"rss_kib":\([0-9]*\).*/\1/')
-    echo "{\"ids\":$RECOVERY_IDS,\"rss_empty_kib\":$rss_empty,\"rounds\":[$(IFS=,; echo "${results[*]}")],\"bytes_per_idle_id\":$(( (rss_full - rss_empty) * 1024 / RECOVERY_IDS ))}" \
-        | tee "$OUT/recovery.json" | tee -a "$OUT/tables.txt"
-    grep -h "ids_loaded\|loaded the transaction log\|partitions_done=50" "$d"/*.err | tail -4 >>"$OUT/tables.txt" || true
+    echo "{\"binary\":\"$label\",\"ids\":$RECOVERY_IDS,\"rss_empty_kib\":$rss_empty,\"rounds\":[$(IFS=,; echo "${results[*]}")],\"bytes_per_idle_id\":$(( (rss_full - rss_empty) * 1024 / RECOVERY_IDS ))}"
+}
+
+# With OLD_DAEMON=<binary>, the old and the new daemon alternate (old new old new) on the same log.
+scenario_recovery() {
+    local d="$OUT/data/recovery"
+    rm -rf "$d"; mkdir -p "$d"
+    log "generating $RECOVERY_IDS ids (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$BENCH" --generate-ids "$RECOVERY_IDS" --data-dir "$d/coord" --out "$OUT/recovery-generate.json" | tee -a "$OUT/tables.txt"
+
+    log "load probe: SledTxnLog::open and load of every partition, no coordinator"
+    "$BENCH" --load-probe --data-dir "$d/coord" --out "$OUT/recovery-load-probe.json" | tee -a "$OUT/tables.txt"
+
+    local runs=(new) which
+    [ -x "${OLD_DAEMON:-}" ] && runs=(old new old new)
+    : >"$OUT/recovery.json"
+    for which in "${runs[@]}"; do
+        local daemon=$BIN/txn-coordinator
+        [ "$which" = old ] && daemon=$OLD_DAEMON
+        recovery_of "$daemon" "$which" "$d" | tee -a "$OUT/recovery.json" | tee -a "$OUT/tables.txt"
+    done
+    grep -h "read at open\|all transaction log partitions loaded" "$d"/*.err | tail -4 >>"$OUT/tables.txt" || true
 }
 
 kafka_libs() {

@@ -59,10 +59,15 @@ def main():
             f = load(p)
             print(f"\nfsync probe ({f['write_bytes']} B write + fdatasync): {f['fsyncs_per_s']:,.0f}/s, "
                   f"p50 {f['latency']['p50_us']} us, p99 {f['latency']['p99_us']} us (load {f['loadavg']})")
-    for name in ["recovery-generate.json", "recovery-load-probe.json", "recovery.json"]:
+    for name in ["recovery-generate.json", "recovery-load-probe.json"]:
         p = os.path.join(out, name)
         if os.path.exists(p):
             print(f"\n{name}: {json.dumps(load(p))}")
+    p = os.path.join(out, "recovery.json")  # one line per daemon binary
+    if os.path.exists(p):
+        with open(p) as f:
+            for line in filter(str.strip, f):
+                print(f"\nrecovery.json: {json.dumps(json.loads(line))}")
 
 
 if __name__ == "__main__":
