@@ -88,7 +88,8 @@ fn parse_child_output(lines: &[String], cycle: i64) -> ChildLog {
 /// Every acknowledged write of a child killed with SIGKILL at a random moment is present
 /// after reopen, every batch is all-or-nothing with exact contents (nothing torn), the
 /// per-writer overwrite is at least as new as the last ack, the claim persisted, stale
-/// epochs stay fenced after reopen, and producer-id blocks never overlap across crashes.
+/// epochs stay fenced after reopen, and producer-id blocks never overlap across crashes; odd
+/// cycles reopen with `SledConfig::preload` (the recovered log read at open).
 #[test]
 fn acknowledged_writes_survive_sigkill_and_nothing_is_torn() {
     let seed = 0x7a3c_19e5_u64;
@@ -135,7 +136,10 @@ fn acknowledged_writes_survive_sigkill_and_nothing_is_torn() {
         assert_eq!(out.claimed, Some(epoch), "cycle {cycle}");
         total_acks += out.acks.len();
 
-        let log = SledTxnLog::open_path(dir.path()).unwrap();
+        // Odd cycles read the recovered log at open, as the daemon does.
+        let mut config = SledConfig::new(dir.path());
+        config.preload = cycle % 2 == 1;
+        let log = SledTxnLog::open(config).unwrap();
         let loaded = block_on(log.load(P)).unwrap();
         assert_eq!(loaded.coordinator_epoch, Some(CoordinatorEpoch(epoch)));
         let records: BTreeMap<String, TxnRecord> = loaded
