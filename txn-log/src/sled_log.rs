@@ -299,7 +299,10 @@ impl SledTxnLog {
             tree = db.open_tree(TREE).map_err(sled_err)?;
             tracing::info!(
                 partitions = records.len(),
-                ids = records.values().map(|r| r.as_ref().map_or(0, Vec::len)).sum::<usize>(),
+                ids = records
+                    .values()
+                    .map(|r| r.as_ref().map_or(0, Vec::len))
+                    .sum::<usize>(),
                 read_ms,
                 reopen_ms = started.elapsed().as_millis() as u64 - read_ms,
                 "transaction log read at open"

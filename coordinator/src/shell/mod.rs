@@ -46,9 +46,9 @@ mod verify;
 mod writer;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use txn_log::sync::Mutex;
@@ -657,7 +657,7 @@ impl Coordinator {
             }
         });
         let mut top = ErrorCode::NONE;
-        for (idx, sub, resp) in futures_join_all(calls).await {
+        for (idx, sub, resp) in join_all(calls).await {
             if !resp.error.is_none() {
                 top = resp.error;
             }
@@ -714,7 +714,7 @@ impl Coordinator {
                     (idx, resp)
                 }
             });
-            for (idx, resp) in futures_join_all(calls).await {
+            for (idx, resp) in join_all(calls).await {
                 let mut it = resp.into_iter();
                 for &i in &idx {
                     slots[i] = it.next();
@@ -762,7 +762,7 @@ impl Coordinator {
                 }
             });
             // An unloaded partition answers NOT_COORDINATOR: it is simply not ours to list.
-            let parts: Vec<ListTransactionsResponse> = futures_join_all(calls)
+            let parts: Vec<ListTransactionsResponse> = join_all(calls)
                 .await
                 .into_iter()
                 .filter(|p| p.error != ErrorCode::NOT_COORDINATOR)
@@ -779,34 +779,6 @@ impl Coordinator {
 fn unexpected<T>(got: Response, fallback: T) -> T {
     tracing::error!(response = ?got, "engine answered with a response of another API");
     fallback
-}
-
-/// Runs futures concurrently and returns their outputs in order.
-async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    let mut futs: Vec<Option<std::pin::Pin<Box<F>>>> = futs.into_iter().map(Some).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, slot) in futs.iter_mut().enumerate() {
-            if let Some(f) = slot {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        outputs[i] = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
