@@ -92,6 +92,18 @@ struct Entry {
     pending: Option<IoId>,
 }
 
+impl Entry {
+    /// The entry of an id whose durable record is `record`, with nothing in flight: what a
+    /// live upsert of a new id and a load install.
+    fn durable(record: TxnRecord) -> Self {
+        Self {
+            record,
+            durable: true,
+            pending: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Purpose {
     InitProducerId {
@@ -258,8 +270,9 @@ impl Engine {
             });
             return;
         }
-        // One record per id: the map is built in one pass (full B-tree nodes, each record
-        // moved, not cloned); `reset` left it empty.
+        // One record per id, each installed as a live upsert of a new id installs it (the same
+        // checks, `Entry::durable`), in one pass: full B-tree nodes, records moved, not cloned;
+        // `reset` left the map empty.
         let (config, partition) = (&self.config, self.partition);
         self.txns = loaded
             .records
@@ -271,12 +284,7 @@ impl Engine {
                     "{id} was loaded from the wrong log partition"
                 );
                 assert_record_invariants(&id, &record);
-                let entry = Entry {
-                    record,
-                    durable: true,
-                    pending: None,
-                };
-                (id, entry)
+                (id, Entry::durable(record))
             })
             .collect();
         self.status = Status::Loaded(coordinator_epoch);
@@ -548,11 +556,10 @@ impl Engine {
         match op {
             LogOp::Upsert(record) => {
                 assert_record_invariants(id, record);
-                let entry = self.txns.entry(id.clone()).or_insert_with(|| Entry {
-                    record: record.clone(),
-                    durable: false,
-                    pending: None,
-                });
+                let Some(entry) = self.txns.get_mut(id) else {
+                    self.txns.insert(id.clone(), Entry::durable(record.clone()));
+                    return;
+                };
                 if entry.durable {
                     assert_transition(id, entry.record.state, record.state);
                     if entry.record.producer_id == record.producer_id {
