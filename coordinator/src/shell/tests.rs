@@ -91,6 +91,17 @@ async fn init_ok(c: &Coordinator, id: &str) -> InitProducerIdResponse {
     panic!("producer ids never became available");
 }
 
+/// Loads every partition, initializes `id` and adds partition `t`-0: its transaction is
+/// Ongoing. Returns the producer id and epoch.
+async fn begin(c: &Coordinator, id: &str) -> (ProducerId, ProducerEpoch) {
+    c.load_all_partitions().await.expect("load");
+    let r = init_ok(c, id).await;
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    let a = c.add_partitions_to_txn(add(id, pid, epoch, "t")).await;
+    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    (pid, epoch)
+}
+
 async fn state_of(c: &Coordinator, id: &str) -> String {
     let d = c
         .describe_transactions(DescribeTransactionsRequest {
@@ -119,14 +130,7 @@ async fn requests_before_load_get_not_coordinator() {
 #[tokio::test]
 async fn commit_cycle_writes_markers_and_completes() {
     let h = harness(true);
-    h.coordinator.load_all_partitions().await.expect("load");
-    let r = init_ok(&h.coordinator, "app").await;
-    let (pid, epoch) = (r.producer_id, r.producer_epoch);
-    let a = h
-        .coordinator
-        .add_partitions_to_txn(add("app", pid, epoch, "t"))
-        .await;
-    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    let (pid, epoch) = begin(&h.coordinator, "app").await;
     assert_eq!(state_of(&h.coordinator, "app").await, "Ongoing");
     let e = h.coordinator.end_txn(end("app", pid, epoch, true)).await;
     assert_eq!(e.error, ErrorCode::NONE);
@@ -150,12 +154,7 @@ async fn commit_cycle_writes_markers_and_completes() {
 #[tokio::test]
 async fn prepare_commit_is_redriven_after_reload_with_the_new_epoch() {
     let h = harness(false);
-    h.coordinator.load_all_partitions().await.expect("load");
-    let r = init_ok(&h.coordinator, "app").await;
-    let (pid, epoch) = (r.producer_id, r.producer_epoch);
-    h.coordinator
-        .add_partitions_to_txn(add("app", pid, epoch, "t"))
-        .await;
+    let (pid, epoch) = begin(&h.coordinator, "app").await;
     let e = h.coordinator.end_txn(end("app", pid, epoch, true)).await;
     assert_eq!(e.error, ErrorCode::NONE);
     assert_eq!(state_of(&h.coordinator, "app").await, "PrepareCommit");
@@ -423,14 +422,7 @@ async fn a_log_written_with_another_partition_count_fails_to_load_as_corrupt() {
 #[tokio::test]
 async fn an_add_after_commit_waits_for_the_markers_then_for_the_clock() {
     let h = harness(false);
-    h.coordinator.load_all_partitions().await.expect("load");
-    let r = init_ok(&h.coordinator, "park").await;
-    let (pid, epoch) = (r.producer_id, r.producer_epoch);
-    let a = h
-        .coordinator
-        .add_partitions_to_txn(add("park", pid, epoch, "t"))
-        .await;
-    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    let (pid, epoch) = begin(&h.coordinator, "park").await;
     let e = h.coordinator.end_txn(end("park", pid, epoch, true)).await;
     assert_eq!(e.error, ErrorCode::NONE);
 
@@ -536,14 +528,7 @@ async fn the_coordinator_verifies_and_adds_in_process() {
     use ::markers::verify::{Operation, Verdict, VerificationConfig, Verifier, VerifyTxn};
 
     let h = harness(true);
-    h.coordinator.load_all_partitions().await.expect("load");
-    let r = init_ok(&h.coordinator, "app").await;
-    let (pid, epoch) = (r.producer_id, r.producer_epoch);
-    let a = h
-        .coordinator
-        .add_partitions_to_txn(add("app", pid, epoch, "t"))
-        .await;
-    assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+    let (pid, epoch) = begin(&h.coordinator, "app").await;
     let txn = |epoch, topic: &str, operation| VerifyTxn {
         transactional_id: "app".into(),
         producer_id: pid,
