@@ -329,8 +329,9 @@ impl Runner {
         Ok(lease)
     }
 
-    async fn run(mut self, mut lease: i64, registered: Instant) {
-        let mut rules = LeaseRules::new(self.ttl, registered);
+    /// The membership loop, on `lease`, whose registration was sent at `registration_sent`.
+    async fn run(mut self, mut lease: i64, registration_sent: Instant) {
+        let mut rules = LeaseRules::new(self.ttl, registration_sent);
         loop {
             let started = tokio::time::Instant::now();
             let sent = Instant::now();
