@@ -403,7 +403,8 @@ scenario_kafka() {
 }
 
 # One librdkafka producer (confluent-kafka from .venv), sequential begin/produce/commit, durable:
-# transaction latency p50/p90/p99 of the daemon + refbroker, embedded refbroker, Apache Kafka
+# transaction latency p50/p90/p99 (and its split into the servers' round trips and the client's
+# rest) of the daemon + refbroker, embedded refbroker, Apache Kafka
 # (OS-buffered and with an fsync per append) and, with OLD_DAEMON=<older txn-coordinator>, the
 # older daemon + refbroker, alternating, in one run.
 scenario_lr() {
@@ -413,7 +414,7 @@ scenario_lr() {
     lr() { # lr LABEL
         log "lr $1 (load: $(cut -d' ' -f1-3 /proc/loadavg))"
         "$py" "$ROOT/bench/lr_latency.py" --bootstrap "$SRV_ADDR" --topic "$TOPIC" \
-            --partitions "$TOPIC_PARTITIONS" --duration "$DURATION" --warmup "$WARMUP" --label "$1" \
+            --partitions "$TOPIC_PARTITIONS" --duration "$DURATION" --warmup "$WARMUP" --label "$1" --split \
             | tee -a "$OUT/lr.json" | tee -a "$OUT/tables.txt"
     }
     for round in 1 2; do
