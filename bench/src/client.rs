@@ -13,36 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
-
-/// Kafka error codes the benchmark reacts to.
-pub(crate) mod code {
-    pub(crate) const NONE: i16 = 0;
-    pub(crate) const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub(crate) const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub(crate) const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub(crate) const REQUEST_TIMED_OUT: i16 = 7;
-    pub(crate) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub(crate) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub(crate) const NOT_COORDINATOR: i16 = 16;
-    pub(crate) const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub(crate) const CONCURRENT_TRANSACTIONS: i16 = 51;
-
-    /// Errors a client retries after a short back-off (same producer state).
-    pub(crate) fn retriable(c: i16) -> bool {
-        matches!(
-            c,
-            LEADER_NOT_AVAILABLE
-                | NOT_LEADER_OR_FOLLOWER
-                | REQUEST_TIMED_OUT
-                | COORDINATOR_LOAD_IN_PROGRESS
-                | COORDINATOR_NOT_AVAILABLE
-                | NOT_COORDINATOR
-                | NOT_ENOUGH_REPLICAS
-                | CONCURRENT_TRANSACTIONS
-        )
-    }
-}
+use txn_log::ErrorCode;
 
 /// API version ranges a peer advertised (ApiVersions).
 #[derive(Debug, Clone, Default)]
@@ -90,7 +61,7 @@ impl Conn {
             )
             .await
             .with_context(|| format!("ApiVersions to {addr}"))?;
-        if resp.error_code != code::NONE {
+        if resp.error_code != ErrorCode::NONE.code() {
             bail!("ApiVersions to {addr}: error {}", resp.error_code);
         }
         let versions = Versions(
@@ -156,14 +127,19 @@ pub(crate) async fn topic_layout(
             .topics
             .iter()
             .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic));
-        let err = t.map_or(code::UNKNOWN_TOPIC_OR_PARTITION, |t| t.error_code);
-        if err == code::NONE {
+        let err = t.map_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(), |t| {
+            t.error_code
+        });
+        if err == ErrorCode::NONE.code() {
             let t = t.context("topic")?;
             let mut leaders = vec![-1; t.partitions.len()];
             let mut ok = !t.partitions.is_empty();
             for p in &t.partitions {
                 let idx = usize::try_from(p.partition_index).context("partition index")?;
-                if idx >= leaders.len() || p.error_code != code::NONE || p.leader_id.0 < 0 {
+                if idx >= leaders.len()
+                    || p.error_code != ErrorCode::NONE.code()
+                    || p.leader_id.0 < 0
+                {
                     ok = false;
                     continue;
                 }
@@ -177,13 +153,13 @@ pub(crate) async fn topic_layout(
                     brokers,
                 });
             }
-        } else if err == code::UNKNOWN_TOPIC_OR_PARTITION && !created {
+        } else if err == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code() && !created {
             let Some(n) = create_partitions else {
                 bail!("topic {topic} does not exist (pass --create-partitions N to create it)");
             };
             create_topic(&mut conn, topic, n).await?;
             created = true;
-        } else if !code::retriable(err) && err != code::UNKNOWN_TOPIC_OR_PARTITION {
+        } else if !ErrorCode(err).is_retried_by_producer() {
             bail!("Metadata for {topic}: error {err}");
         }
         if tokio::time::Instant::now() > deadline {
@@ -205,7 +181,9 @@ async fn create_topic(conn: &mut Conn, topic: &str, partitions: i32) -> anyhow::
         .with_timeout_ms(30_000);
     let resp = conn.call(&req, v).await?;
     for t in &resp.topics {
-        if t.error_code != code::NONE && t.error_code != code::TOPIC_ALREADY_EXISTS {
+        if t.error_code != ErrorCode::NONE.code()
+            && t.error_code != ErrorCode::TOPIC_ALREADY_EXISTS.code()
+        {
             bail!(
                 "CreateTopics {topic}: error {} {:?}",
                 t.error_code,
@@ -229,11 +207,13 @@ pub(crate) async fn find_coordinator(
             .with_key(StrBytes::from_string(txn_id.to_owned()))
             .with_key_type(1);
         let resp = conn.call(&req, v).await?;
-        if resp.error_code == code::NONE {
+        if resp.error_code == ErrorCode::NONE.code() {
             let BrokerId(node) = resp.node_id;
             return Ok((node, format!("{}:{}", resp.host, resp.port)));
         }
-        if !code::retriable(resp.error_code) || tokio::time::Instant::now() > deadline {
+        if !ErrorCode(resp.error_code).is_retried_by_producer()
+            || tokio::time::Instant::now() > deadline
+        {
             bail!(
                 "FindCoordinator {txn_id}: error {} {:?}",
                 resp.error_code,

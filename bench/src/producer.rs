@@ -18,8 +18,9 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use tokio::time::Instant;
+use txn_log::ErrorCode;
 
-use crate::client::{Conn, TopicLayout, code, find_coordinator};
+use crate::client::{Conn, TopicLayout, find_coordinator};
 use crate::stats::Lat;
 
 /// What every producer of a run shares.
@@ -304,13 +305,13 @@ impl Producer {
                 .with_producer_epoch(if self.vers.init >= 3 { self.epoch } else { -1 });
             let v = self.vers.init;
             let resp = self.coord().call(&req, v).await?;
-            if resp.error_code == code::NONE {
+            if resp.error_code == ErrorCode::NONE.code() {
                 self.pid = resp.producer_id.0;
                 self.epoch = resp.producer_epoch;
                 self.seqs.clear();
                 return Ok(());
             }
-            if !code::retriable(resp.error_code) || Instant::now() > deadline {
+            if !ErrorCode(resp.error_code).is_retried_by_producer() || Instant::now() > deadline {
                 bail!("InitProducerId {}: error {}", self.txn_id, resp.error_code);
             }
             tokio::time::sleep(backoff(attempt)).await;
@@ -342,18 +343,18 @@ impl Producer {
                 ]);
             let v = self.vers.add;
             let resp = self.coord().call(&req, v).await?;
-            let mut worst = code::NONE;
+            let mut worst = ErrorCode::NONE.code();
             for t in &resp.results_by_topic_v3_and_below {
                 for r in &t.results_by_partition {
-                    if r.partition_error_code != code::NONE {
+                    if r.partition_error_code != ErrorCode::NONE.code() {
                         worst = r.partition_error_code;
                     }
                 }
             }
-            if worst == code::NONE {
+            if worst == ErrorCode::NONE.code() {
                 break;
             }
-            if code::retriable(worst) && t0.elapsed() < RETRY_FOR {
+            if ErrorCode(worst).is_retried_by_producer() && t0.elapsed() < RETRY_FOR {
                 stats.retries += 1;
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
@@ -429,18 +430,18 @@ impl Producer {
             loop {
                 let conn = self.conns.get_mut(&addr).expect("leader connection exists");
                 let resp = conn.call(&req, v).await?;
-                let mut worst = code::NONE;
+                let mut worst = ErrorCode::NONE.code();
                 for t in &resp.responses {
                     for r in &t.partition_responses {
-                        if r.error_code != code::NONE {
+                        if r.error_code != ErrorCode::NONE.code() {
                             worst = r.error_code;
                         }
                     }
                 }
-                if worst == code::NONE {
+                if worst == ErrorCode::NONE.code() {
                     break;
                 }
-                if code::retriable(worst) && t1.elapsed() < RETRY_FOR {
+                if ErrorCode(worst).is_retried_by_producer() && t1.elapsed() < RETRY_FOR {
                     stats.retries += 1;
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
@@ -481,10 +482,10 @@ impl Producer {
         let t = Instant::now();
         loop {
             let c = self.end_txn(commit).await?;
-            if c == code::NONE {
+            if c == ErrorCode::NONE.code() {
                 return Ok(());
             }
-            if code::retriable(c) && t.elapsed() < RETRY_FOR {
+            if ErrorCode(c).is_retried_by_producer() && t.elapsed() < RETRY_FOR {
                 stats.retries += 1;
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
@@ -503,7 +504,7 @@ impl Producer {
             .with_committed(commit);
         let v = self.vers.end;
         let resp = self.coord().call(&req, v).await?;
-        if resp.error_code == code::NONE && v >= 5 {
+        if resp.error_code == ErrorCode::NONE.code() && v >= 5 {
             let (pid, epoch) = (resp.producer_id.0, resp.producer_epoch);
             if pid >= 0 && (pid != self.pid || epoch != self.epoch) {
                 self.pid = pid;

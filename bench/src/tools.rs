@@ -12,12 +12,12 @@ use kafka_protocol::messages::{ApiKey, DescribeTransactionsRequest, Transactiona
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
 use txn_log::{
-    CoordinatorEpoch, LogEntry, LogPartition, ProducerEpoch, ProducerId, SledConfig, SledTxnLog,
-    SyncMode, TopicPartition, TransactionalId, TxnLog, TxnRecord, TxnState, java_string_hash,
-    kafka_partition_for,
+    CoordinatorEpoch, ErrorCode, LogEntry, LogPartition, ProducerEpoch, ProducerId, SledConfig,
+    SledTxnLog, SyncMode, TopicPartition, TransactionalId, TxnLog, TxnRecord, TxnState,
+    java_string_hash, kafka_partition_for,
 };
 
-use crate::client::{Conn, code};
+use crate::client::Conn;
 use crate::stats::{Lat, LatSummary};
 
 /// Result of `--fsync-probe`.
@@ -283,17 +283,17 @@ pub(crate) async fn wait_ready(
         let resp = conn.call(&req, 0).await?;
         let busy = resp.transaction_states.iter().any(|t| {
             matches!(
-                t.error_code,
-                code::COORDINATOR_LOAD_IN_PROGRESS
-                    | code::COORDINATOR_NOT_AVAILABLE
-                    | code::NOT_COORDINATOR
+                ErrorCode(t.error_code),
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+                    | ErrorCode::COORDINATOR_NOT_AVAILABLE
+                    | ErrorCode::NOT_COORDINATOR
             )
         });
         if !busy {
             let found = resp
                 .transaction_states
                 .iter()
-                .filter(|t| t.error_code == code::NONE)
+                .filter(|t| t.error_code == ErrorCode::NONE.code())
                 .count();
             return Ok(ReadyResult {
                 bootstrap: bootstrap.to_owned(),

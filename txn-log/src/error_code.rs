@@ -54,6 +54,8 @@ error_codes! {
     CORRUPT_MESSAGE = 2, retriable: true;
     /// 3: unknown topic or partition.
     UNKNOWN_TOPIC_OR_PARTITION = 3, retriable: true;
+    /// 5: leader not available (a partition between leaders, or a topic being created).
+    LEADER_NOT_AVAILABLE = 5, retriable: true;
     /// 6: not leader or follower.
     NOT_LEADER_OR_FOLLOWER = 6, retriable: true;
     /// 7: request timed out.
@@ -84,6 +86,8 @@ error_codes! {
     CLUSTER_AUTHORIZATION_FAILED = 31, retriable: false;
     /// 35: unsupported version.
     UNSUPPORTED_VERSION = 35, retriable: false;
+    /// 36: topic already exists (CreateTopics).
+    TOPIC_ALREADY_EXISTS = 36, retriable: false;
     /// 42: invalid request.
     INVALID_REQUEST = 42, retriable: false;
     /// 43: unsupported for message format.
@@ -115,6 +119,9 @@ error_codes! {
     UNKNOWN_PRODUCER_ID = 59, retriable: false;
     /// 87: invalid record (the batch failed the broker's validation).
     INVALID_RECORD = 87, retriable: false;
+    /// 88: unstable offset commit (OffsetFetch with `RequireStable` while a transactional
+    /// offset commit of the group is pending, KIP-447).
+    UNSTABLE_OFFSET_COMMIT = 88, retriable: true;
     /// 90: producer fenced (KIP-588).
     PRODUCER_FENCED = 90, retriable: false;
     /// 105: transactional id not found.
@@ -127,6 +134,14 @@ impl ErrorCode {
     /// The `int16` Kafka puts on the wire.
     pub const fn code(self) -> i16 {
         self.0
+    }
+
+    /// Whether Kafka's transactional producer sends the request again after its back-off: a
+    /// [`ErrorCode::is_retriable`] code, or CONCURRENT_TRANSACTIONS, which its
+    /// `TransactionManager` retries by its own rule. The workspace's test and benchmark
+    /// clients retry exactly these.
+    pub fn is_retried_by_producer(self) -> bool {
+        self.is_retriable() || self == Self::CONCURRENT_TRANSACTIONS
     }
 
     /// Whether this is [`ErrorCode::NONE`].

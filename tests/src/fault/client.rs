@@ -29,56 +29,11 @@ use kafka_protocol::records::{
 };
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
+use txn_log::ErrorCode;
 
 use super::proxy::check_loopback;
 
 type Conn = KafkaConnection<TcpStream>;
-
-/// Kafka error codes the clients act on.
-pub mod codes {
-    /// NOT_LEADER_OR_FOLLOWER.
-    pub const NOT_LEADER: i16 = 6;
-    /// REQUEST_TIMED_OUT.
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    /// COORDINATOR_LOAD_IN_PROGRESS.
-    pub const LOAD_IN_PROGRESS: i16 = 14;
-    /// COORDINATOR_NOT_AVAILABLE.
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    /// NOT_COORDINATOR.
-    pub const NOT_COORDINATOR: i16 = 16;
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER.
-    pub const OUT_OF_ORDER_SEQUENCE: i16 = 45;
-    /// DUPLICATE_SEQUENCE_NUMBER.
-    pub const DUPLICATE_SEQUENCE: i16 = 46;
-    /// INVALID_PRODUCER_EPOCH.
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    /// INVALID_TXN_STATE.
-    pub const INVALID_TXN_STATE: i16 = 48;
-    /// CONCURRENT_TRANSACTIONS.
-    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-    /// UNKNOWN_PRODUCER_ID.
-    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
-    /// UNSTABLE_OFFSET_COMMIT (an OffsetFetch with require_stable while a transactional
-    /// offset commit is pending).
-    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
-    /// PRODUCER_FENCED.
-    pub const PRODUCER_FENCED: i16 = 90;
-    /// TRANSACTION_ABORTABLE.
-    pub const TRANSACTION_ABORTABLE: i16 = 120;
-
-    /// Errors a client retries after a short backoff (the request had no effect).
-    pub fn retriable(code: i16) -> bool {
-        matches!(
-            code,
-            NOT_LEADER
-                | REQUEST_TIMED_OUT
-                | LOAD_IN_PROGRESS
-                | COORDINATOR_NOT_AVAILABLE
-                | NOT_COORDINATOR
-                | CONCURRENT_TRANSACTIONS
-        )
-    }
-}
 
 /// Why a client operation did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -486,7 +441,7 @@ impl TxnProducer {
                     if c == 0 {
                         return Ok(r);
                     }
-                    if !codes::retriable(c) {
+                    if !ErrorCode(c).is_retried_by_producer() {
                         if ambiguous {
                             return Err(ClientError::Indeterminate {
                                 api,
@@ -497,10 +452,10 @@ impl TxnProducer {
                     }
                     if follow
                         && matches!(
-                            c,
-                            codes::NOT_COORDINATOR
-                                | codes::COORDINATOR_NOT_AVAILABLE
-                                | codes::LOAD_IN_PROGRESS
+                            ErrorCode(c),
+                            ErrorCode::NOT_COORDINATOR
+                                | ErrorCode::COORDINATOR_NOT_AVAILABLE
+                                | ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
                         )
                     {
                         self.coordinator = None;
@@ -542,9 +497,9 @@ impl TxnProducer {
         {
             // KIP-360: a stale (pid, epoch) is refused; start over without it.
             Err(ClientError::Definite { code, .. })
-                if code == codes::PRODUCER_FENCED
-                    || code == codes::INVALID_PRODUCER_EPOCH
-                    || code == codes::INVALID_TXN_STATE =>
+                if code == ErrorCode::PRODUCER_FENCED.code()
+                    || code == ErrorCode::INVALID_PRODUCER_EPOCH.code()
+                    || code == ErrorCode::INVALID_TXN_STATE.code() =>
             {
                 let req = req.with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
                 self.retry("InitProducerId", Target::Coordinator, &req, 4, |r| {
@@ -643,12 +598,12 @@ impl TxnProducer {
                         .first()
                         .and_then(|t| t.partition_responses.first())
                         .map_or(-1, |p| p.base_offset);
-                    if c == 0 || c == codes::DUPLICATE_SEQUENCE {
+                    if c == 0 || c == ErrorCode::DUPLICATE_SEQUENCE_NUMBER.code() {
                         let n = i32::try_from(values.len()).unwrap_or(i32::MAX);
                         self.seqs.insert(partition, seq.wrapping_add(n));
                         return Ok(if c == 0 { base } else { -1 });
                     }
-                    if !codes::retriable(c) {
+                    if !ErrorCode(c).is_retried_by_producer() {
                         if ambiguous {
                             return Err(ClientError::Indeterminate {
                                 api: "Produce",
@@ -834,7 +789,7 @@ impl GroupOffsets {
                     };
                     match p {
                         Some(p) if code == 0 => return Ok(p.committed_offset),
-                        _ if code == codes::UNSTABLE_OFFSET_COMMIT || codes::retriable(code) => {
+                        _ if ErrorCode(code).is_retried_by_producer() => {
                             last = format!("retriable error {code}");
                         }
                         _ => {
