@@ -170,9 +170,9 @@ async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
 /// The owner of an id is SIGSTOPped past its lease: a survivor takes the id over (a higher
 /// coordinator epoch). Resumed, the old owner still holds the id's old state in memory, but
 /// nothing it does with it lands: its append is fenced in etcd and the client gets an error,
-/// and the survivor's state is untouched.
+/// and the survivor's state is untouched. Then it registers again and owns partitions again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_state() {
+async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_state_and_rejoins() {
     let etcd = EtcdCluster::start(3).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
     let endpoints = etcd.endpoints_arg();
@@ -226,6 +226,27 @@ async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_sta
     assert_eq!(t.error_code, 0);
     assert_eq!((t.producer_id.0, t.producer_epoch), (pid, epoch + 1));
     assert!(t.topics.is_empty(), "a stale add landed: {t:?}");
+
+    // etcd dropped the old owner's lease while it was stopped; it registers again and gets
+    // its share of the partitions back (a finding of the cluster fault run: it kept sending
+    // keep-alives for the dead lease and never rejoined).
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(10);
+    let ids: Vec<String> = (0..24).map(|i| format!("rejoin-{i}")).collect();
+    let mut rejoined = false;
+    while !rejoined && Instant::now() < deadline {
+        for id in &ids {
+            if find(&mut pool, survivor, id).await.map(|(n, _)| n) == Some(owner) {
+                rejoined = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        rejoined,
+        "the resumed daemon {owner} owns none of 24 ids {} ms after the survivor answered",
+        LEASE_MS + 10_000
+    );
 }
 
 /// Failover time over 20 SIGKILLs (a measurement: `cargo test --release -p txn-tests --test

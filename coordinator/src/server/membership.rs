@@ -192,11 +192,27 @@ pub async fn start(
 }
 
 /// One keep-alive round trip through `client`: whether the lease still lives.
+///
+/// etcd answers a keep-alive of an expired or revoked lease with a TTL of 0, and etcd-client
+/// turns that answer into `Error::LeaseKeepAliveError("lease not found")`, both when it opens
+/// the keep-alive stream (which sends the first keep-alive) and on the stream's messages. That
+/// error is etcd's answer, not a failed call, so it is `Ok(false)`: the membership loop then
+/// registers again. Every other error (the same variant carries a closed channel's message)
+/// is a call that got no answer.
 async fn keep_alive_once(client: &Client, lease: i64) -> Result<bool, etcd_client::Error> {
-    let (mut keeper, mut stream) = client.clone().lease_keep_alive(lease).await?;
-    keeper.keep_alive().await?;
-    Ok(stream.message().await?.is_some_and(|r| r.ttl() > 0))
+    let answer = async {
+        let (mut keeper, mut stream) = client.clone().lease_keep_alive(lease).await?;
+        keeper.keep_alive().await?;
+        Ok(stream.message().await?.is_some_and(|r| r.ttl() > 0))
+    };
+    match answer.await {
+        Err(etcd_client::Error::LeaseKeepAliveError(m)) if m == LEASE_NOT_FOUND => Ok(false),
+        other => other,
+    }
 }
+
+/// etcd-client's message for a keep-alive that etcd answered with a TTL of 0.
+const LEASE_NOT_FOUND: &str = "lease not found";
 
 /// What a round's lease step gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,7 +355,10 @@ impl Runner {
             let step = if rules.registered() {
                 match self.keep_alive(lease).await {
                     Some(true) => LeaseStep::Acked,
-                    Some(false) => LeaseStep::Gone,
+                    Some(false) => {
+                        tracing::warn!(lease, "membership lease gone in etcd; registering again");
+                        LeaseStep::Gone
+                    }
                     None => LeaseStep::NoAnswer,
                 }
             } else {
