@@ -728,7 +728,18 @@ impl IoBufs {
         {
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
-            // Patched (txn-coordinator): `Config::sync_file_range` can turn this off.
+            // Patched (txn-coordinator): without `Config::sync_file_range`, a buffer that
+            // completes its segment is made durable with `fdatasync` before it is marked
+            // stable: a stable segment can be deactivated, and the segments whose live pages
+            // were relocated into it freed and written over. Without this barrier the kernel
+            // could write the reused segment back before the relocated copies, and a power
+            // loss in between would lose pages that were durable before.
+            if !self.config.temporary
+                && !self.config.sync_file_range
+                && maxed
+            {
+                f.sync_data()?;
+            }
             if !self.config.temporary && self.config.sync_file_range {
                 #[cfg(target_os = "linux")]
                 {
