@@ -112,10 +112,11 @@ impl EtcdCluster {
             .args(["--initial-cluster-token", &self.token])
             // Fast elections on loopback (defaults: 100 ms heartbeat, 1000 ms election).
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            // A restarted member first asks whether it could win before it campaigns (the
-            // default since etcd 3.5; Debian's 3.4 has it off). Without it, the member's
-            // election at restart deposes a working leader, and the cluster stays leaderless
-            // long enough that the daemons stop serving.
+            // A member that only missed heartbeats (just restarted, or stalled) asks whether it
+            // could win before it campaigns, instead of deposing a working leader: the default
+            // since etcd 3.5; Debian's 3.4 has it off. Added after a cluster test stayed
+            // leaderless long enough that its daemon stopped serving (cause not confirmed;
+            // docs/reliability.md).
             .arg("--pre-vote=true")
             .args(["--logger", "zap", "--log-outputs", "stderr"])
             .stdout(Stdio::null())

@@ -16,10 +16,11 @@ use txn_tests::fault::process::{Proc, bin_path};
 
 const LEASE_MS: u64 = 2000;
 
-/// The tests run one at a time. Each starts its own three etcd members and its daemons, and two
-/// such clusters on the two cores of the CI machine starve each other's etcd: a leader election
-/// that takes most of a lease makes `one_dead_etcd_member_does_not_cost_a_daemon_its_lease`
-/// fail for want of CPU, not because of the daemon (seen once, 2026-12-04, in a full suite run).
+/// The tests run one at a time. Each starts its own three etcd members and its daemons, and on
+/// the two cores of the CI machine one test's cluster must not take CPU from another's
+/// elections: an etcd election that takes most of a lease makes a daemon give its partitions up,
+/// which `one_dead_etcd_member_does_not_cost_a_daemon_its_lease` counts as a failure
+/// (docs/reliability.md).
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Daemon `node` on the etcd log with a short lease and 12 log partitions.
