@@ -427,25 +427,14 @@ impl Log {
                 return Err(e);
             }
 
-            let lsn = iobuf.lsn;
             trace!(
-                "asynchronously writing iobuf with lsn {} \
-                 to log from exit_reservation",
-                lsn
+                "writing iobuf with lsn {} to log from exit_reservation",
+                iobuf.lsn
             );
-            let iobufs = self.iobufs.clone();
-            let iobuf = iobuf.clone();
-            threadpool::spawn(move || {
-                if let Err(e) = iobufs.write_to_log(&iobuf) {
-                    error!(
-                        "hit error while writing iobuf with lsn {}: {:?}",
-                        lsn, e
-                    );
-                    iobufs.config.set_global_error(e);
-                }
-            })?;
-
-            Ok(())
+            // Patched (txn-coordinator): the last writer to leave a sealed buffer writes it
+            // on its own thread (was a job on the I/O thread pool), see
+            // `maybe_seal_and_write_iobuf`.
+            self.iobufs.write_iobuf_or_fail(iobuf)
         } else {
             Ok(())
         }
