@@ -325,19 +325,23 @@ async fn one_dead_etcd_member_does_not_cost_a_daemon_its_lease() {
             .expect("etcd ready");
     }
     let log = std::fs::read_to_string(dir.path().join("daemon-1.log")).expect("daemon log");
-    let warnings: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("WARN") || l.contains("registered") || l.contains("handed over"))
-        .collect();
-    assert_eq!(
-        log.matches("registered in etcd").count(),
-        1,
-        "the daemon lost its lease and registered again:\n{}",
-        warnings.join("\n")
-    );
-    assert!(
-        !log.contains("log partition handed over"),
-        "the daemon gave partitions up:\n{}",
-        warnings.join("\n")
-    );
+    let registrations = log.matches("registered in etcd").count();
+    let handed_over = log.contains("log partition handed over");
+    if registrations != 1 || handed_over {
+        // A rare failure is kept for its root cause: the members' logs say whether etcd was
+        // without a leader while the daemon's keep-alives went unanswered.
+        let etcd_files = etcd.keep_files();
+        let daemon_files = dir.keep();
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("registered") || l.contains("handed over"))
+            .collect();
+        panic!(
+            "the daemon registered {registrations} times (1 expected), handed partitions over: \
+             {handed_over}; etcd members' data and logs kept in {}, the daemon's log in {}:\n{}",
+            etcd_files.display(),
+            daemon_files.display(),
+            warnings.join("\n")
+        );
+    }
 }
