@@ -439,6 +439,11 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
     // A marker with its (topic, partition).
     type Placed<'a> = (&'a str, i32, Marker);
     let mut by_pe: BTreeMap<(i64, i16), Vec<Placed<'_>>> = BTreeMap::new();
+    // The markers of each (topic, partition, pid, epoch, result) in timestamp order (log order
+    // among equal timestamps): the Complete* check below looks up the first one at or after a
+    // transaction's start, instead of scanning the partition's whole log for every Complete*.
+    type MarkerKey<'a> = (&'a str, i32, i64, i16, bool);
+    let mut markers_by_key: HashMap<MarkerKey<'_>, Vec<&Marker>> = HashMap::new();
     for ((topic, p), items) in &obs.logs {
         let p = *p;
         let mut open: HashMap<i64, Vec<&str>> = HashMap::new();
@@ -456,12 +461,19 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
                         .entry((m.pid, m.epoch))
                         .or_default()
                         .push((topic, p, *m));
+                    markers_by_key
+                        .entry((topic, p, m.pid, m.epoch, m.commit))
+                        .or_default()
+                        .push(m);
                     for v in open.remove(&m.pid).unwrap_or_default() {
                         closed.insert((topic, v), (p, *m));
                     }
                 }
             }
         }
+    }
+    for ms in markers_by_key.values_mut() {
+        ms.sort_by_key(|m| m.timestamp_ms);
     }
     // W1/W2/W5 values are on the workload topic, W3's on its input and output topics.
     let (w3_in, w3_out) = obs
@@ -610,40 +622,35 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
                 continue;
             }
             n.complete_partitions += 1;
-            let first = items
-                .iter()
-                .filter_map(|i| match i {
-                    LogItem::Marker(m)
-                        if m.pid == prepare.pid
-                            && m.epoch == prepare.epoch
-                            && m.commit == commit
-                            && m.timestamp_ms >= prepare.txn_start_ms =>
-                    {
-                        Some(m)
-                    }
-                    _ => None,
-                })
-                .min_by_key(|m| m.timestamp_ms);
-            let what = format!(
-                "{} pid {pid} epoch {epoch}: {} issued at {} ms{} (durable at {} ms; {} issued \
-                 at {} ms{}, transaction started at {} ms{})",
-                t.tid,
-                t.state,
-                t.issued_ms,
-                at(t.issued_ms),
-                t.durable_ms,
-                prepare.state,
-                prepare.issued_ms,
-                at(prepare.issued_ms),
-                prepare.txn_start_ms,
-                at(prepare.txn_start_ms),
-            );
+            let first = markers_by_key
+                .get(&(topic.as_str(), *p, prepare.pid, prepare.epoch, commit))
+                .and_then(|ms| {
+                    let from = ms.partition_point(|m| m.timestamp_ms < prepare.txn_start_ms);
+                    ms.get(from).copied()
+                });
+            let what = || {
+                format!(
+                    "{} pid {pid} epoch {epoch}: {} issued at {} ms{} (durable at {} ms; {} \
+                     issued at {} ms{}, transaction started at {} ms{})",
+                    t.tid,
+                    t.state,
+                    t.issued_ms,
+                    at(t.issued_ms),
+                    t.durable_ms,
+                    prepare.state,
+                    prepare.issued_ms,
+                    at(prepare.issued_ms),
+                    prepare.txn_start_ms,
+                    at(prepare.txn_start_ms),
+                )
+            };
             match first {
                 None => found.push((
                     Anomaly::CompleteBeforeAck,
                     format!(
-                        "{what}, but {topic}-{p} holds no {} marker (read from {} ms{}); \
+                        "{}, but {topic}-{p} holds no {} marker (read from {} ms{}); \
                          markers of pid {pid} there: {}",
+                        what(),
                         decision(commit),
                         read_from.unwrap_or(-1),
                         read_from.map(at).unwrap_or_default(),
@@ -653,8 +660,9 @@ pub fn check(h: &Record) -> (Vec<(Anomaly, String)>, Counts) {
                 Some(m) if m.timestamp_ms > t.issued_ms => found.push((
                     Anomaly::CompleteBeforeAck,
                     format!(
-                        "{what}, but the {} marker on {topic}-{p} (offset {}) was appended at \
+                        "{}, but the {} marker on {topic}-{p} (offset {}) was appended at \
                          {} ms",
+                        what(),
                         decision(commit),
                         m.offset,
                         m.timestamp_ms
@@ -833,6 +841,20 @@ mod tests {
         h.decisions
             .logs
             .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 13)]);
+        let (found, _) = check(&h);
+        assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
+        assert_eq!(found.len(), 1, "{found:?}");
+        // a marker of the same pid, epoch and result from before the transaction started (an
+        // earlier TV1 transaction's) does not count for it
+        let mut h = base();
+        h.decisions.logs.insert(
+            fq(1),
+            vec![
+                marker(0, 7, 1, true, T0 - 5),
+                data(1, 7, "b"),
+                marker(2, 7, 1, true, T0 + 13),
+            ],
+        );
         let (found, _) = check(&h);
         assert_eq!(count(&found, Anomaly::CompleteBeforeAck), 1, "{found:?}");
         assert_eq!(found.len(), 1, "{found:?}");
