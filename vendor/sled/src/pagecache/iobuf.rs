@@ -564,8 +564,6 @@ impl IoBufs {
         Ok(())
     }
 
-    // Write an IO buffer's data to stable storage and set up the
-    // next IO buffer for writing.
     /// Patched (txn-coordinator): writes a sealed buffer that has no writers left on the
     /// calling thread. A failure is stored as the global error and announced to the threads
     /// waiting in `make_stable` before it is returned, as the pool job did.
@@ -587,6 +585,8 @@ impl IoBufs {
         Ok(())
     }
 
+    // Write an IO buffer's data to stable storage and set up the
+    // next IO buffer for writing.
     pub(crate) fn write_to_log(&self, iobuf: &IoBuf) -> Result<()> {
         let _measure = Measure::new(&M.write_to_log);
         let header = iobuf.get_header();
