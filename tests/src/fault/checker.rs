@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use super::decisions;
-use super::history::{Outcome, Record, TxnOp, W3Record};
+use super::history::{Issue, Outcome, Record, TxnOp, W3Record};
 
 /// An invariant class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -371,29 +371,50 @@ pub fn check(h: &Record) -> Report {
             ),
         );
     }
-    for a in &h.issues {
-        for b in &h.issues {
-            if a.tid == b.tid && a.pid == b.pid && a.complete_ms < b.invoke_ms && b.epoch <= a.epoch
-            {
-                rep.add(
-                    Anomaly::EpochReuse,
-                    format!(
-                        "{}: pid {} epoch {} ({} done at {} ms) then epoch {} ({} sent at {} ms)",
-                        a.tid, a.pid, a.epoch, a.api, a.complete_ms, b.epoch, b.api, b.invoke_ms
-                    ),
-                );
+    // A pair (a, b) of one (tid, pid) with a done before b was sent and b's epoch not above
+    // a's. Found per (tid, pid) by one sweep (the highest epoch done before each b was sent);
+    // the pairs of a (tid, pid) that has one are then listed.
+    let mut by_tid_pid: HashMap<(&str, i64), Vec<&Issue>> = HashMap::new();
+    for is in &h.issues {
+        by_tid_pid
+            .entry((is.tid.as_str(), is.pid))
+            .or_default()
+            .push(is);
+    }
+    let mut groups: Vec<_> = by_tid_pid.into_iter().collect();
+    groups.sort_by_key(|(k, _)| *k);
+    for (_, group) in groups {
+        if !has_epoch_not_above_an_earlier_one(&group) {
+            continue;
+        }
+        for a in &group {
+            for b in &group {
+                if a.complete_ms < b.invoke_ms && b.epoch <= a.epoch {
+                    rep.add(
+                        Anomaly::EpochReuse,
+                        format!(
+                            "{}: pid {} epoch {} ({} done at {} ms) then epoch {} ({} sent at {} \
+                             ms)",
+                            a.tid,
+                            a.pid,
+                            a.epoch,
+                            a.api,
+                            a.complete_ms,
+                            b.epoch,
+                            b.api,
+                            b.invoke_ms
+                        ),
+                    );
+                }
             }
         }
     }
 
     // I9: an accepted produce whose epoch is below an epoch of the same pid issued before the
     // produce was sent.
+    let issued = EpochsIssued::new(&h.issues);
     for w in &h.accepted {
-        if let Some(newer) = h
-            .issues
-            .iter()
-            .find(|is| is.pid == w.pid && is.epoch > w.epoch && is.complete_ms < w.invoke_ms)
-        {
+        if let Some(newer) = issued.newer_before(w.pid, w.epoch, w.invoke_ms) {
             rep.add(
                 Anomaly::ZombieWrite,
                 format!(
@@ -673,10 +694,74 @@ fn check_w3(w: &W3Record, rep: &mut Report) {
     }
 }
 
+/// Whether some issuance of `group` (one tid and pid) was sent after another one was done with
+/// an epoch at least as high: one sweep over the issuances by completion time.
+fn has_epoch_not_above_an_earlier_one(group: &[&Issue]) -> bool {
+    let mut done: Vec<&Issue> = group.to_vec();
+    done.sort_by_key(|i| i.complete_ms);
+    let mut sent: Vec<&Issue> = group.to_vec();
+    sent.sort_by_key(|i| i.invoke_ms);
+    let mut highest_done: Option<i16> = None;
+    let mut next = 0;
+    sent.iter().any(|b| {
+        while let Some(a) = done.get(next).filter(|a| a.complete_ms < b.invoke_ms) {
+            highest_done = highest_done.max(Some(a.epoch));
+            next += 1;
+        }
+        highest_done.is_some_and(|e| b.epoch <= e)
+    })
+}
+
+/// The epochs issued per producer id, for I9's question "was an epoch above this one issued
+/// before this produce was sent?" in a binary search instead of a scan of every issuance.
+struct EpochsIssued<'a> {
+    /// Per pid: its issuances in history order, and (completion time, highest epoch done by
+    /// then) in completion order.
+    by_pid: HashMap<i64, (Vec<&'a Issue>, Vec<(u64, i16)>)>,
+}
+
+impl<'a> EpochsIssued<'a> {
+    fn new(issues: &'a [Issue]) -> Self {
+        let mut by_pid: HashMap<i64, (Vec<&'a Issue>, Vec<(u64, i16)>)> = HashMap::new();
+        for is in issues {
+            by_pid.entry(is.pid).or_default().0.push(is);
+        }
+        for (order, highest) in by_pid.values_mut() {
+            let mut done: Vec<(u64, i16)> =
+                order.iter().map(|i| (i.complete_ms, i.epoch)).collect();
+            done.sort_by_key(|d| d.0);
+            let mut max = i16::MIN;
+            *highest = done
+                .into_iter()
+                .map(|(at, e)| {
+                    max = max.max(e);
+                    (at, max)
+                })
+                .collect();
+        }
+        Self { by_pid }
+    }
+
+    /// The first issuance (in history order) of `pid` with an epoch above `epoch`, done before
+    /// `before_ms`.
+    fn newer_before(&self, pid: i64, epoch: i16, before_ms: u64) -> Option<&'a Issue> {
+        let (order, highest) = self.by_pid.get(&pid)?;
+        let done_before = highest.partition_point(|(at, _)| *at < before_ms);
+        let (_, max) = highest.get(done_before.checked_sub(1)?)?;
+        if *max <= epoch {
+            return None;
+        }
+        order
+            .iter()
+            .copied()
+            .find(|is| is.epoch > epoch && is.complete_ms < before_ms)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::history::{Accepted, Issue, OffsetCheck, Read, TransformOp, TxnOp};
+    use crate::fault::history::{Accepted, OffsetCheck, Read, TransformOp, TxnOp};
 
     fn txn(id: usize, outcome: Outcome, writes: &[(i32, &str)]) -> TxnOp {
         TxnOp {
@@ -824,6 +909,52 @@ mod tests {
         assert!(check(&h).is_valid());
         h.accepted.push(w(0, 30));
         assert_eq!(check(&h).count(Anomaly::ZombieWrite), 1);
+    }
+
+    /// I8's sweep and I9's search give what the pairwise definitions give, on random
+    /// histories with overlapping requests, repeated epochs and several pids per tid.
+    #[test]
+    fn the_epoch_checks_agree_with_the_pairwise_definitions() {
+        let mut rng = crate::fault::workload::Rng::new(7);
+        for _ in 0..500 {
+            let n = 1 + rng.below(12) as usize;
+            let issues: Vec<Issue> = (0..n)
+                .map(|_| {
+                    let invoke_ms = rng.below(100);
+                    Issue {
+                        tid: ["t", "u"][rng.below(2) as usize].into(),
+                        pid: 1 + rng.below(2) as i64,
+                        epoch: rng.below(5) as i16,
+                        api: "InitProducerId",
+                        invoke_ms,
+                        complete_ms: invoke_ms + rng.below(30),
+                    }
+                })
+                .collect();
+            let mut groups: HashMap<(&str, i64), Vec<&Issue>> = HashMap::new();
+            for is in &issues {
+                groups
+                    .entry((is.tid.as_str(), is.pid))
+                    .or_default()
+                    .push(is);
+            }
+            for g in groups.values() {
+                let pairwise = g.iter().any(|a| {
+                    g.iter()
+                        .any(|b| a.complete_ms < b.invoke_ms && b.epoch <= a.epoch)
+                });
+                assert_eq!(has_epoch_not_above_an_earlier_one(g), pairwise, "{g:?}");
+            }
+            let issued = EpochsIssued::new(&issues);
+            for _ in 0..20 {
+                let (pid, epoch, at) =
+                    (1 + rng.below(3) as i64, rng.below(5) as i16, rng.below(140));
+                let first = issues
+                    .iter()
+                    .find(|is| is.pid == pid && is.epoch > epoch && is.complete_ms < at);
+                assert_eq!(issued.newer_before(pid, epoch, at), first, "{issues:?}");
+            }
+        }
     }
 
     /// A W3 history: input partition 0 holds s1, s2, (aborted s3), s4; transform txn 0
