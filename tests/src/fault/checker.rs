@@ -715,23 +715,30 @@ fn has_epoch_not_above_an_earlier_one(group: &[&Issue]) -> bool {
 /// The epochs issued per producer id, for I9's question "was an epoch above this one issued
 /// before this produce was sent?" in a binary search instead of a scan of every issuance.
 struct EpochsIssued<'a> {
-    /// Per pid: its issuances in history order, and (completion time, highest epoch done by
-    /// then) in completion order.
-    by_pid: HashMap<i64, (Vec<&'a Issue>, Vec<(u64, i16)>)>,
+    by_pid: HashMap<i64, PidIssues<'a>>,
+}
+
+/// One producer id's issuances.
+#[derive(Default)]
+struct PidIssues<'a> {
+    /// In history order.
+    order: Vec<&'a Issue>,
+    /// (completion time, highest epoch done by then), in completion order.
+    highest_done: Vec<(u64, i16)>,
 }
 
 impl<'a> EpochsIssued<'a> {
     fn new(issues: &'a [Issue]) -> Self {
-        let mut by_pid: HashMap<i64, (Vec<&'a Issue>, Vec<(u64, i16)>)> = HashMap::new();
+        let mut by_pid: HashMap<i64, PidIssues<'a>> = HashMap::new();
         for is in issues {
-            by_pid.entry(is.pid).or_default().0.push(is);
+            by_pid.entry(is.pid).or_default().order.push(is);
         }
-        for (order, highest) in by_pid.values_mut() {
+        for p in by_pid.values_mut() {
             let mut done: Vec<(u64, i16)> =
-                order.iter().map(|i| (i.complete_ms, i.epoch)).collect();
+                p.order.iter().map(|i| (i.complete_ms, i.epoch)).collect();
             done.sort_by_key(|d| d.0);
             let mut max = i16::MIN;
-            *highest = done
+            p.highest_done = done
                 .into_iter()
                 .map(|(at, e)| {
                     max = max.max(e);
@@ -745,13 +752,13 @@ impl<'a> EpochsIssued<'a> {
     /// The first issuance (in history order) of `pid` with an epoch above `epoch`, done before
     /// `before_ms`.
     fn newer_before(&self, pid: i64, epoch: i16, before_ms: u64) -> Option<&'a Issue> {
-        let (order, highest) = self.by_pid.get(&pid)?;
-        let done_before = highest.partition_point(|(at, _)| *at < before_ms);
-        let (_, max) = highest.get(done_before.checked_sub(1)?)?;
+        let p = self.by_pid.get(&pid)?;
+        let done_before = p.highest_done.partition_point(|(at, _)| *at < before_ms);
+        let (_, max) = p.highest_done.get(done_before.checked_sub(1)?)?;
         if *max <= epoch {
             return None;
         }
-        order
+        p.order
             .iter()
             .copied()
             .find(|is| is.epoch > epoch && is.complete_ms < before_ms)
