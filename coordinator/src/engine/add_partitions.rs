@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// The answer to an AddPartitionsToTxn that needs no log partition: v0-3 (one transaction)
+/// with an empty transactional id gets INVALID_REQUEST. `None`: route it (v4+ batches name
+/// their ids one by one, and the shell answers an invalid one per transaction).
+pub(crate) fn add_partitions_precheck(
+    r: &AddPartitionsToTxnRequest,
+) -> Option<AddPartitionsToTxnResponse> {
+    (r.version < 4 && r.transactions.iter().all(|t| t.transactional_id.is_empty()))
+        .then(|| AddPartitionsToTxnResponse::all(r, ErrorCode::INVALID_REQUEST))
+}
+
 #[derive(Debug)]
 pub(super) struct BatchReply {
     pub(super) version: i16,

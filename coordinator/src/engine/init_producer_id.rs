@@ -34,12 +34,8 @@ pub fn handle_unrouted(
         Request::AddOffsetsToTxn(r) if r.transactional_id.is_empty() => {
             Some(Response::AddOffsetsToTxn(ErrorCode::INVALID_REQUEST))
         }
-        Request::AddPartitionsToTxn(r)
-            if r.version < 4 && r.transactions.iter().all(|t| t.transactional_id.is_empty()) =>
-        {
-            Some(Response::AddPartitionsToTxn(
-                AddPartitionsToTxnResponse::all(r, ErrorCode::INVALID_REQUEST),
-            ))
+        Request::AddPartitionsToTxn(r) => {
+            add_partitions_precheck(r).map(Response::AddPartitionsToTxn)
         }
         _ => None,
     }

@@ -33,6 +33,7 @@ mod init_producer_id;
 mod parking;
 mod queries;
 
+pub(crate) use add_partitions::add_partitions_precheck;
 use add_partitions::{AddDecision, BatchReply};
 pub use init_producer_id::handle_unrouted;
 use parking::{Parked, ParkedRequest};

@@ -66,6 +66,7 @@ pub use writer::WriterSink;
 
 use driver::{Driver, EpochChoice, Msg};
 
+use crate::engine::add_partitions_precheck;
 use crate::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     AddPartitionsTxnResult, Config, DescribeTransactionsRequest, DescribedTxn, EndTxnRequest,
@@ -619,10 +620,7 @@ impl Coordinator {
         &self,
         r: AddPartitionsToTxnRequest,
     ) -> AddPartitionsToTxnResponse {
-        let req = Request::AddPartitionsToTxn(r.clone());
-        if let Some(Response::AddPartitionsToTxn(x)) =
-            handle_unrouted(&self.shared.config, &self.shared.allocator, &req)
-        {
+        if let Some(x) = add_partitions_precheck(&r) {
             return x;
         }
         let mut slots = self.unknown_partitions(&r).await;
@@ -643,32 +641,23 @@ impl Coordinator {
                 transactions: idx.iter().map(|&i| r.transactions[i].clone()).collect(),
             };
             async move {
-                let resp = self
-                    .route(p, Request::AddPartitionsToTxn(sub.clone()))
-                    .await;
-                let resp = match resp {
-                    Response::AddPartitionsToTxn(x) => x,
-                    other => unexpected(
-                        other,
-                        AddPartitionsToTxnResponse::all(&sub, ErrorCode::UNKNOWN_SERVER_ERROR),
-                    ),
+                let resp = match self.route(p, Request::AddPartitionsToTxn(sub)).await {
+                    Response::AddPartitionsToTxn(x) => Some(x),
+                    other => unexpected(other, None),
                 };
-                (idx, sub, resp)
+                (idx, resp)
             }
         });
         let mut top = ErrorCode::NONE;
-        for (idx, sub, resp) in join_all(calls).await {
+        for (idx, resp) in join_all(calls).await {
+            // A wrong or short answer leaves its slots empty: UNKNOWN_SERVER_ERROR below.
+            let Some(resp) = resp else {
+                continue;
+            };
             if !resp.error.is_none() {
                 top = resp.error;
             }
-            let mut results = resp.results.into_iter();
-            for (k, &i) in idx.iter().enumerate() {
-                let res = results.next().unwrap_or_else(|| {
-                    AddPartitionsTxnResult::all(
-                        &sub.transactions[k],
-                        ErrorCode::UNKNOWN_SERVER_ERROR,
-                    )
-                });
+            for (&i, res) in idx.iter().zip(resp.results) {
                 slots[i] = Some(res);
             }
         }
