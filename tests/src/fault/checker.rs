@@ -372,8 +372,8 @@ pub fn check(h: &Record) -> Report {
         );
     }
     // A pair (a, b) of one (tid, pid) with a done before b was sent and b's epoch not above
-    // a's. Found per (tid, pid) by one sweep (the highest epoch done before each b was sent);
-    // the pairs of a (tid, pid) that has one are then listed.
+    // a's. Found per (tid, pid) by asking, for each b, the highest epoch done before it was
+    // sent; the pairs of a (tid, pid) that has one are then listed.
     let mut by_tid_pid: HashMap<(&str, i64), Vec<&Issue>> = HashMap::new();
     for is in &h.issues {
         by_tid_pid
@@ -694,22 +694,40 @@ fn check_w3(w: &W3Record, rep: &mut Report) {
     }
 }
 
-/// Whether some issuance of `group` (one tid and pid) was sent after another one was done with
-/// an epoch at least as high: one sweep over the issuances by completion time.
-fn has_epoch_not_above_an_earlier_one(group: &[&Issue]) -> bool {
-    let mut done: Vec<&Issue> = group.to_vec();
-    done.sort_by_key(|i| i.complete_ms);
-    let mut sent: Vec<&Issue> = group.to_vec();
-    sent.sort_by_key(|i| i.invoke_ms);
-    let mut highest_done: Option<i16> = None;
-    let mut next = 0;
-    sent.iter().any(|b| {
-        while let Some(a) = done.get(next).filter(|a| a.complete_ms < b.invoke_ms) {
-            highest_done = highest_done.max(Some(a.epoch));
-            next += 1;
+/// The highest epoch among some issuances done before a given time: (completion time, highest
+/// epoch done by then) in completion order, searched by binary search. I8 and I9 ask it.
+#[derive(Default)]
+struct HighestDone(Vec<(u64, i16)>);
+
+impl HighestDone {
+    fn new<'a>(issues: impl IntoIterator<Item = &'a Issue>) -> Self {
+        let mut done: Vec<(u64, i16)> = issues
+            .into_iter()
+            .map(|i| (i.complete_ms, i.epoch))
+            .collect();
+        done.sort_by_key(|d| d.0);
+        let mut max = i16::MIN;
+        for d in &mut done {
+            max = max.max(d.1);
+            d.1 = max;
         }
-        highest_done.is_some_and(|e| b.epoch <= e)
-    })
+        Self(done)
+    }
+
+    /// The highest epoch done strictly before `t` (`None`: none was).
+    fn before(&self, t: u64) -> Option<i16> {
+        let n = self.0.partition_point(|(at, _)| *at < t);
+        self.0.get(n.checked_sub(1)?).map(|d| d.1)
+    }
+}
+
+/// Whether some issuance of `group` (one tid and pid) was sent after another one was done with
+/// an epoch at least as high.
+fn has_epoch_not_above_an_earlier_one(group: &[&Issue]) -> bool {
+    let done = HighestDone::new(group.iter().copied());
+    group
+        .iter()
+        .any(|b| done.before(b.invoke_ms).is_some_and(|e| b.epoch <= e))
 }
 
 /// The epochs issued per producer id, for I9's question "was an epoch above this one issued
@@ -723,8 +741,7 @@ struct EpochsIssued<'a> {
 struct PidIssues<'a> {
     /// In history order.
     order: Vec<&'a Issue>,
-    /// (completion time, highest epoch done by then), in completion order.
-    highest_done: Vec<(u64, i16)>,
+    highest_done: HighestDone,
 }
 
 impl<'a> EpochsIssued<'a> {
@@ -734,17 +751,7 @@ impl<'a> EpochsIssued<'a> {
             by_pid.entry(is.pid).or_default().order.push(is);
         }
         for p in by_pid.values_mut() {
-            let mut done: Vec<(u64, i16)> =
-                p.order.iter().map(|i| (i.complete_ms, i.epoch)).collect();
-            done.sort_by_key(|d| d.0);
-            let mut max = i16::MIN;
-            p.highest_done = done
-                .into_iter()
-                .map(|(at, e)| {
-                    max = max.max(e);
-                    (at, max)
-                })
-                .collect();
+            p.highest_done = HighestDone::new(p.order.iter().copied());
         }
         Self { by_pid }
     }
@@ -753,9 +760,7 @@ impl<'a> EpochsIssued<'a> {
     /// `before_ms`.
     fn newer_before(&self, pid: i64, epoch: i16, before_ms: u64) -> Option<&'a Issue> {
         let p = self.by_pid.get(&pid)?;
-        let done_before = p.highest_done.partition_point(|(at, _)| *at < before_ms);
-        let (_, max) = p.highest_done.get(done_before.checked_sub(1)?)?;
-        if *max <= epoch {
+        if p.highest_done.before(before_ms)? <= epoch {
             return None;
         }
         p.order
@@ -918,7 +923,7 @@ mod tests {
         assert_eq!(check(&h).count(Anomaly::ZombieWrite), 1);
     }
 
-    /// I8's sweep and I9's search give what the pairwise definitions give, on random
+    /// I8's and I9's searches give what the pairwise definitions give, on random
     /// histories with overlapping requests, repeated epochs and several pids per tid.
     #[test]
     fn the_epoch_checks_agree_with_the_pairwise_definitions() {
