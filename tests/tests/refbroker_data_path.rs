@@ -692,10 +692,11 @@ async fn a_torn_tail_is_truncated_on_restart_and_appends_continue_after_it() {
     );
     drop(c);
     b.kill();
-    // a crash in the middle of an append: half a batch at the end of the segment
-    let seg = dir.path().join("t-0").join("00000000000000000000.log");
+    // a crash in the middle of an append: half of what was being written at the end of the
+    // broker's journal
+    let seg = dir.path().join("journal.log");
     let half = batch(None, false, 3, "torn");
-    let mut bytes = std::fs::read(&seg).expect("segment");
+    let mut bytes = std::fs::read(&seg).expect("journal");
     bytes.extend_from_slice(&half[..half.len() / 2]);
     std::fs::write(&seg, &bytes).expect("write torn tail");
 

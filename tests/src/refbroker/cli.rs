@@ -20,7 +20,7 @@
 //! | `group.min.session.timeout.ms` | 1000 | smallest session timeout accepted |
 //! | `group.max.session.timeout.ms` | 300000 | largest session timeout accepted |
 //! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
-//! | `log.flush` | `fsync` | `fsync`: acks=all appends, markers and offset commits are fdatasync'd (group commit per partition) before they are answered, and the high watermark covers only synced data; `none`: no fsync (Kafka's default), appends written to the OS in order |
+//! | `log.flush` | `fsync` | `fsync`: acks=all appends, markers and offset commits are fdatasync'd (one group commit of the broker's journal) before they are answered, and the high watermark covers only synced data; `none`: no fsync (Kafka's default), appends written to the OS in order |
 //! | `transaction.version` | `1` | the level finalized in ApiVersions (0, 1 or 2). 2: Produce v12, TxnOffsetCommit v5 and (standalone) EndTxn v5 are listed and a first transactional append of a v12 / v5 request adds the partition to the transaction (KIP-890 part 2), so Kafka's Java client 4.x uses transaction version 2; embedded, the key also configures the coordinator |
 //! | `transaction.partition.verification.enable` | `true` | KIP-890 part 1: before a producer's first transactional append to a partition (Produce, TxnOffsetCommit), ask the coordinator whether the partition is in its transaction (`markers::verify`, see `verify.rs`); `false`: append without asking, as Kafka with the same setting |
 //!
@@ -256,7 +256,7 @@ fn check(
         }
     }
     if let Some(v) = settings.get("log.flush")
-        && super::log::Flush::parse(v).is_none()
+        && super::journal::Flush::parse(v).is_none()
     {
         bail!("log.flush={v:?}: expected fsync or none");
     }

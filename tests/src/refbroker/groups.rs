@@ -812,12 +812,9 @@ async fn append_offsets(
     // The offset store shows the commit at once, so the lock is kept until it is durable.
     let mut part = part.lock().await;
     let end = part.append_offsets(entries, producer, now_ms(), guard)?;
-    part.durability()
-        .sync_through(end)
+    part.make_durable_locked(end)
         .await
-        .map_err(|_| ResponseError::KafkaStorageError)?;
-    part.advance_high_watermark();
-    Ok(())
+        .map_err(|_| ResponseError::KafkaStorageError)
 }
 
 /// OffsetFetch (v1–v7: one group per request).

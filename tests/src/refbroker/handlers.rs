@@ -19,7 +19,7 @@ use markers::participant::{Marker, VerificationGuard};
 use markers::verify::{Operation, TxnSupport, VerifyTxn};
 use txn_log::TopicPartition;
 
-use super::log::Flush;
+use super::journal::Flush;
 use super::partition::PendingSyncs;
 use super::server::{Broker, Req};
 use super::{CONSUMER_OFFSETS, NodeAddr};
@@ -332,8 +332,8 @@ async fn produce(broker: &Arc<Broker>, r: ProduceRequest, v: i16) -> Option<Prod
             broker.appended.notify_waiters();
         }
     } else if acks == -1 {
-        // acks=all: answered once its data is on disk (one fdatasync per partition, shared
-        // with concurrent requests); a failed sync fails the partition.
+        // acks=all: answered once its data is on disk (one fdatasync of the journal, shared
+        // with concurrent requests); a failed sync fails the request's partitions.
         let failed = pending.wait().await;
         for t in &mut responses {
             for p in &mut t.partition_responses {
@@ -673,8 +673,8 @@ pub(crate) async fn write_txn_markers(
 }
 
 /// Applies transaction markers to the partitions this node leads (the participant side of
-/// KIP-98): one control batch per partition, appended; then every touched partition is synced
-/// once for the whole batch (group commit) before answering. The embedded coordinator's
+/// KIP-98): one control batch per partition, appended; then one group commit of the journal
+/// makes them all durable before answering. The embedded coordinator's
 /// in-process delivery ([`markers::apply::MarkerApplier`]) and the wire handler both land here.
 pub(crate) async fn apply_markers(
     broker: &Broker,
@@ -682,7 +682,7 @@ pub(crate) async fn apply_markers(
 ) -> Vec<Result<(), ApplyError>> {
     let mut results = Vec::with_capacity(entries.len());
     let mut appended = false;
-    // Markers are written first, then every touched partition is synced once (concurrently).
+    // Markers are written first, then made durable together.
     let mut pending = PendingSyncs::default();
     for (tp, m) in &entries {
         let (name, p) = (tp.topic.clone(), tp.partition);
@@ -706,14 +706,9 @@ pub(crate) async fn apply_markers(
                         // The offset store shows the outcome already: durable before anyone
                         // else may look.
                         appended = true;
-                        let d = part.durability();
-                        match d.sync_through(end).await {
-                            Ok(()) => {
-                                part.advance_high_watermark();
-                                Ok(())
-                            }
-                            Err(e) => Err(ApplyError::Storage(e.to_string())),
-                        }
+                        part.make_durable_locked(end)
+                            .await
+                            .map_err(|e| ApplyError::Storage(e.to_string()))
                     }
                     Ok(end) => {
                         appended = true;

@@ -1,26 +1,15 @@
-//! One partition's durable log: a single append-only segment file of raw v2 record batches
-//! (exactly the bytes a Fetch returns, base offsets assigned by the broker), mirrored in memory
-//! with an index of batch positions.
-//!
-//! Durability is a group commit ([`Durability`]): an append is written to the file (the OS)
-//! under the partition lock, in offset order, and returns at once; whoever needs it on disk
-//! (an acks=all Produce, a WriteTxnMarkers request, an offset commit) then awaits
-//! [`Durability::sync_through`] without the lock. One fdatasync on a blocking thread covers
-//! every append written before it started, so concurrent appends share it. The high
-//! watermark only advances over [`Durability::durable_end`]. With `--set log.flush=none`
-//! ([`Flush::None`]) nothing is fsync'd: written data counts as durable (Kafka's default).
-//!
-//! On open the file is scanned batch by batch; a torn tail (a batch cut short by a crash, or
-//! failing its checksum) is truncated away, as Kafka's log recovery does.
+//! One partition's log: its record batches (exactly the bytes a Fetch returns, base offsets
+//! assigned by the broker) in memory with an index of batch positions, written through the
+//! broker's [`Journal`], and which of its appends the journal's group commit has made durable.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use markers::participant::BatchHeader;
+
+use super::journal::Journal;
 
 /// Where one batch sits in the log.
 #[derive(Debug, Clone, Copy)]
@@ -32,197 +21,53 @@ pub(crate) struct IndexEntry {
     pub(crate) len: usize,
 }
 
-/// When appends are forced to disk (`--set log.flush=fsync|none`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Flush {
-    /// acks=all appends, markers and offset commits are fdatasync'd (group commit) before
-    /// they are answered; the high watermark covers only synced data.
-    #[default]
-    Fsync,
-    /// No fsync: appends are written to the OS in order and count as durable at once
-    /// (Kafka's default; crash-consistent up to what the OS wrote back).
-    None,
-}
-
-impl Flush {
-    /// Parses a `log.flush` value.
-    pub(crate) fn parse(v: &str) -> Option<Self> {
-        match v {
-            "fsync" => Some(Self::Fsync),
-            "none" => Some(Self::None),
-            _ => None,
-        }
-    }
-}
-
-/// The durable end of one partition log and its group commit.
-#[derive(Debug)]
-pub(crate) struct Durability {
-    path: PathBuf,
-    file: Arc<File>,
-    flush: Flush,
-    /// The log end offset once the last write reached the OS (set under the partition lock).
-    written: AtomicI64,
-    /// The log end offset the last successful fdatasync covers (`written` in [`Flush::None`]).
-    durable: AtomicI64,
-    /// Set after a failed write or fsync: what reached the file is unknown, so nothing more is
-    /// appended or acknowledged (fail-stop; a restart recovers the valid prefix).
-    poisoned: AtomicBool,
-    /// Held by the one caller running an fdatasync; those queued behind it usually find their
-    /// data covered by it when they get the lock.
-    syncing: tokio::sync::Mutex<()>,
-    /// Unit tests: the next fdatasync fails.
-    #[cfg(test)]
-    fail_next_sync: AtomicBool,
-}
-
-fn poisoned_error() -> std::io::Error {
-    std::io::Error::other("partition log poisoned by an earlier failure")
-}
-
-impl Durability {
-    /// The log end offset that is on disk (or, in [`Flush::None`], written to the OS).
-    pub(crate) fn durable_end(&self) -> i64 {
-        self.durable.load(Ordering::Acquire)
-    }
-
-    /// Whether a write or fsync failed.
-    pub(crate) fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
-    }
-
-    fn poison(&self, e: &std::io::Error) {
-        tracing::error!(path = %self.path.display(), error = %e, "partition log write failed; poisoned");
-        self.poisoned.store(true, Ordering::Release);
-    }
-
-    fn wrote(&self, end: i64) {
-        self.written.store(end, Ordering::Release);
-        if self.flush == Flush::None {
-            self.durable.store(end, Ordering::Release);
-        }
-    }
-
-    /// Returns once every offset below `end` (already written) is on disk: the first caller
-    /// runs one fdatasync on a blocking thread for everything written so far; callers that
-    /// arrive meanwhile wait for it and are usually covered by it. Fails if the log is (or
-    /// becomes) poisoned.
-    pub(crate) async fn sync_through(&self, end: i64) -> std::io::Result<()> {
-        if self.is_poisoned() {
-            return Err(poisoned_error());
-        }
-        if self.durable_end() >= end {
-            return Ok(());
-        }
-        let _one_at_a_time = self.syncing.lock().await;
-        if self.is_poisoned() {
-            return Err(poisoned_error());
-        }
-        if self.durable_end() >= end {
-            return Ok(());
-        }
-        let target = self.written.load(Ordering::Acquire);
-        if target < end {
-            return Err(std::io::Error::other(format!(
-                "sync through {end} asked, but only {target} is written"
-            )));
-        }
-        #[cfg(test)]
-        let injected = self.fail_next_sync.swap(false, Ordering::AcqRel);
-        #[cfg(not(test))]
-        let injected = false;
-        let synced = if injected {
-            Err(std::io::Error::other("injected fdatasync failure"))
-        } else {
-            let file = Arc::clone(&self.file);
-            tokio::task::spawn_blocking(move || file.sync_data())
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        };
-        if let Err(e) = synced {
-            self.poison(&e);
-            return Err(e);
-        }
-        self.durable.fetch_max(target, Ordering::AcqRel);
-        Ok(())
-    }
-}
-
 /// A partition log.
 #[derive(Debug)]
 pub(crate) struct PartitionLog {
-    path: PathBuf,
-    file: Arc<File>,
+    topic: String,
+    partition: i32,
+    journal: Arc<Journal>,
     data: BytesMut,
     index: Vec<IndexEntry>,
     next_offset: i64,
-    durability: Arc<Durability>,
+    /// Appends the journal may not have synced yet, oldest first: the journal position that
+    /// covers each, and the log end offset after it.
+    unsynced: VecDeque<(u64, i64)>,
+    /// The log end offset below which everything is durable.
+    durable_end: i64,
 }
 
 impl PartitionLog {
-    /// Opens (or creates) the segment at `path` and rebuilds the index. What is on the file at
-    /// open counts as durable.
-    pub(crate) fn open(path: &Path, flush: Flush) -> std::io::Result<Self> {
-        let mut raw = Vec::new();
-        if path.exists() {
-            File::open(path)?.read_to_end(&mut raw)?;
+    /// The log of `topic`/`partition` from the batches the journal held for it on open (which
+    /// count as durable). Fails if they do not follow one another offset by offset.
+    pub(crate) fn recover(
+        journal: Arc<Journal>,
+        (topic, partition): (&str, i32),
+        batches: Vec<Bytes>,
+    ) -> anyhow::Result<Self> {
+        let mut log = Self {
+            topic: topic.to_owned(),
+            partition,
+            journal,
+            data: BytesMut::with_capacity(batches.iter().map(Bytes::len).sum()),
+            index: Vec::with_capacity(batches.len()),
+            next_offset: 0,
+            unsynced: VecDeque::new(),
+            durable_end: 0,
+        };
+        for batch in batches {
+            let (header, _) = BatchHeader::parse(&batch)
+                .with_context(|| format!("journal batch at offset {}", log.next_offset))?;
+            anyhow::ensure!(
+                header.base_offset == log.next_offset,
+                "journal batch with base offset {} where {} follows",
+                header.base_offset,
+                log.next_offset
+            );
+            log.push(&batch, &header, header.base_offset);
         }
-        let all = Bytes::from(raw);
-        let mut index = Vec::new();
-        let mut pos = 0usize;
-        let mut next_offset = 0i64;
-        while pos < all.len() {
-            let rest = all.slice(pos..);
-            match BatchHeader::parse(&rest) {
-                Ok((h, len)) => {
-                    index.push(IndexEntry {
-                        base_offset: h.base_offset,
-                        last_offset: h.last_offset(),
-                        max_timestamp_ms: h.max_timestamp_ms,
-                        pos,
-                        len,
-                    });
-                    next_offset = h.last_offset() + 1;
-                    pos += len;
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), pos, error = %e, "truncating torn log tail");
-                    break;
-                }
-            }
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .open(path)?;
-        file.set_len(u64::try_from(pos).unwrap_or(u64::MAX))?;
-        let mut file = file;
-        use std::io::Seek;
-        file.seek(std::io::SeekFrom::End(0))?;
-        let mut data = BytesMut::with_capacity(pos);
-        data.extend_from_slice(&all[..pos]);
-        let file = Arc::new(file);
-        let durability = Arc::new(Durability {
-            path: path.to_owned(),
-            file: Arc::clone(&file),
-            flush,
-            written: AtomicI64::new(next_offset),
-            durable: AtomicI64::new(next_offset),
-            poisoned: AtomicBool::new(false),
-            syncing: tokio::sync::Mutex::new(()),
-            #[cfg(test)]
-            fail_next_sync: AtomicBool::new(false),
-        });
-        Ok(Self {
-            path: path.to_owned(),
-            file,
-            data,
-            index,
-            next_offset,
-            durability,
-        })
+        log.durable_end = log.next_offset;
+        Ok(log)
     }
 
     /// Every batch, in order (for replay).
@@ -240,45 +85,6 @@ impl PartitionLog {
     /// The first offset in the log (no retention: always 0).
     pub(crate) fn log_start_offset(&self) -> i64 {
         0
-    }
-
-    /// The log's durability (shared: await [`Durability::sync_through`] without the
-    /// partition lock).
-    pub(crate) fn durability(&self) -> &Arc<Durability> {
-        &self.durability
-    }
-
-    /// Appends one batch whose first 8 bytes are rewritten to `base_offset` (the checksum does
-    /// not cover the base offset): written to the file (the OS), not synced; the caller makes
-    /// it durable with [`Durability::sync_through`]`(next_offset())`.
-    pub(crate) fn append(
-        &mut self,
-        batch: &[u8],
-        header: &BatchHeader,
-        base_offset: i64,
-    ) -> std::io::Result<()> {
-        if self.durability.is_poisoned() {
-            return Err(poisoned_error());
-        }
-        let mut owned = batch.to_vec();
-        owned[..8].copy_from_slice(&base_offset.to_be_bytes());
-        if let Err(e) = (&*self.file).write_all(&owned) {
-            self.durability.poison(&e);
-            return Err(e);
-        }
-        let pos = self.data.len();
-        self.data.extend_from_slice(&owned);
-        let last_offset = base_offset + i64::from(header.last_offset_delta);
-        self.index.push(IndexEntry {
-            base_offset,
-            last_offset,
-            max_timestamp_ms: header.max_timestamp_ms,
-            pos,
-            len: owned.len(),
-        });
-        self.next_offset = last_offset + 1;
-        self.durability.wrote(self.next_offset);
-        Ok(())
     }
 
     /// Batches holding offsets in `[from, upto)`, starting with the batch that contains `from`,
@@ -310,15 +116,79 @@ impl PartitionLog {
             .map(|e| (e.base_offset, e.max_timestamp_ms))
     }
 
-    /// The segment's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// Appends one batch with its first 8 bytes rewritten to `base_offset` (the checksum does
+    /// not cover the base offset): written to the journal (the OS), not synced; the caller
+    /// makes it durable with [`PartitionLog::sync_position`] and [`Journal::sync_through`].
+    pub(crate) fn append(
+        &mut self,
+        batch: &[u8],
+        header: &BatchHeader,
+        base_offset: i64,
+    ) -> std::io::Result<()> {
+        let position = self
+            .journal
+            .append((&self.topic, self.partition), batch, base_offset)?;
+        self.push(batch, header, base_offset);
+        self.unsynced.push_back((position, self.next_offset));
+        Ok(())
+    }
+
+    fn push(&mut self, batch: &[u8], header: &BatchHeader, base_offset: i64) {
+        let pos = self.data.len();
+        self.data.extend_from_slice(batch);
+        self.data[pos..pos + 8].copy_from_slice(&base_offset.to_be_bytes());
+        let last_offset = base_offset + i64::from(header.last_offset_delta);
+        self.index.push(IndexEntry {
+            base_offset,
+            last_offset,
+            max_timestamp_ms: header.max_timestamp_ms,
+            pos,
+            len: batch.len(),
+        });
+        self.next_offset = last_offset + 1;
+    }
+
+    /// The journal this log is written through.
+    pub(crate) fn journal(&self) -> &Arc<Journal> {
+        &self.journal
+    }
+
+    /// The journal position to sync through for every offset below `end` to be durable, or
+    /// `None` if it is already. Durable ends fall on batch boundaries, so any `end` inside a
+    /// batch asks for the whole batch. Fails if `end` is past the log end.
+    pub(crate) fn sync_position(&self, end: i64) -> std::io::Result<Option<u64>> {
+        if end > self.next_offset {
+            return Err(std::io::Error::other(format!(
+                "offsets below {end} asked durable, the log ends at {}",
+                self.next_offset
+            )));
+        }
+        Ok(self
+            .unsynced
+            .iter()
+            .find(|&&(_, after)| after >= end)
+            .map(|&(position, _)| position))
+    }
+
+    /// The log end offset below which everything is durable (what the journal's last group
+    /// commit covers).
+    pub(crate) fn durable_end(&mut self) -> i64 {
+        let durable = self.journal.durable_position();
+        while let Some(&(position, after)) = self.unsynced.front() {
+            if position > durable {
+                break;
+            }
+            self.durable_end = after;
+            self.unsynced.pop_front();
+        }
+        self.durable_end
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::refbroker::journal::Flush;
     use crate::refbroker::offsets::{OffsetValue, encode_batch};
 
     fn batch() -> Bytes {
@@ -340,48 +210,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn appends_are_durable_only_after_a_sync_that_covers_them_all() {
+    async fn appends_are_durable_once_the_journal_is_synced_past_them() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.log");
-        let mut log = PartitionLog::open(&path, Flush::Fsync).unwrap();
-        let d = Arc::clone(log.durability());
-        let first = append(&mut log);
-        let end = append(&mut log);
-        assert_eq!(d.durable_end(), 0, "written, not synced");
-        // Both waiters are covered by one sync (the second finds its data durable).
-        let (a, b) = tokio::join!(d.sync_through(first), d.sync_through(end));
-        a.unwrap();
-        b.unwrap();
-        assert_eq!(d.durable_end(), end);
-        assert!(d.sync_through(end + 1).await.is_err(), "not written");
-        drop(log);
-        let reopened = PartitionLog::open(&path, Flush::Fsync).unwrap();
-        assert_eq!(reopened.next_offset(), end);
-        assert_eq!(reopened.durability().durable_end(), end);
+        let path = dir.path().join("journal.log");
+        let (journal, _) = Journal::open(&path, Flush::Fsync).unwrap();
+        let mut a = PartitionLog::recover(Arc::clone(&journal), ("t", 0), Vec::new()).unwrap();
+        let mut b = PartitionLog::recover(Arc::clone(&journal), ("t", 1), Vec::new()).unwrap();
+        let first = append(&mut a);
+        let other = append(&mut b);
+        assert_eq!(
+            (a.durable_end(), b.durable_end()),
+            (0, 0),
+            "written, not synced"
+        );
+        assert!(a.sync_position(first + 1).is_err(), "not written");
+        // one sync for a's entry covers b's later one too: it syncs all that is written
+        journal
+            .sync_through(a.sync_position(first).unwrap().unwrap())
+            .await
+            .unwrap();
+        assert_eq!((a.durable_end(), b.durable_end()), (first, other));
+        assert_eq!(a.sync_position(first).unwrap(), None, "durable already");
+        let end = append(&mut a);
+        assert_eq!(a.durable_end(), first);
+        journal
+            .sync_through(a.sync_position(end).unwrap().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(a.durable_end(), end);
+        drop((a, b, journal));
+        let (journal, mut recovered) = Journal::open(&path, Flush::Fsync).unwrap();
+        let batches = recovered.remove(&("t".to_owned(), 0)).unwrap();
+        let mut a = PartitionLog::recover(journal, ("t", 0), batches).unwrap();
+        assert_eq!((a.next_offset(), a.durable_end()), (end, end));
+        assert_eq!(a.batches().count(), 2);
     }
 
-    #[tokio::test]
-    async fn without_fsync_written_counts_as_durable() {
+    #[test]
+    fn a_gap_in_the_recovered_offsets_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(&dir.path().join("p.log"), Flush::None).unwrap();
-        let end = append(&mut log);
-        assert_eq!(log.durability().durable_end(), end);
-        log.durability().sync_through(end).await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_failed_sync_poisons_the_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(&dir.path().join("p.log"), Flush::Fsync).unwrap();
-        let d = Arc::clone(log.durability());
-        let end = append(&mut log);
-        d.fail_next_sync.store(true, Ordering::Release);
-        assert!(d.sync_through(end).await.is_err());
-        assert!(d.is_poisoned());
-        assert_eq!(d.durable_end(), 0, "nothing acknowledged as durable");
-        assert!(d.sync_through(end).await.is_err(), "a retry fails too");
-        let b = batch();
-        let (h, _) = BatchHeader::parse(&b).unwrap();
-        assert!(log.append(&b, &h, end).is_err(), "no more appends");
+        let (journal, _) = Journal::open(&dir.path().join("journal.log"), Flush::None).unwrap();
+        let mut b = batch().to_vec();
+        b[..8].copy_from_slice(&5i64.to_be_bytes());
+        let err = PartitionLog::recover(journal, ("t", 0), vec![Bytes::from(b)]).unwrap_err();
+        assert!(err.to_string().contains("base offset 5 where 0"), "{err}");
     }
 }

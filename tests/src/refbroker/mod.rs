@@ -15,6 +15,7 @@ mod cluster;
 mod embedded;
 mod groups;
 mod handlers;
+mod journal;
 mod log;
 mod offsets;
 mod partition;

@@ -4,15 +4,14 @@
 //! the batch header, `check_batch` / `check_marker`, append to the log at its end offset,
 //! `complete_append` / `complete_marker`, then `advance_high_watermark` (one replica: the
 //! durable log end). The caller holds the partition's lock for that. The append is only
-//! written to the OS; [`make_durable`] then waits (without the lock) for the group commit
+//! written to the OS, through the broker's journal; [`PendingSyncs::wait`] then waits (without the lock) for the group commit
 //! that puts it on disk and advances the high watermark over it, so nothing a reader can see
 //! (the high watermark, the last stable offset) covers data that is not durable.
 //! `__consumer_offsets` partitions are the exception: their offset store is read without the
 //! high watermark, so their writers keep the lock until the append is durable. On open the
-//! state is rebuilt by replaying the log.
+//! state is rebuilt by replaying the batches the journal held for the partition.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -25,7 +24,8 @@ use markers::participant::{
 use tokio::sync::Mutex;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
-use super::log::{Durability, Flush, PartitionLog};
+use super::journal::{Journal, Tp};
+use super::log::PartitionLog;
 use super::offsets::{OffsetKey, OffsetStore, OffsetValue, encode_batch};
 
 /// Records and aborted transactions read for a Fetch.
@@ -46,25 +46,25 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    /// Opens the partition in `dir`, replaying its log into the producer state (and, for an
-    /// offsets partition, the committed and staged offsets).
+    /// Opens the partition `tp` from the batches the journal held for it, replaying them into
+    /// the producer state (and, for an offsets partition, the committed and staged offsets).
     /// `config` says whether transactional batches need a verification guard (KIP-890).
     pub(crate) fn open(
-        dir: &Path,
+        journal: Arc<Journal>,
+        (topic, partition): (&str, i32),
+        batches: Vec<Bytes>,
         is_offsets: bool,
-        flush: Flush,
         config: ParticipantConfig,
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let log = PartitionLog::open(&dir.join("00000000000000000000.log"), flush)?;
+        let log = PartitionLog::recover(journal, (topic, partition), batches)?;
         let mut state = PartitionState::new(config, log.log_start_offset());
         let mut offsets = is_offsets.then(OffsetStore::default);
         for bytes in log.batches() {
             let (batch, _) = LogBatch::read_one(&bytes)
-                .with_context(|| format!("replaying {}", log.path().display()))?;
+                .with_context(|| format!("replaying {topic}-{partition}"))?;
             state
                 .replay_batch(&batch)
-                .with_context(|| format!("replaying {}", log.path().display()))?;
+                .with_context(|| format!("replaying {topic}-{partition}"))?;
             if let Some(store) = offsets.as_mut() {
                 apply_to_offsets(store, &batch, &bytes);
             }
@@ -77,15 +77,23 @@ impl Partition {
         })
     }
 
-    /// The log's durability, to await [`Durability::sync_through`] without the lock.
-    pub(crate) fn durability(&self) -> Arc<Durability> {
-        Arc::clone(self.log.durability())
-    }
-
     /// Advances the high watermark over what is durable.
     pub(crate) fn advance_high_watermark(&mut self) {
-        let durable = self.log.durability().durable_end();
+        let durable = self.log.durable_end();
         self.state.advance_high_watermark(durable);
+    }
+
+    /// Makes the log durable through `end` while the caller keeps the partition locked (for
+    /// `__consumer_offsets`, whose offset store is read without the high watermark), then
+    /// advances the high watermark.
+    pub(crate) async fn make_durable_locked(&mut self, end: i64) -> std::io::Result<()> {
+        if let Some(position) = self.log.sync_position(end)? {
+            Arc::clone(self.log.journal())
+                .sync_through(position)
+                .await?;
+        }
+        self.advance_high_watermark();
+        Ok(())
     }
 
     /// High watermark (one replica: the durable log end offset).
@@ -116,7 +124,7 @@ impl Partition {
     /// Appends the record batch of a produce request (exactly one v2 batch, as Kafka requires
     /// from Produce v3 on), written to the OS but not synced: returns its base offset (the
     /// original one for a duplicate) and the log end offset that must be durable before it is
-    /// acknowledged with acks=all (see [`make_durable`]). `guard`: the verification guard of
+    /// acknowledged with acks=all (see [`PendingSyncs`]). `guard`: the verification guard of
     /// [`Partition::start_verification`] once the coordinator said yes (KIP-890).
     pub(crate) fn append_produce(
         &mut self,
@@ -330,24 +338,7 @@ impl Partition {
     }
 }
 
-/// Makes `part`'s log durable through `end` (one group commit, shared with concurrent
-/// appends; the partition lock is not held meanwhile), then advances its high watermark.
-/// `KAFKA_STORAGE_ERROR` if the write or fsync failed (the log is then poisoned).
-pub(crate) async fn make_durable(part: &Mutex<Partition>, end: i64) -> Result<(), ResponseError> {
-    let durability = part.lock().await.durability();
-    durability
-        .sync_through(end)
-        .await
-        .map_err(|_| ResponseError::KafkaStorageError)?;
-    part.lock().await.advance_high_watermark();
-    Ok(())
-}
-
-/// A partition of a topic.
-type Tp = (String, i32);
-
-/// The partitions of one request that await durability: the largest end offset per
-/// partition, so each partition is synced once per request.
+/// The partitions of one request that await durability, with the largest end offset of each.
 #[derive(Default)]
 pub(crate) struct PendingSyncs {
     by_partition: BTreeMap<Tp, (Arc<Mutex<Partition>>, i64)>,
@@ -363,31 +354,36 @@ impl PendingSyncs {
         e.1 = e.1.max(end);
     }
 
-    /// Makes every partition durable, concurrently; returns those that failed (or whose sync
-    /// task did not finish).
+    /// Makes every partition durable through its end with one group commit of the journal
+    /// (shared with concurrent requests; no partition lock is held meanwhile), then advances
+    /// their high watermarks. Returns the partitions that are not durable: all of them if the
+    /// write or fsync failed (the journal is then poisoned).
     pub(crate) async fn wait(self) -> Vec<Tp> {
-        if self.by_partition.len() == 1 {
-            let mut failed = Vec::new();
-            for (tp, (part, end)) in self.by_partition {
-                if make_durable(&part, end).await.is_err() {
-                    failed.push(tp);
-                }
-            }
-            return failed;
-        }
-        let mut all: Vec<Tp> = self.by_partition.keys().cloned().collect();
-        let mut tasks = tokio::task::JoinSet::new();
-        for (tp, (part, end)) in self.by_partition {
-            tasks.spawn(async move { (tp, make_durable(&part, end).await) });
-        }
-        while let Some(done) = tasks.join_next().await {
-            match done {
-                Ok((tp, Ok(()))) => all.retain(|t| *t != tp),
-                Ok((_, Err(_))) => {}
-                Err(e) => tracing::error!(error = %e, "partition sync task failed"),
+        match self.sync().await {
+            Ok(()) => Vec::new(),
+            Err(e) => {
+                tracing::error!(error = %e, "partitions not made durable");
+                self.by_partition.into_keys().collect()
             }
         }
-        all
+    }
+
+    async fn sync(&self) -> std::io::Result<()> {
+        let mut through: Option<(Arc<Journal>, u64)> = None;
+        for (part, end) in self.by_partition.values() {
+            let part = part.lock().await;
+            if let Some(position) = part.log.sync_position(*end)? {
+                let at = through.get_or_insert_with(|| (Arc::clone(part.log.journal()), 0));
+                at.1 = at.1.max(position);
+            }
+        }
+        if let Some((journal, position)) = through {
+            journal.sync_through(position).await?;
+        }
+        for (part, _) in self.by_partition.values() {
+            part.lock().await.advance_high_watermark();
+        }
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Notify};
 
 use super::groups::Groups;
-use super::log::Flush;
+use super::journal::{Flush, Journal};
 use super::partition::Partition;
 use super::txn::TxnService;
 use super::verify::BrokerVerifier;
@@ -71,6 +71,27 @@ pub(crate) fn verification_config(config: &Config) -> anyhow::Result<Verificatio
     Ok(v)
 }
 
+/// The broker's journal in its data directory.
+const JOURNAL_FILE: &str = "journal.log";
+
+/// Fails on a data directory written by a refbroker that kept one segment file per partition
+/// (`<topic>-<partition>/00000000000000000000.log`): this one would not read it.
+fn refuse_partition_segments(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let entries =
+        std::fs::read_dir(data_dir).with_context(|| format!("reading {}", data_dir.display()))?;
+    for entry in entries {
+        let segment = entry?.path().join("00000000000000000000.log");
+        if std::fs::metadata(&segment).is_ok_and(|m| m.len() > 0) {
+            anyhow::bail!(
+                "{} is a per-partition segment of an older refbroker; this one keeps every \
+                 partition in {JOURNAL_FILE}: start it on an empty data directory",
+                segment.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 impl Broker {
     /// Opens every partition this node leads (replaying its log) and prepares the services.
     pub async fn open(mut config: Config, bound: NodeAddr) -> anyhow::Result<Arc<Self>> {
@@ -91,17 +112,35 @@ impl Broker {
         let verification = verification_config(&config)?;
         let transaction_version = transaction_version(&config)?;
         let participant = verification.participant(ParticipantConfig::default());
+        refuse_partition_segments(&config.data_dir)?;
+        let journal_path = config.data_dir.join(JOURNAL_FILE);
+        let (journal, mut recovered) = Journal::open(&journal_path, flush)
+            .with_context(|| format!("opening {}", journal_path.display()))?;
         let mut partitions = BTreeMap::new();
         for (topic, &count) in &topics {
             for p in 0..count {
                 if cluster.leader(topic, p) != config.node_id {
                     continue;
                 }
-                let dir = config.data_dir.join(format!("{topic}-{p}"));
-                let part = Partition::open(&dir, topic == CONSUMER_OFFSETS, flush, participant)
-                    .with_context(|| format!("opening {}", dir.display()))?;
+                let batches = recovered.remove(&(topic.clone(), p)).unwrap_or_default();
+                let part = Partition::open(
+                    Arc::clone(&journal),
+                    (topic, p),
+                    batches,
+                    topic == CONSUMER_OFFSETS,
+                    participant,
+                )
+                .with_context(|| format!("opening {topic}-{p} from {}", journal_path.display()))?;
                 partitions.insert((topic.clone(), p), Arc::new(Mutex::new(part)));
             }
+        }
+        for ((topic, p), batches) in &recovered {
+            tracing::warn!(
+                topic,
+                partition = p,
+                batches = batches.len(),
+                "the journal holds batches of a partition this node does not lead; kept, not served"
+            );
         }
         let groups = Groups::new(&config);
         let txn = TxnService::new(&config)?;

@@ -1,0 +1,366 @@
+//! The broker's journal: one append-only file holding every partition's record batches in the
+//! order they were appended, so that one fdatasync makes every partition durable at once.
+//!
+//! Each entry is `len: u32 | crc32c: u32 | partition: i32 | topic_len: u16 | topic | batch`
+//! (big-endian; `len` counts the bytes after itself, the checksum covers everything after
+//! itself). The batch is stored with the base offset the broker assigned, exactly as a Fetch
+//! returns it.
+//!
+//! Durability is a group commit ([`Journal::sync_through`]): an append is written to the file
+//! (the OS) at once, in order, and whoever needs it on disk (an acks=all Produce, a
+//! WriteTxnMarkers request, an offset commit) then awaits one fdatasync, on a blocking thread,
+//! that covers every entry written before it started, whatever the partition. With
+//! `--set log.flush=none` ([`Flush::None`]) nothing is fsync'd: written counts as durable
+//! (Kafka's default).
+//!
+//! On open the file is read entry by entry; a torn tail (an entry cut short by a crash, or
+//! failing its checksum) is truncated away, as Kafka's log recovery does, and logged.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use markers::participant::BatchHeader;
+use txn_log::sync::Mutex;
+
+/// When appends are forced to disk (`--set log.flush=fsync|none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Flush {
+    /// acks=all appends, markers and offset commits are fdatasync'd (group commit) before
+    /// they are answered; the high watermark covers only synced data.
+    #[default]
+    Fsync,
+    /// No fsync: appends are written to the OS in order and count as durable at once
+    /// (Kafka's default; crash-consistent up to what the OS wrote back).
+    None,
+}
+
+impl Flush {
+    /// Parses a `log.flush` value.
+    pub(crate) fn parse(v: &str) -> Option<Self> {
+        match v {
+            "fsync" => Some(Self::Fsync),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
+}
+
+/// A partition of a topic.
+pub(crate) type Tp = (String, i32);
+
+/// Bytes before an entry's topic: `len`, `crc32c`, `partition`, `topic_len`.
+const ENTRY_HEADER: usize = 4 + 4 + 4 + 2;
+
+/// The batches found in the journal on open, per partition, in append order.
+pub(crate) type Recovered = HashMap<Tp, Vec<Bytes>>;
+
+/// The broker's journal and its group commit.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    path: PathBuf,
+    file: Arc<File>,
+    flush: Flush,
+    /// The journal's length; held while an entry is written so entries land whole and in
+    /// the order their positions say.
+    end: Mutex<u64>,
+    /// The journal's length once the last write reached the OS.
+    written: AtomicU64,
+    /// The length the last successful fdatasync covers (`written` in [`Flush::None`]).
+    durable: AtomicU64,
+    /// Set after a failed write or fsync: what reached the file is unknown, so nothing more is
+    /// appended or acknowledged (fail-stop; a restart recovers the valid prefix).
+    poisoned: AtomicBool,
+    /// Held by the one caller running an fdatasync; those queued behind it usually find their
+    /// entries covered by it when they get the lock.
+    syncing: tokio::sync::Mutex<()>,
+    /// Unit tests: the next fdatasync fails.
+    #[cfg(test)]
+    fail_next_sync: AtomicBool,
+}
+
+fn poisoned_error() -> std::io::Error {
+    std::io::Error::other("journal poisoned by an earlier failure")
+}
+
+/// Reads one entry at the start of `rest`: its partition, its batch and its whole length.
+fn read_entry(rest: &Bytes) -> Result<(Tp, Bytes, usize), String> {
+    if rest.len() < ENTRY_HEADER {
+        return Err(format!(
+            "{} bytes left, an entry header is {ENTRY_HEADER}",
+            rest.len()
+        ));
+    }
+    let word = |at: usize| [rest[at], rest[at + 1], rest[at + 2], rest[at + 3]];
+    let len = u32::from_be_bytes(word(0)) as usize;
+    let total = len + 4;
+    if total < ENTRY_HEADER || rest.len() < total {
+        return Err(format!("entry of {total} bytes, {} left", rest.len()));
+    }
+    let crc = u32::from_be_bytes(word(4));
+    if crc32c::crc32c(&rest[8..total]) != crc {
+        return Err("entry checksum mismatch".to_owned());
+    }
+    let partition = i32::from_be_bytes(word(8));
+    let topic_len = usize::from(u16::from_be_bytes([rest[12], rest[13]]));
+    let batch_at = ENTRY_HEADER + topic_len;
+    if batch_at > total {
+        return Err("topic longer than its entry".to_owned());
+    }
+    let topic = std::str::from_utf8(&rest[ENTRY_HEADER..batch_at])
+        .map_err(|e| format!("topic name: {e}"))?
+        .to_owned();
+    let batch = rest.slice(batch_at..total);
+    match BatchHeader::parse(&batch) {
+        Ok((_, n)) if n == batch.len() => Ok(((topic, partition), batch, total)),
+        Ok((_, n)) => Err(format!("batch of {n} bytes in {} bytes", batch.len())),
+        Err(e) => Err(format!("batch: {e}")),
+    }
+}
+
+impl Journal {
+    /// Opens (or creates) the journal at `path` and returns the batches it holds. What is in
+    /// the file at open counts as durable.
+    pub(crate) fn open(path: &Path, flush: Flush) -> std::io::Result<(Arc<Self>, Recovered)> {
+        let mut raw = Vec::new();
+        if path.exists() {
+            File::open(path)?.read_to_end(&mut raw)?;
+        }
+        let all = Bytes::from(raw);
+        let mut recovered = Recovered::new();
+        let mut pos = 0usize;
+        while pos < all.len() {
+            match read_entry(&all.slice(pos..)) {
+                Ok((tp, batch, len)) => {
+                    recovered.entry(tp).or_default().push(batch);
+                    pos += len;
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), pos, dropped_bytes = all.len() - pos,
+                        error = %e, "truncating torn journal tail");
+                    break;
+                }
+            }
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(path)?;
+        let len = u64::try_from(pos).unwrap_or(u64::MAX);
+        file.set_len(len)?;
+        file.seek(SeekFrom::End(0))?;
+        let journal = Self {
+            path: path.to_owned(),
+            file: Arc::new(file),
+            flush,
+            end: Mutex::new(len),
+            written: AtomicU64::new(len),
+            durable: AtomicU64::new(len),
+            poisoned: AtomicBool::new(false),
+            syncing: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            fail_next_sync: AtomicBool::new(false),
+        };
+        Ok((Arc::new(journal), recovered))
+    }
+
+    /// The journal length that is on disk (or, in [`Flush::None`], written to the OS).
+    pub(crate) fn durable_position(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Whether a write or fsync failed.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn poison(&self, e: &std::io::Error) {
+        tracing::error!(path = %self.path.display(), error = %e, "journal write failed; poisoned");
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// Writes `batch` of partition `tp` to the OS with its base offset rewritten to
+    /// `base_offset` (the batch checksum does not cover it); not synced. Returns the journal
+    /// position to [`Journal::sync_through`] for it to be durable.
+    pub(crate) fn append(
+        &self,
+        (topic, partition): (&str, i32),
+        batch: &[u8],
+        base_offset: i64,
+    ) -> std::io::Result<u64> {
+        if self.is_poisoned() {
+            return Err(poisoned_error());
+        }
+        let topic_len = u16::try_from(topic.len())
+            .map_err(|_| std::io::Error::other("topic name longer than 65535 bytes"))?;
+        let total = ENTRY_HEADER + topic.len() + batch.len();
+        let len = u32::try_from(total - 4)
+            .map_err(|_| std::io::Error::other("batch too large for a journal entry"))?;
+        let mut entry = Vec::with_capacity(total);
+        entry.extend_from_slice(&len.to_be_bytes());
+        entry.extend_from_slice(&[0; 4]);
+        entry.extend_from_slice(&partition.to_be_bytes());
+        entry.extend_from_slice(&topic_len.to_be_bytes());
+        entry.extend_from_slice(topic.as_bytes());
+        let batch_at = entry.len();
+        entry.extend_from_slice(batch);
+        entry[batch_at..batch_at + 8].copy_from_slice(&base_offset.to_be_bytes());
+        let crc = crc32c::crc32c(&entry[8..]);
+        entry[4..8].copy_from_slice(&crc.to_be_bytes());
+
+        let mut end = self.end.lock();
+        if let Err(e) = (&*self.file).write_all(&entry) {
+            self.poison(&e);
+            return Err(e);
+        }
+        *end += u64::try_from(total).unwrap_or(u64::MAX);
+        self.written.store(*end, Ordering::Release);
+        if self.flush == Flush::None {
+            self.durable.store(*end, Ordering::Release);
+        }
+        Ok(*end)
+    }
+
+    /// Returns once the journal is on disk up to `position` (already written): the first
+    /// caller runs one fdatasync on a blocking thread for everything written so far; callers
+    /// that arrive meanwhile wait for it and are usually covered by it. Fails if the journal is
+    /// (or becomes) poisoned.
+    pub(crate) async fn sync_through(&self, position: u64) -> std::io::Result<()> {
+        if self.is_poisoned() {
+            return Err(poisoned_error());
+        }
+        if self.durable_position() >= position {
+            return Ok(());
+        }
+        let _one_at_a_time = self.syncing.lock().await;
+        if self.is_poisoned() {
+            return Err(poisoned_error());
+        }
+        if self.durable_position() >= position {
+            return Ok(());
+        }
+        let target = self.written.load(Ordering::Acquire);
+        if target < position {
+            return Err(std::io::Error::other(format!(
+                "sync through {position} asked, but only {target} is written"
+            )));
+        }
+        #[cfg(test)]
+        let injected = self.fail_next_sync.swap(false, Ordering::AcqRel);
+        #[cfg(not(test))]
+        let injected = false;
+        let synced = if injected {
+            Err(std::io::Error::other("injected fdatasync failure"))
+        } else {
+            let file = Arc::clone(&self.file);
+            tokio::task::spawn_blocking(move || file.sync_data())
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
+        if let Err(e) = synced {
+            self.poison(&e);
+            return Err(e);
+        }
+        self.durable.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refbroker::offsets::{OffsetValue, encode_batch};
+
+    fn batch() -> Bytes {
+        let v = OffsetValue {
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp_ms: 0,
+        };
+        encode_batch(&[(("g".into(), "t".into(), 0), v)], None, 0).unwrap()
+    }
+
+    #[tokio::test]
+    async fn entries_are_durable_only_after_a_sync_that_covers_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (j, recovered) = Journal::open(&path, Flush::Fsync).unwrap();
+        assert!(recovered.is_empty());
+        let first = j.append(("a", 0), &batch(), 0).unwrap();
+        let end = j.append(("b", 3), &batch(), 7).unwrap();
+        assert_eq!(j.durable_position(), 0, "written, not synced");
+        // Both waiters are covered by one sync (the second finds its entry durable).
+        let (x, y) = tokio::join!(j.sync_through(first), j.sync_through(end));
+        x.unwrap();
+        y.unwrap();
+        assert_eq!(j.durable_position(), end);
+        assert!(j.sync_through(end + 1).await.is_err(), "not written");
+        drop(j);
+        let (reopened, recovered) = Journal::open(&path, Flush::Fsync).unwrap();
+        assert_eq!(reopened.durable_position(), end);
+        let b = &recovered[&("b".to_owned(), 3)];
+        assert_eq!(b.len(), 1);
+        assert_eq!(BatchHeader::parse(&b[0]).unwrap().0.base_offset, 7);
+        assert_eq!(recovered[&("a".to_owned(), 0)].len(), 1);
+    }
+
+    #[tokio::test]
+    async fn without_fsync_written_counts_as_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&dir.path().join("journal.log"), Flush::None).unwrap();
+        let end = j.append(("a", 0), &batch(), 0).unwrap();
+        assert_eq!(j.durable_position(), end);
+        j.sync_through(end).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_poisons_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&dir.path().join("journal.log"), Flush::Fsync).unwrap();
+        let end = j.append(("a", 0), &batch(), 0).unwrap();
+        j.fail_next_sync.store(true, Ordering::Release);
+        assert!(j.sync_through(end).await.is_err());
+        assert!(j.is_poisoned());
+        assert_eq!(j.durable_position(), 0, "nothing acknowledged as durable");
+        assert!(j.sync_through(end).await.is_err(), "a retry fails too");
+        assert!(j.append(("a", 0), &batch(), 1).is_err(), "no more appends");
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_tail_is_truncated_and_the_prefix_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (j, _) = Journal::open(&path, Flush::None).unwrap();
+        let kept = j.append(("a", 0), &batch(), 0).unwrap();
+        let end = j.append(("a", 0), &batch(), 1).unwrap();
+        drop(j);
+        let whole = std::fs::read(&path).unwrap();
+        let cut = usize::try_from(kept).unwrap();
+        for damaged in [
+            // a crash in the middle of the second entry
+            whole[..cut + 10].to_vec(),
+            // one flipped byte in the second entry's batch
+            {
+                let mut w = whole.clone();
+                let last = usize::try_from(end).unwrap() - 1;
+                w[last] ^= 1;
+                w
+            },
+        ] {
+            std::fs::write(&path, &damaged).unwrap();
+            let (j, recovered) = Journal::open(&path, Flush::None).unwrap();
+            assert_eq!(j.durable_position(), kept);
+            assert_eq!(recovered[&("a".to_owned(), 0)].len(), 1);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), kept, "truncated");
+            let next = j.append(("a", 0), &batch(), 1).unwrap();
+            assert_eq!(next, end, "appends continue after the kept prefix");
+        }
+    }
+}
