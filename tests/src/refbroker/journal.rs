@@ -27,6 +27,8 @@ use bytes::Bytes;
 use markers::participant::BatchHeader;
 use txn_log::sync::Mutex;
 
+use super::server::Tp;
+
 /// When appends are forced to disk (`--set log.flush=fsync|none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Flush {
@@ -49,9 +51,6 @@ impl Flush {
         }
     }
 }
-
-/// A partition of a topic.
-pub(crate) type Tp = (String, i32);
 
 /// Bytes before an entry's topic: `len`, `crc32c`, `partition`, `topic_len`.
 const ENTRY_HEADER: usize = 4 + 4 + 4 + 2;
@@ -273,11 +272,12 @@ impl Journal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::refbroker::offsets::{OffsetValue, encode_batch};
 
-    fn batch() -> Bytes {
+    /// A small valid v2 batch (one offset commit).
+    pub(crate) fn batch() -> Bytes {
         let v = OffsetValue {
             offset: 1,
             leader_epoch: -1,

@@ -189,17 +189,7 @@ impl PartitionLog {
 mod tests {
     use super::*;
     use crate::refbroker::journal::Flush;
-    use crate::refbroker::offsets::{OffsetValue, encode_batch};
-
-    fn batch() -> Bytes {
-        let v = OffsetValue {
-            offset: 1,
-            leader_epoch: -1,
-            metadata: None,
-            commit_timestamp_ms: 0,
-        };
-        encode_batch(&[(("g".into(), "t".into(), 0), v)], None, 0).unwrap()
-    }
+    use crate::refbroker::journal::tests::batch;
 
     fn append(log: &mut PartitionLog) -> i64 {
         let b = batch();

@@ -4,9 +4,10 @@
 //! the batch header, `check_batch` / `check_marker`, append to the log at its end offset,
 //! `complete_append` / `complete_marker`, then `advance_high_watermark` (one replica: the
 //! durable log end). The caller holds the partition's lock for that. The append is only
-//! written to the OS, through the broker's journal; [`PendingSyncs::wait`] then waits (without the lock) for the group commit
-//! that puts it on disk and advances the high watermark over it, so nothing a reader can see
-//! (the high watermark, the last stable offset) covers data that is not durable.
+//! written to the OS, through the broker's journal; [`PendingSyncs::wait`] then waits (without
+//! the lock) for the group commit that puts it on disk and advances the high watermark over
+//! it, so nothing a reader can see (the high watermark, the last stable offset) covers data
+//! that is not durable.
 //! `__consumer_offsets` partitions are the exception: their offset store is read without the
 //! high watermark, so their writers keep the lock until the append is durable. On open the
 //! state is rebuilt by replaying the batches the journal held for the partition.
@@ -24,9 +25,10 @@ use markers::participant::{
 use tokio::sync::Mutex;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
-use super::journal::{Journal, Tp};
+use super::journal::Journal;
 use super::log::PartitionLog;
 use super::offsets::{OffsetKey, OffsetStore, OffsetValue, encode_batch};
+use super::server::Tp;
 
 /// Records and aborted transactions read for a Fetch.
 #[derive(Debug)]

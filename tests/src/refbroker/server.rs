@@ -404,3 +404,21 @@ async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Reply {
 
 /// A decoded request, for handlers.
 pub(crate) type Req = RequestFrame;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_dir_with_per_partition_segments_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(JOURNAL_FILE), b"").unwrap();
+        std::fs::create_dir(dir.path().join("t-0")).unwrap();
+        let segment = dir.path().join("t-0").join("00000000000000000000.log");
+        std::fs::write(&segment, b"").unwrap();
+        refuse_partition_segments(dir.path()).expect("an empty segment holds nothing to lose");
+        std::fs::write(&segment, b"batches").unwrap();
+        let err = refuse_partition_segments(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("older refbroker"), "{err}");
+    }
+}
