@@ -6,12 +6,14 @@
 //! itself). The batch is stored with the base offset the broker assigned, exactly as a Fetch
 //! returns it.
 //!
-//! Durability is a group commit ([`Journal::sync_through`]): an append is written to the file
-//! (the OS) at once, in order, and whoever needs it on disk (an acks=all Produce, a
-//! WriteTxnMarkers request, an offset commit) then awaits one fdatasync, on a blocking thread,
-//! that covers every entry written before it started, whatever the partition. With
-//! `--set log.flush=none` ([`Flush::None`]) nothing is fsync'd: written counts as durable
-//! (Kafka's default).
+//! Durability is a group commit ([`Journal::sync_through`]): an append is encoded into the
+//! journal's buffer at once, in order, and whoever needs it on disk (an acks=all Produce, a
+//! WriteTxnMarkers request, an offset commit) then awaits the next group commit: one blocking
+//! call that writes everything buffered so far and fdatasyncs it, whatever the partitions. No
+//! file I/O runs on the caller's thread, and an entry not yet committed is not in the file (a
+//! crash loses it; it was never acknowledged as durable). With `--set log.flush=none`
+//! ([`Flush::None`]) each entry is written to the file (the OS) at once and nothing is
+//! fsync'd: written counts as durable (Kafka's default).
 //!
 //! On open the file is read entry by entry; a torn tail (an entry cut short by a crash, or
 //! failing its checksum) is truncated away, as Kafka's log recovery does, and logged.
@@ -58,24 +60,30 @@ const ENTRY_HEADER: usize = 4 + 4 + 4 + 2;
 /// The batches found in the journal on open, per partition, in append order.
 pub(crate) type Recovered = HashMap<Tp, Vec<Bytes>>;
 
+/// The journal's end, under one lock so entries are laid out whole and in position order.
+#[derive(Debug, Default)]
+struct Tail {
+    /// The journal's length, buffered entries included.
+    end: u64,
+    /// Entries appended since the last group commit started ([`Flush::Fsync`] only).
+    buffered: Vec<u8>,
+}
+
 /// The broker's journal and its group commit.
 #[derive(Debug)]
 pub(crate) struct Journal {
     path: PathBuf,
     file: Arc<File>,
     flush: Flush,
-    /// The journal's length; held while an entry is written so entries land whole and in
-    /// the order their positions say.
-    end: Mutex<u64>,
-    /// The journal's length once the last write reached the OS.
-    written: AtomicU64,
-    /// The length the last successful fdatasync covers (`written` in [`Flush::None`]).
+    /// The journal's end and what of it the next group commit writes.
+    tail: Mutex<Tail>,
+    /// The length that is on disk (in [`Flush::None`]: written to the OS).
     durable: AtomicU64,
     /// Set after a failed write or fsync: what reached the file is unknown, so nothing more is
     /// appended or acknowledged (fail-stop; a restart recovers the valid prefix).
     poisoned: AtomicBool,
-    /// Held by the one caller running an fdatasync; those queued behind it usually find their
-    /// entries covered by it when they get the lock.
+    /// Held by the one caller running a group commit; those queued behind it usually find
+    /// their entries covered by it when they get the lock.
     syncing: tokio::sync::Mutex<()>,
     /// Unit tests: the next fdatasync fails.
     #[cfg(test)]
@@ -158,8 +166,10 @@ impl Journal {
             path: path.to_owned(),
             file: Arc::new(file),
             flush,
-            end: Mutex::new(len),
-            written: AtomicU64::new(len),
+            tail: Mutex::new(Tail {
+                end: len,
+                buffered: Vec::new(),
+            }),
             durable: AtomicU64::new(len),
             poisoned: AtomicBool::new(false),
             syncing: tokio::sync::Mutex::new(()),
@@ -184,9 +194,10 @@ impl Journal {
         self.poisoned.store(true, Ordering::Release);
     }
 
-    /// Writes `batch` of partition `tp` to the OS with its base offset rewritten to
-    /// `base_offset` (the batch checksum does not cover it); not synced. Returns the journal
-    /// position to [`Journal::sync_through`] for it to be durable.
+    /// Appends `batch` of partition `tp` with its base offset rewritten to `base_offset` (the
+    /// batch checksum does not cover it): buffered for the next group commit, or in
+    /// [`Flush::None`] written to the OS at once. Returns the journal position to
+    /// [`Journal::sync_through`] for it to be durable.
     pub(crate) fn append(
         &self,
         (topic, partition): (&str, i32),
@@ -201,7 +212,9 @@ impl Journal {
         let total = ENTRY_HEADER + topic.len() + batch.len();
         let len = u32::try_from(total - 4)
             .map_err(|_| std::io::Error::other("batch too large for a journal entry"))?;
-        let mut entry = Vec::with_capacity(total);
+        let mut tail = self.tail.lock();
+        let entry_at = tail.buffered.len();
+        let entry = &mut tail.buffered;
         entry.extend_from_slice(&len.to_be_bytes());
         entry.extend_from_slice(&[0; 4]);
         entry.extend_from_slice(&partition.to_be_bytes());
@@ -210,26 +223,27 @@ impl Journal {
         let batch_at = entry.len();
         entry.extend_from_slice(batch);
         entry[batch_at..batch_at + 8].copy_from_slice(&base_offset.to_be_bytes());
-        let crc = crc32c::crc32c(&entry[8..]);
-        entry[4..8].copy_from_slice(&crc.to_be_bytes());
-
-        let mut end = self.end.lock();
-        if let Err(e) = (&*self.file).write_all(&entry) {
-            self.poison(&e);
-            return Err(e);
-        }
-        *end += u64::try_from(total).unwrap_or(u64::MAX);
-        self.written.store(*end, Ordering::Release);
+        let crc = crc32c::crc32c(&entry[entry_at + 8..]);
+        entry[entry_at + 4..entry_at + 8].copy_from_slice(&crc.to_be_bytes());
         if self.flush == Flush::None {
-            self.durable.store(*end, Ordering::Release);
+            let written = (&*self.file).write_all(&tail.buffered);
+            tail.buffered.clear();
+            if let Err(e) = written {
+                self.poison(&e);
+                return Err(e);
+            }
         }
-        Ok(*end)
+        tail.end += u64::try_from(total).unwrap_or(u64::MAX);
+        if self.flush == Flush::None {
+            self.durable.store(tail.end, Ordering::Release);
+        }
+        Ok(tail.end)
     }
 
-    /// Returns once the journal is on disk up to `position` (already written): the first
-    /// caller runs one fdatasync on a blocking thread for everything written so far; callers
-    /// that arrive meanwhile wait for it and are usually covered by it. Fails if the journal is
-    /// (or becomes) poisoned.
+    /// Returns once the journal is on disk up to `position` (already appended): the first
+    /// caller runs the group commit, one blocking call that writes every buffered entry and
+    /// fdatasyncs them; callers that arrive meanwhile wait for it and are usually covered by
+    /// it. Fails if the journal is (or becomes) poisoned.
     pub(crate) async fn sync_through(&self, position: u64) -> std::io::Result<()> {
         if self.is_poisoned() {
             return Err(poisoned_error());
@@ -244,25 +258,31 @@ impl Journal {
         if self.durable_position() >= position {
             return Ok(());
         }
-        let target = self.written.load(Ordering::Acquire);
+        let (entries, target) = {
+            let mut tail = self.tail.lock();
+            (std::mem::take(&mut tail.buffered), tail.end)
+        };
         if target < position {
             return Err(std::io::Error::other(format!(
-                "sync through {position} asked, but only {target} is written"
+                "sync through {position} asked, but the journal ends at {target}"
             )));
         }
         #[cfg(test)]
         let injected = self.fail_next_sync.swap(false, Ordering::AcqRel);
         #[cfg(not(test))]
         let injected = false;
-        let synced = if injected {
+        let committed = if injected {
             Err(std::io::Error::other("injected fdatasync failure"))
         } else {
             let file = Arc::clone(&self.file);
-            tokio::task::spawn_blocking(move || file.sync_data())
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            tokio::task::spawn_blocking(move || {
+                (&*file).write_all(&entries)?;
+                file.sync_data()
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
         };
-        if let Err(e) = synced {
+        if let Err(e) = committed {
             self.poison(&e);
             return Err(e);
         }
@@ -295,13 +315,19 @@ pub(crate) mod tests {
         assert!(recovered.is_empty());
         let first = j.append(("a", 0), &batch(), 0).unwrap();
         let end = j.append(("b", 3), &batch(), 7).unwrap();
-        assert_eq!(j.durable_position(), 0, "written, not synced");
+        assert_eq!(j.durable_position(), 0, "appended, not synced");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "buffered until the group commit"
+        );
         // Both waiters are covered by one sync (the second finds its entry durable).
         let (x, y) = tokio::join!(j.sync_through(first), j.sync_through(end));
         x.unwrap();
         y.unwrap();
         assert_eq!(j.durable_position(), end);
-        assert!(j.sync_through(end + 1).await.is_err(), "not written");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+        assert!(j.sync_through(end + 1).await.is_err(), "not appended");
         drop(j);
         let (reopened, recovered) = Journal::open(&path, Flush::Fsync).unwrap();
         assert_eq!(reopened.durable_position(), end);

@@ -117,8 +117,8 @@ impl PartitionLog {
     }
 
     /// Appends one batch with its first 8 bytes rewritten to `base_offset` (the checksum does
-    /// not cover the base offset): written to the journal (the OS), not synced; the caller
-    /// makes it durable with [`PartitionLog::sync_position`] and [`Journal::sync_through`].
+    /// not cover the base offset): appended to the journal, not synced; the caller makes it
+    /// durable with [`PartitionLog::sync_position`] and [`Journal::sync_through`].
     pub(crate) fn append(
         &mut self,
         batch: &[u8],
