@@ -96,7 +96,8 @@ pub struct Args {
     /// `refbroker listening on ADDR`). Required.
     #[arg(long, value_name = "HOST:PORT", allow_hyphen_values = true)]
     pub listen: Option<String>,
-    /// Directory of the broker's partition logs and offsets. Required.
+    /// Directory of the broker's journal (every partition's batches, offsets included).
+    /// Required.
     #[arg(long = "data-dir", value_name = "DIR", allow_hyphen_values = true)]
     pub data_dir: Option<PathBuf>,
     /// Topics this broker hosts (repeatable).

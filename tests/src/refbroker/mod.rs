@@ -42,7 +42,7 @@ pub const TRANSACTION_STATE: &str = "__transaction_state";
 pub struct Config {
     /// Address to bind.
     pub listen: SocketAddr,
-    /// Data directory (partition logs, coordinator log in embedded mode).
+    /// Data directory (the partitions' journal; the coordinator's log in embedded mode).
     pub data_dir: PathBuf,
     /// User topics and their partition counts.
     pub topics: Vec<(String, i32)>,
