@@ -207,6 +207,9 @@ impl Journal {
         if self.is_poisoned() {
             return Err(poisoned_error());
         }
+        if batch.len() < 8 {
+            return Err(std::io::Error::other("batch shorter than its base offset"));
+        }
         let topic_len = u16::try_from(topic.len())
             .map_err(|_| std::io::Error::other("topic name longer than 65535 bytes"))?;
         let total = ENTRY_HEADER + topic.len() + batch.len();
@@ -357,6 +360,23 @@ pub(crate) mod tests {
         assert_eq!(j.durable_position(), 0, "nothing acknowledged as durable");
         assert!(j.sync_through(end).await.is_err(), "a retry fails too");
         assert!(j.append(("a", 0), &batch(), 1).is_err(), "no more appends");
+    }
+
+    #[test]
+    fn bad_appends_are_refused_without_touching_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&dir.path().join("journal.log"), Flush::None).unwrap();
+        assert!(
+            j.append(("a", 0), &[0; 7], 0).is_err(),
+            "shorter than a base offset"
+        );
+        let long_topic = "t".repeat(70_000);
+        assert!(j.append((&long_topic, 0), &batch(), 0).is_err());
+        assert!(!j.is_poisoned());
+        assert_eq!(
+            j.append(("a", 0), &batch(), 0).unwrap(),
+            j.durable_position()
+        );
     }
 
     #[test]
