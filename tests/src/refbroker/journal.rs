@@ -8,12 +8,13 @@
 //!
 //! Durability is a group commit ([`Journal::sync_through`]): an append is encoded into the
 //! journal's buffer at once, in order, and whoever needs it on disk (an acks=all Produce, a
-//! WriteTxnMarkers request, an offset commit) then awaits the next group commit: one blocking
-//! call that writes everything buffered so far and fdatasyncs it, whatever the partitions. No
-//! file I/O runs on the caller's thread, and an entry not yet committed is not in the file (a
-//! crash loses it; it was never acknowledged as durable). With `--set log.flush=none`
-//! ([`Flush::None`]) each entry is written to the file (the OS) at once and nothing is
-//! fsync'd: written counts as durable (Kafka's default).
+//! WriteTxnMarkers request, an offset commit) asks the journal's committer thread for a
+//! commit and waits: the thread writes everything buffered so far and fdatasyncs it, whatever
+//! the partitions, then wakes every waiter at once. No file I/O runs on the runtime's worker
+//! threads, commits are written in order by one thread, and an entry not yet committed is not
+//! in the file (a crash loses it; it was never acknowledged as durable). With `--set
+//! log.flush=none` ([`Flush::None`]) each entry is written to the file (the OS) at once and
+//! nothing is fsync'd: written counts as durable (Kafka's default).
 //!
 //! On open the file is read entry by entry; a torn tail (an entry cut short by a crash, or
 //! failing its checksum) is truncated away, as Kafka's log recovery does, and logged.
@@ -24,9 +25,11 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 
 use bytes::Bytes;
 use markers::participant::BatchHeader;
+use tokio::sync::watch;
 use txn_log::sync::Mutex;
 
 use super::server::Tp;
@@ -69,11 +72,22 @@ struct Tail {
     buffered: Vec<u8>,
 }
 
-/// The broker's journal and its group commit.
+/// The broker's journal: appends from any task, group commits on its own thread.
 #[derive(Debug)]
 pub(crate) struct Journal {
+    state: Arc<State>,
+    /// Asks the committer thread for a group commit ([`Flush::Fsync`] only; `None` in
+    /// [`Flush::None`], where nothing waits).
+    wake: Option<SyncSender<()>>,
+    /// Changes after every group commit (its value: the durable position).
+    committed: watch::Receiver<u64>,
+}
+
+/// What the appenders and the committer thread share.
+#[derive(Debug)]
+struct State {
     path: PathBuf,
-    file: Arc<File>,
+    file: File,
     flush: Flush,
     /// The journal's end and what of it the next group commit writes.
     tail: Mutex<Tail>,
@@ -82,9 +96,8 @@ pub(crate) struct Journal {
     /// Set after a failed write or fsync: what reached the file is unknown, so nothing more is
     /// appended or acknowledged (fail-stop; a restart recovers the valid prefix).
     poisoned: AtomicBool,
-    /// Held by the one caller running a group commit; those queued behind it usually find
-    /// their entries covered by it when they get the lock.
-    syncing: tokio::sync::Mutex<()>,
+    /// Wakes the waiters of [`Journal::sync_through`] after each group commit.
+    committed: watch::Sender<u64>,
     /// Unit tests: the next fdatasync fails.
     #[cfg(test)]
     fail_next_sync: AtomicBool,
@@ -162,9 +175,10 @@ impl Journal {
         let len = u64::try_from(pos).unwrap_or(u64::MAX);
         file.set_len(len)?;
         file.seek(SeekFrom::End(0))?;
-        let journal = Self {
+        let (committed_tx, committed) = watch::channel(len);
+        let state = Arc::new(State {
             path: path.to_owned(),
-            file: Arc::new(file),
+            file,
             flush,
             tail: Mutex::new(Tail {
                 end: len,
@@ -172,26 +186,34 @@ impl Journal {
             }),
             durable: AtomicU64::new(len),
             poisoned: AtomicBool::new(false),
-            syncing: tokio::sync::Mutex::new(()),
+            committed: committed_tx,
             #[cfg(test)]
             fail_next_sync: AtomicBool::new(false),
+        });
+        let wake = match flush {
+            Flush::None => None,
+            Flush::Fsync => {
+                // One pending request is enough: the commit it starts takes every entry
+                // buffered before it.
+                let (wake, requests) = std::sync::mpsc::sync_channel(1);
+                let committer = Arc::clone(&state);
+                std::thread::Builder::new()
+                    .name("refbroker-journal".to_owned())
+                    .spawn(move || committer.run_commits(&requests))?;
+                Some(wake)
+            }
+        };
+        let journal = Self {
+            state,
+            wake,
+            committed,
         };
         Ok((Arc::new(journal), recovered))
     }
 
     /// The journal length that is on disk (or, in [`Flush::None`], written to the OS).
     pub(crate) fn durable_position(&self) -> u64 {
-        self.durable.load(Ordering::Acquire)
-    }
-
-    /// Whether a write or fsync failed.
-    pub(crate) fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
-    }
-
-    fn poison(&self, e: &std::io::Error) {
-        tracing::error!(path = %self.path.display(), error = %e, "journal write failed; poisoned");
-        self.poisoned.store(true, Ordering::Release);
+        self.state.durable_position()
     }
 
     /// Appends `batch` of partition `tp` with its base offset rewritten to `base_offset` (the
@@ -204,7 +226,7 @@ impl Journal {
         batch: &[u8],
         base_offset: i64,
     ) -> std::io::Result<u64> {
-        if self.is_poisoned() {
+        if self.state.is_poisoned() {
             return Err(poisoned_error());
         }
         if batch.len() < 8 {
@@ -215,7 +237,7 @@ impl Journal {
         let total = ENTRY_HEADER + topic.len() + batch.len();
         let len = u32::try_from(total - 4)
             .map_err(|_| std::io::Error::other("batch too large for a journal entry"))?;
-        let mut tail = self.tail.lock();
+        let mut tail = self.state.tail.lock();
         let entry_at = tail.buffered.len();
         let entry = &mut tail.buffered;
         entry.extend_from_slice(&len.to_be_bytes());
@@ -228,69 +250,105 @@ impl Journal {
         entry[batch_at..batch_at + 8].copy_from_slice(&base_offset.to_be_bytes());
         let crc = crc32c::crc32c(&entry[entry_at + 8..]);
         entry[entry_at + 4..entry_at + 8].copy_from_slice(&crc.to_be_bytes());
-        if self.flush == Flush::None {
-            let written = (&*self.file).write_all(&tail.buffered);
+        if self.state.flush == Flush::None {
+            let written = (&self.state.file).write_all(&tail.buffered);
             tail.buffered.clear();
             if let Err(e) = written {
-                self.poison(&e);
+                self.state.poison(&e);
                 return Err(e);
             }
         }
         tail.end += u64::try_from(total).unwrap_or(u64::MAX);
-        if self.flush == Flush::None {
-            self.durable.store(tail.end, Ordering::Release);
+        if self.state.flush == Flush::None {
+            self.state.durable.store(tail.end, Ordering::Release);
         }
         Ok(tail.end)
     }
 
-    /// Returns once the journal is on disk up to `position` (already appended): the first
-    /// caller runs the group commit, one blocking call that writes every buffered entry and
-    /// fdatasyncs them; callers that arrive meanwhile wait for it and are usually covered by
-    /// it. Fails if the journal is (or becomes) poisoned.
+    /// Returns once the journal is on disk up to `position` (already appended): asks the
+    /// committer thread for a group commit, which writes every entry buffered so far and
+    /// fdatasyncs them, and waits for one that covers `position`; concurrent callers share it.
+    /// Fails if the journal is (or becomes) poisoned.
     pub(crate) async fn sync_through(&self, position: u64) -> std::io::Result<()> {
-        if self.is_poisoned() {
-            return Err(poisoned_error());
+        let state = &self.state;
+        let covered = || state.is_poisoned() || state.durable_position() >= position;
+        if !covered() {
+            let end = state.tail.lock().end;
+            if position > end {
+                return Err(std::io::Error::other(format!(
+                    "sync through {position} asked, but the journal ends at {end}"
+                )));
+            }
+            if let Some(wake) = &self.wake
+                && let Err(TrySendError::Disconnected(())) = wake.try_send(())
+            {
+                return Err(std::io::Error::other("journal committer stopped"));
+            }
+            let mut committed = self.committed.clone();
+            if committed.wait_for(|_| covered()).await.is_err() {
+                return Err(std::io::Error::other("journal committer stopped"));
+            }
         }
-        if self.durable_position() >= position {
-            return Ok(());
-        }
-        let _one_at_a_time = self.syncing.lock().await;
-        if self.is_poisoned() {
-            return Err(poisoned_error());
-        }
-        if self.durable_position() >= position {
-            return Ok(());
-        }
-        let (entries, target) = {
-            let mut tail = self.tail.lock();
-            (std::mem::take(&mut tail.buffered), tail.end)
-        };
-        if target < position {
-            return Err(std::io::Error::other(format!(
-                "sync through {position} asked, but the journal ends at {target}"
-            )));
-        }
-        #[cfg(test)]
-        let injected = self.fail_next_sync.swap(false, Ordering::AcqRel);
-        #[cfg(not(test))]
-        let injected = false;
-        let committed = if injected {
-            Err(std::io::Error::other("injected fdatasync failure"))
+        if state.durable_position() >= position {
+            Ok(())
         } else {
-            let file = Arc::clone(&self.file);
-            tokio::task::spawn_blocking(move || {
-                (&*file).write_all(&entries)?;
-                file.sync_data()
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        };
-        if let Err(e) = committed {
-            self.poison(&e);
-            return Err(e);
+            Err(poisoned_error())
         }
-        self.durable.fetch_max(target, Ordering::AcqRel);
-        Ok(())
+    }
+}
+
+impl State {
+    fn durable_position(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn poison(&self, e: &std::io::Error) {
+        tracing::error!(path = %self.path.display(), error = %e, "journal write failed; poisoned");
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// The committer thread: for each request, one group commit of everything buffered, then
+    /// every waiter is woken. Ends when the journal is dropped or poisoned (and then says so
+    /// to the waiters, also if it ends by a panic).
+    fn run_commits(&self, requests: &Receiver<()>) {
+        struct WakeWaitersOnExit<'a>(&'a State);
+        impl Drop for WakeWaitersOnExit<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0
+                        .poison(&std::io::Error::other("journal committer panicked"));
+                }
+                self.0.committed.send_modify(|_| {});
+            }
+        }
+        let _on_exit = WakeWaitersOnExit(self);
+        while requests.recv().is_ok() && !self.is_poisoned() {
+            let (entries, target) = {
+                let mut tail = self.tail.lock();
+                (std::mem::take(&mut tail.buffered), tail.end)
+            };
+            if target <= self.durable_position() {
+                continue;
+            }
+            match self.write_and_sync(&entries) {
+                Ok(()) => self.durable.store(target, Ordering::Release),
+                Err(e) => self.poison(&e),
+            }
+            self.committed.send_replace(self.durable_position());
+        }
+    }
+
+    fn write_and_sync(&self, entries: &[u8]) -> std::io::Result<()> {
+        #[cfg(test)]
+        if self.fail_next_sync.swap(false, Ordering::AcqRel) {
+            return Err(std::io::Error::other("injected fdatasync failure"));
+        }
+        (&self.file).write_all(entries)?;
+        self.file.sync_data()
     }
 }
 
@@ -354,9 +412,9 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (j, _) = Journal::open(&dir.path().join("journal.log"), Flush::Fsync).unwrap();
         let end = j.append(("a", 0), &batch(), 0).unwrap();
-        j.fail_next_sync.store(true, Ordering::Release);
+        j.state.fail_next_sync.store(true, Ordering::Release);
         assert!(j.sync_through(end).await.is_err());
-        assert!(j.is_poisoned());
+        assert!(j.state.is_poisoned());
         assert_eq!(j.durable_position(), 0, "nothing acknowledged as durable");
         assert!(j.sync_through(end).await.is_err(), "a retry fails too");
         assert!(j.append(("a", 0), &batch(), 1).is_err(), "no more appends");
@@ -372,7 +430,7 @@ pub(crate) mod tests {
         );
         let long_topic = "t".repeat(70_000);
         assert!(j.append((&long_topic, 0), &batch(), 0).is_err());
-        assert!(!j.is_poisoned());
+        assert!(!j.state.is_poisoned());
         assert_eq!(
             j.append(("a", 0), &batch(), 0).unwrap(),
             j.durable_position()
