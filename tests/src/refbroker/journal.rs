@@ -354,6 +354,8 @@ impl State {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::task::{Context, Waker};
+
     use super::*;
     use crate::refbroker::offsets::{OffsetValue, encode_batch};
 
@@ -396,6 +398,29 @@ pub(crate) mod tests {
         assert_eq!(b.len(), 1);
         assert_eq!(BatchHeader::parse(&b[0]).unwrap().0.base_offset, 7);
         assert_eq!(recovered[&("a".to_owned(), 0)].len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_stops_nothing_and_commits_stay_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (j, _) = Journal::open(&path, Flush::Fsync).unwrap();
+        let first = j.append(("a", 0), &batch(), 0).unwrap();
+        {
+            // asks for a commit (polled once), then is dropped before it is answered
+            let mut waiting = std::pin::pin!(j.sync_through(first));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        }
+        let end = j.append(("a", 0), &batch(), 1).unwrap();
+        j.sync_through(end).await.unwrap();
+        drop(j);
+        let (_, recovered) = Journal::open(&path, Flush::Fsync).unwrap();
+        let bases: Vec<i64> = recovered[&("a".to_owned(), 0)]
+            .iter()
+            .map(|b| BatchHeader::parse(b).unwrap().0.base_offset)
+            .collect();
+        assert_eq!(bases, [0, 1]);
     }
 
     #[tokio::test]
