@@ -109,7 +109,8 @@ start_embedded() {
     SRV_PIDS=("$pid")
 }
 
-# start_daemon_pair DIR [daemon args...]: txn-coordinator daemon + refbroker in standalone mode.
+# start_daemon_pair DIR [daemon args...]: txn-coordinator daemon + refbroker in standalone mode
+# (REFBROKER_ARGS: extra refbroker arguments).
 start_daemon_pair() {
     local d=$1; shift
     local dport rport
@@ -120,7 +121,8 @@ start_daemon_pair() {
     local dpid=$!
     PIDS+=("$dpid")
     RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$rport" --data-dir "$d/broker" \
-        --topics "$TOPIC:$TOPIC_PARTITIONS" --coordinator "127.0.0.1:$dport" >"$d/refbroker.out" 2>"$d/refbroker.err" &
+        --topics "$TOPIC:$TOPIC_PARTITIONS" --coordinator "127.0.0.1:$dport" ${REFBROKER_ARGS:-} \
+        >"$d/refbroker.out" 2>"$d/refbroker.err" &
     local rpid=$!
     PIDS+=("$rpid")
     wait_for "$d/daemon.out" "listening on" 120
@@ -179,6 +181,12 @@ scenario_matrix() {
     # TV2 (EndTxn v5, epoch bump per transaction) at 64 producers, where the server offers it.
     start_daemon_pair "$OUT/data/matrix-daemon-tv2"
     bench "daemon-tv2" "$OUT/matrix-daemon-tv2.json" --producers 64 --txn-version 2 || true
+    stop_servers
+    # At 64 producers with Kafka's default durability (nothing fsync'd: the daemon's log
+    # OS-buffered, the refbroker's journal written to the OS), to set beside "kafka".
+    REFBROKER_ARGS="--set log.flush=none" start_daemon_pair "$OUT/data/matrix-daemon-nofsync" \
+        --set txn.log.sync=os-buffered
+    bench "daemon-nofsync" "$OUT/matrix-daemon-nofsync.json" --producers 64 || true
     stop_servers
 }
 
