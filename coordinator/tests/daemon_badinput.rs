@@ -273,7 +273,7 @@ async fn connections_beyond_max_connections_are_closed_and_others_keep_working()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_connections_are_closed() {
+async fn idle_connections_are_closed_and_busy_ones_are_not() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = Daemon::start(
         dir.path(),
@@ -281,9 +281,17 @@ async fn idle_connections_are_closed() {
             "--set",
             "transaction.state.log.num.partitions=2",
             "--set",
-            "connections.max.idle.ms=100",
+            "connections.max.idle.ms=300",
         ],
     );
+    // A connection whose requests come more often than the idle time stays open past it.
+    let mut busy = d.conn().await;
+    for _ in 0..12 {
+        busy.call(&km::ApiVersionsRequest::default(), 3)
+            .await
+            .expect("a connection in use is not idle");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut idle = TcpStream::connect(d.addr).await.expect("connect");
     let mut buf = [0u8; 1];
     // Bounded: the server closes an idle connection (read returns 0) well within this.

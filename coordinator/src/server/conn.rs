@@ -37,25 +37,37 @@ pub(crate) async fn serve_connection<S>(
         // are then taken with one `recv` instead of two.
         let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let idle = Duration::from_millis(ctx.settings.connections_max_idle_ms);
+        // One idle timer per connection, pushed back before each read: tokio moves a timer to
+        // a later deadline without touching its timer wheel, where a new timer per read
+        // would be inserted and removed again for every request.
+        let idle_timer = tokio::time::sleep(idle);
+        tokio::pin!(idle_timer);
         loop {
+            idle_timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + idle);
             let frame = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|s| *s) => break,
-                r = tokio::time::timeout(idle, read_frame(&mut rd, ctx.settings.socket_request_max_bytes)) => r,
-            };
-            let frame = match frame {
-                Err(_) => {
+                r = read_frame(&mut rd, ctx.settings.socket_request_max_bytes) => r,
+                () = &mut idle_timer => {
                     tracing::debug!("idle connection closed");
                     break;
                 }
-                Ok(Ok(Some(f))) => f,
-                Ok(Ok(None)) => break,
-                Ok(Err(FrameError::TooLarge { len, max })) => {
+            };
+            let frame = match frame {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(FrameError::TooLarge { len, max }) => {
                     ctx.metrics.connections_rejected.inc();
-                    tracing::warn!(len, max, "frame over socket.request.max.bytes; closing connection");
+                    tracing::warn!(
+                        len,
+                        max,
+                        "frame over socket.request.max.bytes; closing connection"
+                    );
                     break;
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     tracing::debug!(error = %e, "connection read failed");
                     break;
                 }
@@ -71,14 +83,21 @@ pub(crate) async fn serve_connection<S>(
                     // served one at a time (as Kafka does), so at most one response of a
                     // connection is ever ready: there is nothing further to coalesce.
                     let write = wr.write_all(&bytes);
-                    match tokio::time::timeout(Duration::from_millis(ctx.settings.request_timeout_ms), write).await {
+                    match tokio::time::timeout(
+                        Duration::from_millis(ctx.settings.request_timeout_ms),
+                        write,
+                    )
+                    .await
+                    {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, "write failed");
                             break;
                         }
                         Err(_) => {
-                            tracing::warn!("client does not read its responses; closing connection");
+                            tracing::warn!(
+                                "client does not read its responses; closing connection"
+                            );
                             break;
                         }
                     }

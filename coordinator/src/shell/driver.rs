@@ -20,6 +20,7 @@ use txn_log::{
 use super::metrics::LogPartitionLabels;
 use crate::{MarkerCompletion, TxnMarkerRequest};
 
+use super::clock::BoxFuture;
 use super::{Shared, trail};
 use crate::{
     Effect, Engine, EngineMetrics, ErrorCode, IoId, Millis, Request, RequestId, Response,
@@ -97,6 +98,8 @@ pub(crate) struct Driver {
     completion_checks: Vec<(TransactionalId, CompletionReply)>,
     loaded_gauge: bool,
     last_metrics: EngineMetrics,
+    /// The armed timer and the deadline it was armed for ([`Driver::arm_timer`]).
+    timer: Option<(Millis, BoxFuture<'static, ()>)>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -128,6 +131,7 @@ impl Driver {
             completion_checks: Vec::new(),
             loaded_gauge: false,
             last_metrics: EngineMetrics::default(),
+            timer: None,
             shutdown: None,
         };
         let span = tracing::info_span!("log_partition", partition = partition.0);
@@ -153,10 +157,10 @@ impl Driver {
             } else {
                 self.engine.poll_timeout()
             };
-            let sleep = deadline.map(|d| self.shared.clock.sleep_until(d));
-            let timer = async move {
-                match sleep {
-                    Some(sleep) => sleep.await,
+            self.arm_timer(deadline);
+            let timer = async {
+                match &mut self.timer {
+                    Some((_, sleep)) => sleep.as_mut().await,
                     None => std::future::pending().await,
                 }
             };
@@ -170,6 +174,7 @@ impl Driver {
                     self.append_finished(done);
                 }
                 () = timer => {
+                    self.timer = None;
                     let now = self.shared.clock.now_ms();
                     self.engine.handle_timeout(now);
                 }
@@ -193,6 +198,19 @@ impl Driver {
                 .remove(&LogPartitionLabels::of(self.partition));
         }
         tracing::debug!("driver stopped");
+    }
+
+    /// Keeps a timer armed for `deadline`. The engine's deadline moves on almost every turn of
+    /// the loop (parked requests, the reaper), nearly always later; a timer already armed for
+    /// an earlier time is kept, since a timeout the engine gets early changes nothing and the
+    /// next turn arms the timer again. So a timer is made only when the deadline comes
+    /// earlier than the armed one, or after one fired, not on every message.
+    fn arm_timer(&mut self, deadline: Option<Millis>) {
+        match (deadline, &self.timer) {
+            (None, _) => self.timer = None,
+            (Some(d), Some((armed, _))) if *armed <= d => {}
+            (Some(d), _) => self.timer = Some((d, self.shared.clock.sleep_until(d))),
+        }
     }
 
     /// An append finished: metrics, the trail, then the engine.
@@ -572,11 +590,13 @@ impl Driver {
                 }
             }
         }
-        let now = self.engine.metrics().clone();
-        self.shared
-            .metrics
-            .add_engine_delta(&self.last_metrics, &now);
-        self.last_metrics = now;
+        if *self.engine.metrics() != self.last_metrics {
+            let now = self.engine.metrics().clone();
+            self.shared
+                .metrics
+                .add_engine_delta(&self.last_metrics, &now);
+            self.last_metrics = now;
+        }
     }
 }
 

@@ -379,31 +379,53 @@ impl Metrics {
 
     /// Adds the growth of an engine's counters between `before` and `after`.
     pub fn add_engine_delta(&self, before: &EngineMetrics, after: &EngineMetrics) {
-        let d = |a: u64, b: u64| b.saturating_sub(a);
-        self.transactions_begun
-            .inc_by(d(before.transactions_begun, after.transactions_begun));
-        self.transactions_committed.inc_by(d(
+        // Shared by every driver: a counter that did not move is not written.
+        let add = |counter: &Counter, before: u64, after: u64| {
+            let d = after.saturating_sub(before);
+            if d > 0 {
+                counter.inc_by(d);
+            }
+        };
+        add(
+            &self.transactions_begun,
+            before.transactions_begun,
+            after.transactions_begun,
+        );
+        add(
+            &self.transactions_committed,
             before.transactions_committed,
             after.transactions_committed,
-        ));
-        self.transactions_aborted
-            .inc_by(d(before.transactions_aborted, after.transactions_aborted));
-        self.transactions_timed_out.inc_by(d(
+        );
+        add(
+            &self.transactions_aborted,
+            before.transactions_aborted,
+            after.transactions_aborted,
+        );
+        add(
+            &self.transactions_timed_out,
             before.transactions_timed_out,
             after.transactions_timed_out,
-        ));
-        self.producers_fenced
-            .inc_by(d(before.producers_fenced, after.producers_fenced));
-        self.transactional_ids_expired.inc_by(d(
+        );
+        add(
+            &self.producers_fenced,
+            before.producers_fenced,
+            after.producers_fenced,
+        );
+        add(
+            &self.transactional_ids_expired,
             before.transactional_ids_expired,
             after.transactional_ids_expired,
-        ));
-        self.requests_parked
-            .inc_by(d(before.requests_parked, after.requests_parked));
-        self.parked_requests_timed_out.inc_by(d(
+        );
+        add(
+            &self.requests_parked,
+            before.requests_parked,
+            after.requests_parked,
+        );
+        add(
+            &self.parked_requests_timed_out,
             before.parked_requests_timed_out,
             after.parked_requests_timed_out,
-        ));
+        );
     }
 
     /// The Prometheus text exposition of `registry`.

@@ -271,6 +271,11 @@ impl Driver {
 
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut open = true;
+        // One timer, moved to the planner's deadline when that changes (a later deadline costs
+        // tokio no timer-wheel operation), instead of a new timer on every turn.
+        let timer = tokio::time::sleep_until(self.start);
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
             self.run_effects();
             while let Some(c) = self.planner.poll_completion() {
@@ -281,6 +286,12 @@ impl Driver {
                 break;
             }
             let deadline = self.planner.poll_timeout().map(|ms| self.at(ms));
+            if let Some(at) = deadline
+                && armed != Some(at)
+            {
+                timer.as_mut().reset(at);
+                armed = Some(at);
+            }
             let completions = self.completions.clone();
             tokio::select! {
                 biased;
@@ -333,7 +344,8 @@ impl Driver {
                         None => open = false,
                     }
                 }
-                () = sleep_until_opt(deadline), if deadline.is_some() => {
+                () = &mut timer, if deadline.is_some() => {
+                    armed = None;
                     let now = self.now();
                     self.planner.handle_timeout(now);
                 }
@@ -498,12 +510,5 @@ impl Driver {
                 .collect(),
         };
         *self.stats.lock() = s;
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
