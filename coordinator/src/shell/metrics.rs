@@ -379,53 +379,52 @@ impl Metrics {
 
     /// Adds the growth of an engine's counters between `before` and `after`.
     pub fn add_engine_delta(&self, before: &EngineMetrics, after: &EngineMetrics) {
+        let (b, a) = (before, after);
+        let counters = [
+            (
+                &self.transactions_begun,
+                b.transactions_begun,
+                a.transactions_begun,
+            ),
+            (
+                &self.transactions_committed,
+                b.transactions_committed,
+                a.transactions_committed,
+            ),
+            (
+                &self.transactions_aborted,
+                b.transactions_aborted,
+                a.transactions_aborted,
+            ),
+            (
+                &self.transactions_timed_out,
+                b.transactions_timed_out,
+                a.transactions_timed_out,
+            ),
+            (
+                &self.producers_fenced,
+                b.producers_fenced,
+                a.producers_fenced,
+            ),
+            (
+                &self.transactional_ids_expired,
+                b.transactional_ids_expired,
+                a.transactional_ids_expired,
+            ),
+            (&self.requests_parked, b.requests_parked, a.requests_parked),
+            (
+                &self.parked_requests_timed_out,
+                b.parked_requests_timed_out,
+                a.parked_requests_timed_out,
+            ),
+        ];
         // Shared by every driver: a counter that did not move is not written.
-        let add = |counter: &Counter, before: u64, after: u64| {
-            let d = after.saturating_sub(before);
+        for (counter, was, is) in counters {
+            let d = is.saturating_sub(was);
             if d > 0 {
                 counter.inc_by(d);
             }
-        };
-        add(
-            &self.transactions_begun,
-            before.transactions_begun,
-            after.transactions_begun,
-        );
-        add(
-            &self.transactions_committed,
-            before.transactions_committed,
-            after.transactions_committed,
-        );
-        add(
-            &self.transactions_aborted,
-            before.transactions_aborted,
-            after.transactions_aborted,
-        );
-        add(
-            &self.transactions_timed_out,
-            before.transactions_timed_out,
-            after.transactions_timed_out,
-        );
-        add(
-            &self.producers_fenced,
-            before.producers_fenced,
-            after.producers_fenced,
-        );
-        add(
-            &self.transactional_ids_expired,
-            before.transactional_ids_expired,
-            after.transactional_ids_expired,
-        );
-        add(
-            &self.requests_parked,
-            before.requests_parked,
-            after.requests_parked,
-        );
-        add(
-            &self.parked_requests_timed_out,
-            before.parked_requests_timed_out,
-            after.parked_requests_timed_out,
-        );
+        }
     }
 
     /// The Prometheus text exposition of `registry`.
