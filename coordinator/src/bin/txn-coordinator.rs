@@ -30,7 +30,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the coordinator (single node: owns every transaction log partition).
+    /// Run the coordinator (with the default sled log it owns every transaction log partition;
+    /// with `txn.log.backend=etcd` the live daemons share them).
     Serve(ServeArgs),
     /// List transactions (ListTransactions).
     List {
