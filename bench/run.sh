@@ -2,10 +2,15 @@
 # Scenario runner for txn-bench (see docs/performance.md).
 #
 #   bench/run.sh [SCENARIO...]        scenarios: matrix coordinator ceiling latency recovery kafka
-#                                     crabka etcd parking plots; ab (not in the default list:
+#                                     crabka etcd parking security plots; ab (not in the default list:
 #                                     OLD_DAEMON=<old txn-coordinator> against this tree's);
 #                                     lr (not in the default list: one librdkafka producer's
-#                                     transaction latency, us beside Kafka; needs .venv)
+#                                     transaction latency, us beside Kafka; needs .venv);
+#                                     failover (not in the default list, ~15 min: 3 etcd members,
+#                                     3 daemons on etcd, a refbroker and 8 librdkafka producers;
+#                                     the commit gap each client sees around daemon SIGKILLs,
+#                                     SIGSTOPs and etcd leader SIGKILLs, then an exactly-once
+#                                     check, the Java client's SIGKILL loop; needs .venv, etcd)
 #                                     (default: all of them, in that order)
 #
 # Environment:
@@ -15,8 +20,14 @@
 #   PPT=LIST         partitions per transaction (default "1 8")
 #   RECOVERY_IDS=N   transactional ids of the recovery scenario (default 1000000)
 #   RSS_SETTLE_S=N   recovery: seconds idle before the RSS per idle id is read (default 15)
+#   SECURITY_ROUNDS=N security: alternating PLAINTEXT / SASL_SSL runs of each (default 2)
 #   KAFKA_LIBS=DIR   resolved Kafka jars (default $OUT/../txn-bench-kafka-libs, resolved with mvn)
 #   NO_BUILD=1       skip cargo build
+#   failover:        KILLS (20) STOPS (5) ETCD_KILLS (5) JAVA_KILLS (5, 0: no Java) faults;
+#                    LEASE_MS (3000) etcd.lease.ttl.ms; FAILOVER_PRODUCERS (8); ETCD_DOWN_S (3);
+#                    LR_SETTINGS="k=v ..." extra librdkafka settings, JAVA_SETTINGS="k=v ..." the
+#                    Java client's; LR_DEBUG=eos,broker,protocol librdkafka debug logs per producer;
+#                    SUITE_MEASURE=1 also the suite's failover_times (about 2 min)
 #
 # Everything listens on 127.0.0.1 on free ports, data lives in temp directories under $OUT,
 # and every process started here is killed (by pid) on exit.
@@ -34,7 +45,7 @@ KAFKA_LIBS="${KAFKA_LIBS:-/tmp/txn-bench-kafka-libs}"
 TOPIC=txn-bench
 TOPIC_PARTITIONS=16
 mkdir -p "$OUT"
-BIN="$ROOT/target/release"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 BENCH="$BIN/txn-bench"
 PIDS=()
 
@@ -142,7 +153,10 @@ start_daemon_null() {
         --create-partitions "$TOPIC_PARTITIONS" >"$d/null.out" 2>"$d/null.err" &
     local npid=$!
     PIDS+=("$npid")
-    RUST_LOG=warn "${DAEMON:-$BIN/txn-coordinator}" serve --listen "127.0.0.1:$dport" --data-dir "$d/coord" \
+    # DAEMON_PROTOCOL=SASL_SSL (...): the daemon's one listener has that protocol instead.
+    local listen=(--listen "127.0.0.1:$dport")
+    [ -n "${DAEMON_PROTOCOL:-}" ] && listen=(--set "listeners=$DAEMON_PROTOCOL://127.0.0.1:$dport")
+    RUST_LOG=warn "${DAEMON:-$BIN/txn-coordinator}" serve "${listen[@]}" --data-dir "$d/coord" \
         --bootstrap-servers "127.0.0.1:$nport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
     local dpid=$!
     PIDS+=("$dpid")
@@ -256,6 +270,85 @@ scenario_ab() {
         bench "$which" "$OUT/ab-$which.json" --producers 64 || true
         stop_servers
     done
+}
+
+# The cost of security, coordinator alone (null broker), same run, 64 producers, TV1, one
+# partition per transaction: the daemon on PLAINTEXT without authorizer, then on SASL_SSL
+# (TLS, SCRAM-SHA-512) with Kafka's StandardAuthorizer and ACLs for the producers' principal
+# (WRITE on the transactional ids txn-bench*, WRITE on the topic). Certificates made with
+# openssl; txn-bench connects to the daemon with --coordinator-security (the daemon's own TLS
+# and SASL client code). Prints daemon CPU per transaction and EndTxn p50/p99 side by side.
+scenario_security() {
+    local d="$OUT/data/security" rounds=${SECURITY_ROUNDS:-2} r
+    mkdir -p "$d/pki"
+    command -v openssl >/dev/null || { log "security needs openssl"; return 1; }
+    (
+        cd "$d/pki"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+            -subj "/CN=txn-bench CA" -keyout ca.key -out ca.pem 2>/dev/null
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+            -keyout server.key -out server.csr 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile san.ext -out server.crt 2>/dev/null
+        cat server.crt server.key >server.pem
+    )
+    local secure_args=(
+        --set "ssl.keystore.location=$d/pki/server.pem"
+        --set sasl.enabled.mechanisms=SCRAM-SHA-512
+        --set "txn.scram.credentials=SCRAM-SHA-512=[name=bench,password=bench-secret]"
+        --set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+    )
+    local client_args=(
+        --coordinator-security security.protocol=SASL_SSL
+        --coordinator-security "ssl.truststore.location=$d/pki/ca.pem"
+        --coordinator-security sasl.mechanism=SCRAM-SHA-512
+        --coordinator-security 'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="bench" password="bench-secret";'
+    )
+    # Alternating rounds: plaintext, SASL_SSL, plaintext, SASL_SSL, ...
+    for r in $(seq 1 "$rounds"); do
+        start_daemon_null "$d/plain-$r"
+        bench "plaintext" "$OUT/security-plaintext-$r.json" --producers 64 || true
+        stop_servers
+        mkdir -p "$d/sasl-$r/coord"
+        "$BIN/txn-coordinator" acl add --data-dir "$d/sasl-$r/coord" --principal User:bench \
+            --resource-type TransactionalId --resource-name txn-bench --pattern-type prefixed \
+            --operation Write >/dev/null
+        "$BIN/txn-coordinator" acl add --data-dir "$d/sasl-$r/coord" --principal User:bench \
+            --resource-type Topic --resource-name "$TOPIC" --operation Write >/dev/null
+        DAEMON_PROTOCOL=SASL_SSL start_daemon_null "$d/sasl-$r" "${secure_args[@]}"
+        bench "sasl_ssl" "$OUT/security-sasl_ssl-$r.json" --producers 64 "${client_args[@]}" || true
+        stop_servers
+    done
+    python3 - "$OUT" "$rounds" <<'PY' | tee -a "$OUT/tables.txt"
+import json, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def load(kind):
+    rows = []
+    for r in range(1, rounds + 1):
+        try:
+            v = json.load(open(f"{out}/security-{kind}-{r}.json"))
+        except OSError:
+            continue
+        res = (v.get("results") or [v])[0] if isinstance(v, dict) else v[0]
+        srv = res["servers"][0]
+        rows.append((srv["cpu_s_per_1000_txn"] * 1000.0, res["end_txn"]["p50_us"],
+                     res["end_txn"]["p99_us"], res["committed_per_s"], res["errors"]))
+    return rows
+plain, sasl = load("plaintext"), load("sasl_ssl")
+if not plain or not sasl:
+    print("security: missing results"); sys.exit(0)
+def avg(rows, i): return sum(r[i] for r in rows) / len(rows)
+print("security cost, daemon + null broker, 64 producers, 1 partition/txn, TV1 "
+      f"(mean of {len(plain)} and {len(sasl)} runs)")
+print(f"{'':22}{'PLAINTEXT':>12}{'SASL_SSL+ACL':>14}{'ratio':>8}")
+for name, i, fmt in (("daemon CPU us/txn", 0, "{:.1f}"), ("EndTxn p50 us", 1, "{:.0f}"),
+                     ("EndTxn p99 us", 2, "{:.0f}"), ("committed txn/s", 3, "{:.0f}"),
+                     ("errors", 4, "{:.0f}")):
+    a, b = avg(plain, i), avg(sasl, i)
+    ratio = f"{b / a:.3f}" if a else "-"
+    print(f"{name:22}{fmt.format(a):>12}{fmt.format(b):>14}{ratio:>8}")
+PY
 }
 
 scenario_ceiling() {
@@ -441,6 +534,282 @@ scenario_lr() {
     done
 }
 
+# --- failover: a coordinator failover as a real client sees it -------------------------------
+# 3 etcd members (started here, by pid, with tests/src/etcd.rs's flags, so that the leader can be
+# SIGKILLed and restarted on its data directory), 3 daemons on them, one refbroker, and
+# bench/failover.py's librdkafka producers (FAILOVER_PRODUCERS, default 8). Faults, each followed
+# by recovery and a settle pause: KILLS x kill-daemon (SIGKILL the owner of a producer's
+# transactional id, restart it after the measurement window), STOPS x stop-daemon (SIGSTOP the
+# owner for LEASE + 1 s, then SIGCONT), ETCD_KILLS x kill-etcd-leader (SIGKILL, restart after
+# ETCD_DOWN_S). Then the client-side commit gap per fault kind, an exactly-once check
+# (read_committed), the same kill-daemon loop with the Java client (JAVA_KILLS), and with
+# SUITE_MEASURE=1 the suite's own failover_times beside it. Raw data in $OUT/data/failover.
+
+FO_D=""
+FO_EPID=(); FO_ECP=(); FO_EPP=(); FO_DPID=(); FO_DP=(); FO_MP=()
+
+fo_now() { date +%s.%N; }
+
+# fo_etcd_start I STATE: member I (0..2) on its data directory.
+fo_etcd_start() {
+    local i=$1 state=$2 init="" j
+    for j in 0 1 2; do init+="${init:+,}m$j=http://127.0.0.1:${FO_EPP[$j]}"; done
+    etcd --name "m$i" --data-dir "$FO_D/etcd/m$i" \
+        --listen-client-urls "http://127.0.0.1:${FO_ECP[$i]}" --advertise-client-urls "http://127.0.0.1:${FO_ECP[$i]}" \
+        --listen-peer-urls "http://127.0.0.1:${FO_EPP[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${FO_EPP[$i]}" \
+        --initial-cluster "$init" --initial-cluster-state "$state" --initial-cluster-token "failover-${FO_EPP[0]}" \
+        --heartbeat-interval 50 --election-timeout 500 --pre-vote=true --logger zap --log-outputs stderr \
+        >>"$FO_D/etcd/m$i.log" 2>&1 &
+    FO_EPID[$i]=$!; PIDS+=("$!")
+}
+
+# fo_etcd_status I: "member_id leader" of member I (empty if it does not answer in 2 s).
+fo_etcd_status() {
+    local s
+    s=$(curl -s -m 2 -X POST "http://127.0.0.1:${FO_ECP[$1]}/v3/maintenance/status" -d '{}' 2>/dev/null || true)
+    [[ "$s" =~ \"member_id\":\"([0-9]+)\" ]] || return 0
+    local id=${BASH_REMATCH[1]} leader=0
+    [[ "$s" =~ \"leader\":\"([0-9]+)\" ]] && leader=${BASH_REMATCH[1]}
+    echo "$id $leader"
+}
+
+# fo_etcd_leader: the index of the member that is the leader (waits up to 20 s), else fails.
+fo_etcd_leader() {
+    local t=0 i st
+    while [ $t -lt 100 ]; do
+        for i in 0 1 2; do
+            st=$(fo_etcd_status "$i")
+            if [ -n "$st" ] && [ "${st% *}" = "${st#* }" ]; then echo "$i"; return 0; fi
+        done
+        sleep 0.2; t=$((t + 1))
+    done
+    return 1
+}
+
+# fo_etcd_wait I: member I answers and knows a leader (up to 30 s).
+fo_etcd_wait() {
+    local t=0 st
+    while [ $t -lt 150 ]; do
+        st=$(fo_etcd_status "$1")
+        [ -n "$st" ] && [ "${st#* }" != "0" ] && return 0
+        sleep 0.2; t=$((t + 1))
+    done
+    log "etcd member m$1 not serving after 30 s"; return 1
+}
+
+# fo_daemon_start N: daemon N (1..3) on etcd; waits until it listens and /ready says ready.
+fo_daemon_start() {
+    local n=$1 t=0
+    RUST_LOG=info "$BIN/txn-coordinator" serve --listen "127.0.0.1:${FO_DP[$n]}" --node-id "$n" \
+        --data-dir "$FO_D/daemon-$n" --bootstrap-servers "127.0.0.1:$FO_RP" \
+        --metrics-listen "127.0.0.1:${FO_MP[$n]}" --set txn.log.backend=etcd \
+        --set "etcd.endpoints=$FO_ENDPOINTS" --set "etcd.lease.ttl.ms=$LEASE_MS" \
+        >"$FO_D/daemon-$n.out" 2>>"$FO_D/daemon-$n.err" &
+    FO_DPID[$n]=$!; PIDS+=("$!")
+    wait_for "$FO_D/daemon-$n.out" "listening on" 60 || return 1
+    until [ "$(curl -s -m 1 "http://127.0.0.1:${FO_MP[$n]}/ready" 2>/dev/null)" = "ready" ]; do
+        sleep 0.1; t=$((t + 1))
+        if [ $t -gt 600 ]; then log "daemon-$n not ready after 60 s"; return 1; fi
+    done
+}
+
+# fo_owners PRODUCER...: "<name> <node>" per producer (FindCoordinator asked of the daemons).
+fo_owners() {
+    local prefix=$1; shift
+    local ask="127.0.0.1:${FO_DP[1]},127.0.0.1:${FO_DP[2]},127.0.0.1:${FO_DP[3]}" ids=() p
+    for p in "$@"; do ids+=("$prefix-$p"); done
+    "$FO_PY" "$ROOT/bench/failover.py" owners --ask "$ask" "${ids[@]}" | sed "s/^$prefix-//" | cut -d' ' -f1,2
+}
+
+# fo_fault CLIENT KIND N T VICTIM PRODUCERS [KEY JSON-VALUE]...: one line of faults.jsonl.
+fo_fault() {
+    local client=$1 kind=$2 n=$3 t=$4 victim=$5 prods=$6; shift 6
+    local list="" p extra=""
+    for p in $prods; do list+="${list:+,}\"$p\""; done
+    while [ $# -ge 2 ]; do extra+=",\"$1\":$2"; shift 2; done
+    echo "{\"client\":\"$client\",\"kind\":\"$kind\",\"n\":$n,\"t\":$t,\"victim\":\"$victim\",\"victim_producers\":[$list]$extra}" \
+        >>"$FO_D/faults.jsonl"
+}
+
+# fo_wait_commits SINCE TIMEOUT COMMIT-FILES...: every producer of FO_WAIT_PRODS (p0,p1,...)
+# committed after SINCE.
+fo_wait_commits() {
+    local since=$1 t=$2; shift 2
+    { "$FO_PY" "$ROOT/bench/failover.py" wait-commits --since "$since" --timeout "$t" \
+        --producers "$FO_WAIT_PRODS" "$@" 2>&1 || true; } |
+        while read -r l; do log "$l"; done
+}
+
+# fo_kill_daemon_loop CLIENT COUNT PREFIX COMMIT-FILES PRODUCER...: the kill-daemon faults.
+fo_kill_daemon_loop() {
+    local client=$1 count=$2 prefix=$3 files=$4; shift 4
+    local prods=("$@") k target owners victim vp t tr
+    for ((k = 1; k <= count; k++)); do
+        target=${prods[$(((k - 1) % ${#prods[@]}))]}
+        owners=$(fo_owners "$prefix" "${prods[@]}")
+        victim=$(awk -v p="$target" '$1 == p {print $2}' <<<"$owners")
+        if ! [[ "$victim" =~ ^[123]$ ]]; then log "kill-daemon $k: no owner for $target"; sleep 1; continue; fi
+        vp=$(awk -v v="$victim" '$2 == v {print $1}' <<<"$owners" | xargs)
+        t=$(fo_now)
+        kill -9 "${FO_DPID[$victim]}" 2>/dev/null || true
+        wait "${FO_DPID[$victim]}" 2>/dev/null || true
+        log "$client kill-daemon $k/$count: daemon-$victim (coordinates $vp) SIGKILLed (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        fo_wait_commits "$t" "$FO_WINDOW_S" $files
+        tr=$(fo_now)
+        fo_daemon_start "$victim" || return 1
+        fo_fault "$client" kill-daemon "$k" "$t" "daemon-$victim" "$vp" restarted "$tr" ready "$(fo_now)"
+        fo_fault "$client" rejoin-after-kill "$k" "$tr" "daemon-$victim" "$vp"
+        sleep $((LEASE_MS / 1000 + 2))
+        fo_wait_commits "$tr" "$FO_WINDOW_S" $files
+    done
+}
+
+scenario_failover() {
+    local py="$ROOT/.venv/bin/python" n i k t tr victim vp owners target leader
+    [ -x "$py" ] || { log "failover needs .venv with confluent-kafka (scripts/test creates it)"; return 1; }
+    command -v etcd >/dev/null || { log "failover needs etcd (Debian's etcd-server)"; return 1; }
+    FO_PY=$py
+    FO_D="$OUT/data/failover"
+    rm -rf "$FO_D"; mkdir -p "$FO_D/etcd" "$FO_D/lr"
+    LEASE_MS="${LEASE_MS:-3000}"
+    FO_WINDOW_S="${FAILOVER_WINDOW_S:-60}"
+    local nprod="${FAILOVER_PRODUCERS:-8}" kills="${KILLS:-20}" stops="${STOPS:-5}" ekills="${ETCD_KILLS:-5}"
+    local jkills="${JAVA_KILLS:-5}" settle=$((LEASE_MS / 1000 + 2)) prefix="fo$(date +%s)"
+    local lr_settings=(${LR_SETTINGS:-}) java_settings=(${JAVA_SETTINGS:-})
+    : >"$FO_D/faults.jsonl"
+
+    for i in 0 1 2; do FO_ECP[$i]=$(free_port); FO_EPP[$i]=$(free_port); done
+    for i in 0 1 2; do fo_etcd_start "$i" new; done
+    FO_ENDPOINTS="http://127.0.0.1:${FO_ECP[0]},http://127.0.0.1:${FO_ECP[1]},http://127.0.0.1:${FO_ECP[2]}"
+    for i in 0 1 2; do fo_etcd_wait "$i" || return 1; done
+    FO_RP=$(free_port)
+    for n in 1 2 3; do FO_DP[$n]=$(free_port); FO_MP[$n]=$(free_port); done
+    for n in 1 2 3; do fo_daemon_start "$n" || return 1; done
+    # Node ids: the daemons 1..3, the refbroker 100 (its default, 1, would be daemon-1's: clients
+    # could not tell them apart).
+    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$FO_RP" --node-id 100 --data-dir "$FO_D/broker" --topics failover:8 \
+        --coordinator "127.0.0.1:${FO_DP[1]},127.0.0.1:${FO_DP[2]},127.0.0.1:${FO_DP[3]}" \
+        >"$FO_D/refbroker.out" 2>"$FO_D/refbroker.err" &
+    PIDS+=("$!")
+    wait_for "$FO_D/refbroker.out" "listening on" 60 || return 1
+    log "failover: etcd $FO_ENDPOINTS, daemons 127.0.0.1:${FO_DP[1]},${FO_DP[2]},${FO_DP[3]}, refbroker 127.0.0.1:$FO_RP," \
+        "lease $LEASE_MS ms, $nprod librdkafka producers, librdkafka settings: ${lr_settings[*]:-defaults}${LR_DEBUG:+, debug $LR_DEBUG}"
+
+    # librdkafka producers, until the stop file exists (bounded: 3 hours at most).
+    local prods=() lrfiles="$FO_D/lr/p*.txt"
+    for ((i = 0; i < nprod; i++)); do prods+=("p$i"); done
+    "$py" "$ROOT/bench/failover.py" produce --bootstrap "127.0.0.1:$FO_RP" --topic failover --dir "$FO_D/lr" \
+        --id-prefix "$prefix" --stop-file "$FO_D/lr/stop" --producers "$nprod" --max-seconds 10800 \
+        ${LR_DEBUG:+--debug "$LR_DEBUG"} "${lr_settings[@]}" >"$FO_D/lr/produce.out" 2>&1 &
+    local ppid=$!; PIDS+=("$ppid")
+    # Warm-up: every producer has committed, then FAILOVER_WARMUP_S of commits (the baseline row).
+    FO_WAIT_PRODS=$(IFS=,; echo "${prods[*]}")
+    fo_wait_commits 0 "$FO_WINDOW_S" $lrfiles
+    sleep "${FAILOVER_WARMUP_S:-10}"
+    fo_wait_commits "$(fo_now)" "$FO_WINDOW_S" $lrfiles
+
+    fo_kill_daemon_loop librdkafka "$kills" "$prefix" "$lrfiles" "${prods[@]}" || return 1
+
+    for ((k = 1; k <= stops; k++)); do
+        target=${prods[$(((k - 1) % nprod))]}
+        owners=$(fo_owners "$prefix" "${prods[@]}")
+        victim=$(awk -v p="$target" '$1 == p {print $2}' <<<"$owners")
+        if ! [[ "$victim" =~ ^[123]$ ]]; then log "stop-daemon $k: no owner for $target"; sleep 1; continue; fi
+        vp=$(awk -v v="$victim" '$2 == v {print $1}' <<<"$owners" | xargs)
+        t=$(fo_now)
+        kill -STOP "${FO_DPID[$victim]}"
+        log "librdkafka stop-daemon $k/$stops: daemon-$victim (coordinates $vp) SIGSTOPped for $((LEASE_MS + 1000)) ms (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        sleep "$(echo "scale=3; ($LEASE_MS + 1000) / 1000" | bc)"
+        tr=$(fo_now)
+        kill -CONT "${FO_DPID[$victim]}"
+        fo_fault librdkafka stop-daemon "$k" "$t" "daemon-$victim" "$vp" resumed "$tr"
+        fo_wait_commits "$tr" "$FO_WINDOW_S" $lrfiles
+        sleep "$settle"
+        fo_wait_commits "$(fo_now)" "$FO_WINDOW_S" $lrfiles
+    done
+
+    for ((k = 1; k <= ekills; k++)); do
+        leader=$(fo_etcd_leader) || { log "kill-etcd-leader $k: no etcd leader found"; return 1; }
+        t=$(fo_now)
+        kill -9 "${FO_EPID[$leader]}" 2>/dev/null || true
+        wait "${FO_EPID[$leader]}" 2>/dev/null || true
+        log "librdkafka kill-etcd-leader $k/$ekills: etcd member m$leader (the leader) SIGKILLed (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        sleep "${ETCD_DOWN_S:-3}"
+        tr=$(fo_now)
+        fo_etcd_start "$leader" existing
+        fo_etcd_wait "$leader" || return 1
+        fo_fault librdkafka kill-etcd-leader "$k" "$t" "etcd-m$leader" "" restarted "$tr" ready "$(fo_now)"
+        fo_wait_commits "$t" "$FO_WINDOW_S" $lrfiles
+        sleep "$settle"
+        fo_wait_commits "$(fo_now)" "$FO_WINDOW_S" $lrfiles
+    done
+
+    touch "$FO_D/lr/stop"
+    wait "$ppid" 2>/dev/null || true
+    local extra="${lr_settings[*]:-}"
+    "$py" "$ROOT/bench/failover.py" report --faults "$FO_D/faults.jsonl" --client librdkafka --lease-ms "$LEASE_MS" \
+        --extra "$extra" --json-out "$OUT/failover.json" --gaps-out "$FO_D/gaps-librdkafka.jsonl" $lrfiles |
+        tee -a "$OUT/tables.txt"
+    "$py" "$ROOT/bench/failover.py" verify --bootstrap "127.0.0.1:$FO_RP" --topic failover --dir "$FO_D/lr" \
+        --id-prefix "$prefix" --json-out "$OUT/failover.json" | tee -a "$OUT/tables.txt" || true
+
+    # The Java client (kafka-clients 4.1.1, resolved by tests/java/pom.xml as scripts/test does).
+    if [ "$jkills" -gt 0 ]; then
+        if ! command -v java >/dev/null || ! command -v javac >/dev/null || ! command -v mvn >/dev/null; then
+            log "failover: java, javac or mvn missing: the Java client's kill-daemon loop is skipped" | tee -a "$OUT/tables.txt"
+        elif fo_java "$prefix" "$nprod" "$jkills" "${java_settings[@]}"; then :
+        else log "failover: the Java client's loop failed" | tee -a "$OUT/tables.txt"; fi
+    fi
+
+    # Everything of this scenario stops before the suite's own measure (two cores).
+    for p in "${FO_DPID[@]}" "${FO_EPID[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    cleanup; PIDS=()
+    if [ "${SUITE_MEASURE:-}" = 1 ]; then
+        log "failover: the suite's own measure (failover_times, about 2 minutes)"
+        local line
+        (cd "$ROOT" && cargo test --release -p txn-tests --test etcd_cluster failover_times -- --ignored --nocapture) \
+            >"$FO_D/suite-failover-times.log" 2>&1 || log "failover_times failed (see $FO_D/suite-failover-times.log)"
+        line=$(grep -m1 "^failover over" "$FO_D/suite-failover-times.log" || echo "no result line")
+        echo "suite (daemon's side: SIGKILL to the first InitProducerId a survivor serves, own ids, no client): $line" |
+            tee -a "$OUT/tables.txt"
+        echo "{\"scenario\":\"failover-suite\",\"line\":\"$line\"}" >>"$OUT/failover.json"
+    fi
+    log "failover: raw data in $FO_D (faults.jsonl, lr/p<i>.txt commits and events, lr/p<i>.log librdkafka," \
+        "gaps-*.jsonl per fault and producer, daemon-<n>.err, etcd/m<i>.log)"
+}
+
+# fo_java PREFIX PRODUCERS KILLS [key=value...]: the Java client under the kill-daemon loop.
+fo_java() {
+    local prefix=$1 nprod=$2 kills=$3; shift 3
+    local jars="${KAFKA_CLIENT_JARS:-$ROOT/target/kafka-tools-jars}" stamp prods=() i
+    stamp="$(sha256sum "$ROOT/tests/java/pom.xml" | cut -d' ' -f1)"
+    if [ "$(cat "$jars/.resolved" 2>/dev/null)" != "$stamp" ]; then
+        log "resolving kafka-clients (tests/java/pom.xml) with Maven into $jars"
+        rm -rf "$jars"
+        mvn -q -B -f "$ROOT/tests/java/pom.xml" dependency:copy-dependencies -DoutputDirectory="$jars" || return 1
+        echo "$stamp" >"$jars/.resolved"
+    fi
+    mkdir -p "$FO_D/java/classes"
+    javac -d "$FO_D/java/classes" -cp "$jars/*" "$ROOT/bench/java/FailoverProducer.java" || return 1
+    for ((i = 0; i < nprod; i++)); do prods+=("j$i"); done
+    java -cp "$FO_D/java/classes:$jars/*" FailoverProducer "127.0.0.1:$FO_RP" failover "$nprod" "$prefix" \
+        "$FO_D/java/stop" 10800 "$@" >"$FO_D/java/commits.txt" 2>"$FO_D/java/java.err" &
+    local jpid=$!; PIDS+=("$jpid")
+    log "failover: $nprod Java producers (kafka-clients $(ls "$jars" | sed -n 's/^kafka-clients-\(.*\)\.jar$/\1/p'), settings: ${*:-defaults})"
+    FO_WAIT_PRODS=$(IFS=,; echo "${prods[*]}")
+    fo_wait_commits 0 "$FO_WINDOW_S" "$FO_D/java/commits.txt"
+    sleep "${FAILOVER_WARMUP_S:-10}"
+    fo_wait_commits "$(fo_now)" "$FO_WINDOW_S" "$FO_D/java/commits.txt"
+    fo_kill_daemon_loop java "$kills" "$prefix" "$FO_D/java/commits.txt" "${prods[@]}" || return 1
+    touch "$FO_D/java/stop"
+    local t=0
+    while kill -0 "$jpid" 2>/dev/null && [ $t -lt 900 ]; do sleep 0.1; t=$((t + 1)); done
+    kill -9 "$jpid" 2>/dev/null || true
+    "$FO_PY" "$ROOT/bench/failover.py" report --faults "$FO_D/faults.jsonl" --client java --lease-ms "$LEASE_MS" \
+        --extra "$*" --json-out "$OUT/failover.json" --gaps-out "$FO_D/gaps-java.jsonl" "$FO_D/java/commits.txt" |
+        tee -a "$OUT/tables.txt"
+}
+
 scenario_crabka() {
     # One try, as the peer report did (reference/peer-bench.md §1).
     local root="$OUT/crabka"
@@ -469,7 +838,7 @@ scenario_plots() {
 machine_info
 build
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka etcd parking plots)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(matrix coordinator ceiling latency recovery kafka crabka etcd parking security plots)
 for s in "${SCENARIOS[@]}"; do
     log "=== scenario $s"
     "scenario_$s" || { log "scenario $s failed"; cleanup; PIDS=(); }

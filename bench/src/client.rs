@@ -11,8 +11,7 @@ use kafka_protocol::messages::{
     metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use markers::wire::{BoxedConnection, Connector, PlaintextConnector};
 use txn_log::ErrorCode;
 
 /// API version ranges a peer advertised (ApiVersions).
@@ -37,21 +36,35 @@ impl Versions {
 /// One connection with the versions its peer offers.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    inner: KafkaConnection<TcpStream>,
+    inner: BoxedConnection,
     pub(crate) versions: Versions,
     /// Where it is connected.
     pub(crate) addr: String,
 }
 
 impl Conn {
-    /// Connects and negotiates (ApiVersions v3).
+    /// Connects over plain TCP and negotiates (ApiVersions v3).
     pub(crate) async fn connect(addr: &str, client_id: &str) -> anyhow::Result<Self> {
-        let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
-            .await
-            .with_context(|| format!("connect to {addr} timed out"))?
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
-        let mut inner = KafkaConnection::new(stream, client_id);
+        Self::connect_with(&PlaintextConnector, addr, client_id).await
+    }
+
+    /// Connects through `connector` (TLS, SASL: `--coordinator-security`) and negotiates.
+    pub(crate) async fn connect_with(
+        connector: &dyn Connector,
+        addr: &str,
+        client_id: &str,
+    ) -> anyhow::Result<Self> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .with_context(|| format!("{addr} is not HOST:PORT"))?;
+        let port: u16 = port.parse().with_context(|| format!("port of {addr}"))?;
+        let mut inner = tokio::time::timeout(
+            Duration::from_secs(15),
+            connector.connect(host, port, client_id),
+        )
+        .await
+        .with_context(|| format!("connect to {addr} timed out"))?
+        .with_context(|| format!("cannot connect to {addr}"))?;
         let resp = inner
             .call(
                 &ApiVersionsRequest::default()

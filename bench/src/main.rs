@@ -144,6 +144,14 @@ struct Cli {
     /// The coordinator the null broker sends transactional clients to.
     #[arg(long, value_name = "HOST:PORT")]
     coordinator: Option<String>,
+    /// Kafka client security key for the connections to the transaction coordinator
+    /// (repeatable): `security.protocol=SASL_SSL`, `ssl.truststore.location=CA.pem`,
+    /// `ssl.endpoint.identification.algorithm=`, `sasl.mechanism=SCRAM-SHA-512`,
+    /// `sasl.jaas.config=...ScramLoginModule required username="u" password="p";`, read by the
+    /// daemon's own client code (`coordinator::server::outgoing`). The bootstrap and the data
+    /// brokers stay plaintext.
+    #[arg(long = "coordinator-security", value_name = "KEY=VALUE")]
+    coordinator_security: Vec<String>,
     /// Give up --wait-ready after this many seconds.
     #[arg(long, default_value_t = 300)]
     ready_timeout: u64,
@@ -324,6 +332,17 @@ async fn run_all(cli: &Cli) -> anyhow::Result<Vec<RunResult>> {
             cli.partitions_per_txn
         );
     }
+    let mut security = std::collections::HashMap::new();
+    for kv in &cli.coordinator_security {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--coordinator-security {kv:?} is not KEY=VALUE"))?;
+        security.insert(k.to_owned(), v.to_owned());
+    }
+    let coordinator_connector =
+        coordinator::server::outgoing::ClientSecurity::from_keys("", |k| security.get(k).cloned())
+            .context("--coordinator-security")?
+            .connector();
     let counts = if cli.sweep.is_empty() {
         vec![cli.producers]
     } else {
@@ -352,6 +371,7 @@ async fn run_all(cli: &Cli) -> anyhow::Result<Vec<RunResult>> {
                 .filter(|r| *r > 0.0)
                 .map(|r| Duration::from_secs_f64(n as f64 / r)),
             transaction_timeout_ms: cli.transaction_timeout_ms,
+            coordinator_connector: coordinator_connector.clone(),
         });
         let r = run_one(cli, n, params).await?;
         eprintln!(

@@ -37,6 +37,8 @@ pub(crate) struct Params {
     /// Pacing interval of one producer (from `--rate`), if any.
     pub(crate) interval: Option<Duration>,
     pub(crate) transaction_timeout_ms: i32,
+    /// Opens the connections to the transaction coordinator (`--coordinator-security`).
+    pub(crate) coordinator_connector: Arc<dyn markers::wire::Connector>,
 }
 
 /// Results count only for operations that finish inside `[from, to]`; loops stop at `to`.
@@ -140,7 +142,8 @@ pub(crate) async fn setup(idx: usize, params: Arc<Params>) -> anyhow::Result<Pro
     if !conns.contains_key(&coordinator) {
         conns.insert(
             coordinator.clone(),
-            Conn::connect(&coordinator, &txn_id).await?,
+            Conn::connect_with(params.coordinator_connector.as_ref(), &coordinator, &txn_id)
+                .await?,
         );
     }
     for addr in params.layout.brokers.values() {

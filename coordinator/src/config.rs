@@ -43,8 +43,10 @@ pub struct Config {
     /// `txn.park.max.ms` (default 1000; not a Kafka setting): how long an InitProducerId,
     /// AddPartitionsToTxn (one transaction) or AddOffsetsToTxn that meets its id's previous
     /// transaction completing (PrepareCommit/PrepareAbort) waits for the CompleteCommit /
-    /// CompleteAbort to be durable before it is answered CONCURRENT_TRANSACTIONS. Kafka answers
-    /// at once and the client retries after its back-off; 0 restores that.
+    /// CompleteAbort to be durable before it is answered CONCURRENT_TRANSACTIONS, and how long
+    /// any request that arrives while its log partition loads waits for the load before it is
+    /// answered COORDINATOR_LOAD_IN_PROGRESS. Kafka answers at once and the client retries
+    /// after its back-off (100-500 ms); 0 restores that.
     pub park_max_ms: i64,
 }
 

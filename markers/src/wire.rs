@@ -328,9 +328,100 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KafkaConnection<S> {
         Ok(response)
     }
 
+    /// The underlying stream, borrowed (e.g. to wait for the peer to close it between calls).
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+
     /// The underlying stream.
     pub fn into_inner(self) -> S {
         self.stream
+    }
+}
+
+/// A byte stream to a Kafka node: plain TCP, or TLS over TCP, as a [`Connector`] made it.
+pub trait KafkaStream: AsyncRead + AsyncWrite + Unpin + Send + Sync + std::fmt::Debug {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + std::fmt::Debug> KafkaStream for T {}
+
+/// A connection whose stream type was chosen by a [`Connector`].
+pub type BoxedConnection = KafkaConnection<Box<dyn KafkaStream>>;
+
+/// Why [`Connector::connect`] gave no connection. Every variant is worth a retry later (the
+/// node may come back, its certificate or the credential may be fixed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// TCP connect failed.
+    #[error("connect to {addr}: {reason}")]
+    Network {
+        /// `host:port`.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS handshake failed (untrusted or wrong certificate, plaintext peer, ...).
+    #[error("TLS handshake with {addr} failed: {reason}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// SASL authentication failed (or the node does not enable the mechanism).
+    #[error("SASL authentication to {addr} failed: {reason}")]
+    Authentication {
+        /// `host:port`.
+        addr: String,
+        /// Why, with the node's message.
+        reason: String,
+    },
+    /// Connect and handshakes did not finish in time.
+    #[error("connect to {addr}: no connection within {after:?} ({stage})")]
+    TimedOut {
+        /// `host:port`.
+        addr: String,
+        /// The bound.
+        after: std::time::Duration,
+        /// What was under way.
+        stage: &'static str,
+    },
+}
+
+/// Opens client connections to Kafka nodes: TCP, then whatever the security protocol needs
+/// (TLS handshake, SASL authentication) before the connection is handed out. The marker
+/// writer, the leader resolver and the daemon's broker client take one; [`PlaintextConnector`]
+/// is plain TCP, the daemon's TLS/SASL connector lives in the coordinator crate.
+#[async_trait::async_trait]
+pub trait Connector: Send + Sync + std::fmt::Debug {
+    /// A ready connection to `host:port` whose requests carry `client_id`.
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+        client_id: &str,
+    ) -> Result<BoxedConnection, ConnectError>;
+}
+
+/// Plain TCP (`security.protocol=PLAINTEXT`), with `TCP_NODELAY`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlaintextConnector;
+
+#[async_trait::async_trait]
+impl Connector for PlaintextConnector {
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+        client_id: &str,
+    ) -> Result<BoxedConnection, ConnectError> {
+        let stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| ConnectError::Network {
+                addr: format!("{host}:{port}"),
+                reason: e.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        Ok(KafkaConnection::new(Box::new(stream), client_id))
     }
 }
 

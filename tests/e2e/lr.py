@@ -43,6 +43,10 @@ def base_conf(args):
         "topic.metadata.refresh.interval.ms": 2000,
         "broker.address.family": "v4",
     }
+    # Security settings (security.protocol, sasl.*, ssl.*), --client-config KEY=VALUE each.
+    for kv in args.client_config or []:
+        key, _, value = kv.partition("=")
+        conf[key] = value
     if DEBUG:
         conf["debug"] = DEBUG
     return conf
@@ -476,6 +480,7 @@ def main():
     ap.add_argument("--stall-s", type=float, default=10.0)
     ap.add_argument("--deadline", type=float, default=60.0)
     ap.add_argument("--debug", default=None)
+    ap.add_argument("--client-config", action="append", default=[])
     args = ap.parse_args()
     DEBUG = args.debug
     cmds = {

@@ -247,6 +247,15 @@ public class TxnClient {
         p.put("request.timeout.ms", "10000");
         p.put("retry.backoff.ms", "50");
         p.put("retry.backoff.max.ms", "500");
+        // Security settings (security.protocol, sasl.*, ssl.*), one KEY=VALUE a line.
+        String extra = a.get("client-config");
+        if (extra != null) {
+            try (java.io.Reader r = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(extra))) {
+                p.load(r);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
         return p;
     }
 

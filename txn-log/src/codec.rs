@@ -170,6 +170,12 @@ pub fn seal_value(kind: u8, version: u8, key: &[u8], payload: &[u8]) -> Result<V
     seal(kind, version, key, payload)
 }
 
+/// Verifies an envelope of `kind` stored under `key` and returns `(version, payload)`, or why
+/// it is corrupt. For the other record spaces of the store (`crate::security`).
+pub fn open_value<'a>(kind: u8, key: &[u8], value: &'a [u8]) -> Result<(u8, &'a [u8]), String> {
+    open(kind, key, value)
+}
+
 /// Verifies an envelope of `kind` stored under `key` and returns `(version, payload)`.
 fn open<'a>(kind: u8, key: &[u8], value: &'a [u8]) -> Result<(u8, &'a [u8]), String> {
     if value.len() < ENVELOPE_OVERHEAD {

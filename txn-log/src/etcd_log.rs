@@ -7,6 +7,8 @@
 //! {prefix}/ ++ codec::epoch_key(p)         -> coordinator epoch envelope of partition p
 //! {prefix}/ ++ codec::record_key(p, id)    -> transaction record envelope
 //! {prefix}/ ++ codec::PRODUCER_ID_KEY      -> producer-id counter envelope
+//! {prefix}/security/acl/...                -> ACL binding envelope (crate::security)
+//! {prefix}/security/scram/MECHANISM/USER   -> SCRAM credential envelope
 //! ```
 //!
 //! The values are the envelopes of [`crate::codec`] (the same checksummed, versioned encoding as
@@ -396,6 +398,55 @@ where
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(400));
+    }
+}
+
+#[async_trait]
+impl crate::SecurityStore for EtcdTxnLog {
+    /// One range read of `{prefix}/security/` (a consistent snapshot).
+    async fn load_security(&self) -> Result<crate::SecuritySnapshot, LogError> {
+        let from = self.key(crate::security::SECURITY_KEY_PREFIX);
+        let options = GetOptions::new().with_range(prefix_end(&from));
+        let resp = with_resend(&self.config, &self.kv, Resend::IfUnavailable, |mut kv| {
+            let (from, options) = (from.clone(), options.clone());
+            async move { kv.get(from, Some(options)).await }
+        })
+        .await?;
+        let strip = self.config.prefix.len() + 1;
+        crate::security::decode_snapshot(
+            resp.kvs()
+                .iter()
+                .map(|kv| Ok((kv.key()[strip..].to_vec(), kv.value().to_vec()))),
+        )
+    }
+
+    /// One etcd transaction per [`EtcdConfig::max_txn_ops`] changes (a key written twice in
+    /// one list is written once, with its last value: etcd refuses a key twice in a
+    /// transaction). A write whose outcome is unknown is not sent again.
+    async fn apply_security(&self, changes: &[crate::SecurityChange]) -> Result<(), LogError> {
+        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for change in changes {
+            let (k, v) = crate::security::encode_change(change)?;
+            let k = self.key(&k);
+            writes.retain(|(k2, _)| *k2 != k);
+            writes.push((k, v));
+        }
+        for chunk in writes.chunks(self.config.max_txn_ops.max(1)) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(k, v)| match v {
+                    Some(v) => TxnOp::put(k.clone(), v.clone(), None),
+                    None => TxnOp::delete(k.clone(), None),
+                })
+                .collect();
+            let txn = Txn::new().and_then(ops);
+            with_resend(&self.config, &self.kv, Resend::IfNotSent, |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        }
+        Ok(())
     }
 }
 

@@ -22,6 +22,8 @@
 //!   etcd for several coordinators: fenced appends (each lands atomically; one writer merges
 //!   the appends of many partitions into one etcd transaction), `claim_next` by
 //!   compare-and-swap, snapshot loads, producer-id blocks unique across coordinators.
+//! - [`security`]: ACL bindings and SCRAM credentials beside the records ([`SecurityStore`],
+//!   implemented by every log here).
 //! - [`codec`]: the on-disk keys and envelope (docs/txn-log-format.md); the only bincode user.
 //! - `suite` (feature `testing`): the conformance suite for any `TxnLog`; no stability promise.
 //!   `SledTxnLog::fail_next_sync` (fsync fault injection) is also behind `testing`.
@@ -41,6 +43,7 @@ mod log;
 pub mod mem;
 mod node_scoped;
 mod record;
+pub mod security;
 #[cfg(feature = "sled")]
 pub mod sled_log;
 mod state;
@@ -62,6 +65,7 @@ pub use log::{Appending, TxnLog, append_failed};
 pub use mem::MemTxnLog;
 pub use node_scoped::NodeScopedLog;
 pub use record::{LoadedPartition, LogEntry, LogOp, ProducerIdBlock, TxnRecord};
+pub use security::{SecurityChange, SecuritySnapshot, SecurityStore, StoredScram};
 #[cfg(feature = "sled")]
 pub use sled_log::{GroupCommitStats, SledConfig, SledTxnLog, SyncMode};
 pub use state::{TxnResult, TxnState};

@@ -156,6 +156,9 @@ struct Inner {
     poisoned: Option<String>,
     waiters: Vec<Waker>,
     crashes: u64,
+    /// ACL bindings and SCRAM credentials, encoded as a store keeps them
+    /// ([`crate::security`]). Durable at once: a crash keeps them.
+    security: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Inner {
@@ -750,5 +753,38 @@ mod tests {
             block_on(log.allocate_block(5)).unwrap().first,
             ProducerId(0)
         );
+    }
+}
+
+#[async_trait]
+impl crate::SecurityStore for MemTxnLog {
+    async fn load_security(&self) -> Result<crate::SecuritySnapshot, LogError> {
+        let inner = self.inner.lock();
+        crate::security::decode_snapshot(inner.security.iter().map(Ok))
+    }
+
+    async fn apply_security(&self, changes: &[crate::SecurityChange]) -> Result<(), LogError> {
+        let writes = changes
+            .iter()
+            .map(crate::security::encode_change)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut inner = self.inner.lock();
+        inner.check_poisoned()?;
+        for (k, v) in writes {
+            match v {
+                Some(v) => inner.security.insert(k, v),
+                None => inner.security.remove(&k),
+            };
+        }
+        Ok(())
+    }
+}
+
+impl MemTxnLog {
+    /// Replaces the stored value of a security key (`crate::security`) with `value` as is, to
+    /// test that corruption is detected.
+    #[cfg(feature = "testing")]
+    pub fn put_raw_security(&self, key: Vec<u8>, value: Vec<u8>) {
+        self.inner.lock().security.insert(key, value);
     }
 }

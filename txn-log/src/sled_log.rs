@@ -203,6 +203,10 @@ struct Request {
 #[derive(Debug)]
 pub struct SledTxnLog {
     tree: sled::Tree,
+    /// ACL bindings and SCRAM credentials ([`crate::security`]), tree `security`.
+    security: sled::Tree,
+    /// The `db` file to fdatasync after a security write ([`SyncMode::Fsync`]).
+    db_file_path: Option<PathBuf>,
     /// Records read at open ([`SledConfig::preload`]) of the partitions not loaded nor written
     /// since.
     preloaded: Mutex<HashMap<LogPartition, Preloaded>>,
@@ -212,6 +216,8 @@ pub struct SledTxnLog {
 }
 
 const TREE: &[u8] = b"txn-log";
+/// The tree of [`crate::security`]'s keys.
+const SECURITY_TREE: &[u8] = b"security";
 
 /// The records of one partition as `load` returns them, ordered by id.
 type PartitionRecords = Vec<(TransactionalId, TxnRecord)>;
@@ -316,6 +322,7 @@ impl SledTxnLog {
             HashMap::new()
         };
 
+        let security = db.open_tree(SECURITY_TREE).map_err(sled_err)?;
         let db_file = match config.sync_mode {
             SyncMode::Fsync => Some(File::open(config.path.join("db"))?),
             SyncMode::OsBuffered => None,
@@ -350,6 +357,8 @@ impl SledTxnLog {
             .spawn(move || writer.run(rx))?;
         Ok(Self {
             tree,
+            security,
+            db_file_path: (config.sync_mode == SyncMode::Fsync).then(|| config.path.join("db")),
             preloaded: Mutex::new(preloaded),
             shared,
             tx: Mutex::new(Some(tx)),
@@ -412,6 +421,49 @@ impl SledTxnLog {
     async fn submit(&self, op: Op) -> Result<Reply, LogError> {
         let rx = self.enqueue(op)?;
         rx.await.map_err(|_| LogError::Closed)?
+    }
+}
+
+/// A security read or write, on a blocking thread (sled and fsync block).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LogError> + Send + 'static,
+) -> Result<T, LogError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LogError::from(std::io::Error::other(e.to_string())))?
+}
+
+#[async_trait]
+impl crate::SecurityStore for SledTxnLog {
+    async fn load_security(&self) -> Result<crate::SecuritySnapshot, LogError> {
+        let tree = self.security.clone();
+        blocking(move || {
+            crate::security::decode_snapshot(tree.iter().map(|kv| kv.map_err(sled_err)))
+        })
+        .await
+    }
+
+    async fn apply_security(&self, changes: &[crate::SecurityChange]) -> Result<(), LogError> {
+        self.shared.check_poisoned()?;
+        let mut batch = sled::Batch::default();
+        for change in changes {
+            match crate::security::encode_change(change)? {
+                (k, Some(v)) => batch.insert(k, v),
+                (k, None) => batch.remove(k),
+            }
+        }
+        let (tree, path) = (self.security.clone(), self.db_file_path.clone());
+        blocking(move || {
+            tree.apply_batch(batch).map_err(sled_err)?;
+            // Flushes sled's buffers (of every tree) to the `db` file, then makes that
+            // durable as the writer does after a group commit.
+            tree.flush().map_err(sled_err)?;
+            if let Some(path) = path {
+                File::open(path)?.sync_data()?;
+            }
+            Ok(())
+        })
+        .await
     }
 }
 

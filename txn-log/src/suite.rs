@@ -557,3 +557,81 @@ pub async fn concurrent_next_claims_get_distinct_epochs<L: TxnLog + ?Sized>(log:
         Some(highest)
     );
 }
+
+/// The [`crate::SecurityStore`] checks: puts, deletes and reads back ACL bindings and SCRAM
+/// credentials; a binding put twice is stored once; deleting what is absent is no error.
+pub async fn security_store_round_trip<S: crate::SecurityStore + ?Sized>(store: &S) {
+    use crate::{SecurityChange, StoredScram};
+    use security::acl::{
+        AccessControlEntry, AclBinding, AclOperation, AclPermissionType, ResourcePattern,
+        ResourceType,
+    };
+    use security::sasl::{ScramCredential, ScramMechanism};
+
+    let acl = |name: &str, permission| {
+        AclBinding::new(
+            ResourcePattern::literal(ResourceType::TransactionalId, name),
+            AccessControlEntry::new("User:alice", "*", AclOperation::Write, permission),
+        )
+    };
+    let scram = |user: &str, m: ScramMechanism| StoredScram {
+        user: user.to_owned(),
+        mechanism: m,
+        credential: ScramCredential::from_password_and_salt(m, user, b"salt", 4096)
+            .expect("credential"),
+    };
+    assert_eq!(
+        store.load_security().await.expect("empty"),
+        crate::SecuritySnapshot::default()
+    );
+    let a = acl("a", AclPermissionType::Allow);
+    let b = acl("b", AclPermissionType::Deny);
+    store
+        .apply_security(&[
+            SecurityChange::PutAcl(a.clone()),
+            SecurityChange::PutAcl(b.clone()),
+            SecurityChange::PutAcl(a.clone()),
+            SecurityChange::PutScram(scram("alice", ScramMechanism::Sha256)),
+            SecurityChange::PutScram(scram("alice", ScramMechanism::Sha512)),
+            SecurityChange::PutScram(scram("bob", ScramMechanism::Sha512)),
+        ])
+        .await
+        .expect("put");
+    let snap = store.load_security().await.expect("load");
+    let mut acls = snap.acls.clone();
+    acls.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(acls, want);
+    assert_eq!(snap.credentials.len(), 3);
+    assert!(
+        snap.credentials
+            .contains(&scram("bob", ScramMechanism::Sha512))
+    );
+    store
+        .apply_security(&[
+            SecurityChange::DeleteAcl(a.clone()),
+            SecurityChange::DeleteAcl(acl("never", AclPermissionType::Allow)),
+            SecurityChange::DeleteScram {
+                user: "alice".into(),
+                mechanism: ScramMechanism::Sha256,
+            },
+        ])
+        .await
+        .expect("delete");
+    let snap = store.load_security().await.expect("load");
+    assert_eq!(snap.acls, vec![b]);
+    let mut users: Vec<_> = snap
+        .credentials
+        .iter()
+        .map(|c| (c.user.clone(), c.mechanism))
+        .collect();
+    users.sort_by_key(|(u, m)| (u.clone(), m.name()));
+    assert_eq!(
+        users,
+        vec![
+            ("alice".to_owned(), ScramMechanism::Sha512),
+            ("bob".to_owned(), ScramMechanism::Sha512)
+        ]
+    );
+}

@@ -126,6 +126,12 @@ enum Command {
         #[arg(long = "timeout-ms", default_value_t = admin::DEFAULT_ABORT_TIMEOUT_MS)]
         timeout_ms: u64,
     },
+    /// SCRAM credentials in the log backend, offline.
+    #[command(subcommand)]
+    Scram(ScramCommand),
+    /// ACL bindings in the log backend, offline.
+    #[command(subcommand)]
+    Acl(AclCommand),
     /// Decode the sled transaction log offline (stop the daemon first).
     DumpLog {
         /// The daemon's data directory (the sled log; default: the `data-dir` key of --config;
@@ -142,6 +148,72 @@ enum Command {
         /// JSON output.
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// Where an offline command writes: the daemon's log backend.
+#[derive(Debug, Args)]
+struct Store {
+    /// The daemon's data directory (the sled log; default: the `data-dir` key of --config;
+    /// not needed with `--set txn.log.backend=etcd`). No daemon may run on it.
+    #[arg(long = "data-dir")]
+    data_dir: Option<PathBuf>,
+    /// The daemon's TOML configuration file (`serve --config`).
+    #[arg(long = "config")]
+    config: Option<PathBuf>,
+    /// Override a key (repeatable), e.g. txn.log.backend=etcd.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ScramCommand {
+    /// Store a user's SCRAM credential (the first administrator, before any daemon runs).
+    Add {
+        /// The user (the principal User:<user>).
+        #[arg(long)]
+        user: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        /// File whose first line is the password.
+        #[arg(long = "password-file")]
+        password_file: PathBuf,
+        /// Iterations (4096 to 16384).
+        #[arg(long, default_value_t = 8192)]
+        iterations: u32,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AclCommand {
+    /// Store one ACL binding (kafka-acls.sh --add does the same through a running daemon).
+    Add {
+        /// The principal, e.g. User:alice.
+        #[arg(long)]
+        principal: String,
+        /// Topic, Group, Cluster, TransactionalId, ...
+        #[arg(long = "resource-type")]
+        resource_type: String,
+        /// The resource name (kafka-cluster for the Cluster).
+        #[arg(long = "resource-name")]
+        resource_name: String,
+        /// literal or prefixed.
+        #[arg(long = "pattern-type", default_value = "literal")]
+        pattern_type: String,
+        /// Read, Write, Describe, All, ...
+        #[arg(long)]
+        operation: String,
+        /// allow or deny.
+        #[arg(long, default_value = "allow")]
+        permission: String,
+        /// The client host (* for any).
+        #[arg(long, default_value = "*")]
+        host: String,
+        #[command(flatten)]
+        store: Store,
     },
 }
 
@@ -247,6 +319,7 @@ fn serve_options(a: ServeArgs, given: &GivenFlags, c: ServeConfig) -> (ServeOpti
         f.bootstrap_servers.unwrap_or(a.bootstrap_servers)
     };
     let opts = ServeOptions {
+        listen_given: pick("listen") || f.listen.is_some(),
         listen: if pick("listen") {
             a.listen
         } else {
@@ -303,7 +376,7 @@ fn fmt_of(json: bool) -> Format {
 /// before the runtime starts, to set up logging).
 enum Run {
     Serve(Box<ServeOptions>),
-    Other(Command),
+    Other(Box<Command>),
 }
 
 async fn run(what: Run) -> Result<(), (u8, String)> {
@@ -319,7 +392,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
                 (code, format!("{e:#}"))
             });
         }
-        Run::Other(c) => c,
+        Run::Other(c) => *c,
     };
     match command {
         Command::Serve(_) => Err((1, "serve is configured before the runtime".to_owned())),
@@ -433,6 +506,77 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             print!("{}", admin::render_aborted(&row, fmt_of(target.json)));
             Ok(())
         }
+        Command::Scram(ScramCommand::Add {
+            user,
+            mechanism,
+            password_file,
+            iterations,
+            store,
+        }) => {
+            let mechanism: security::sasl::ScramMechanism = mechanism
+                .parse()
+                .map_err(|e| (2, format!("--mechanism {mechanism}: {e}")))?;
+            let text = std::fs::read_to_string(&password_file)
+                .map_err(|e| (2, format!("cannot read {}: {e}", password_file.display())))?;
+            let password = text.lines().next().unwrap_or_default();
+            if user.is_empty() || password.is_empty() {
+                return Err((2, "the user and the password must not be empty".to_owned()));
+            }
+            let credential =
+                security::sasl::ScramCredential::from_password(mechanism, password, iterations)
+                    .map_err(|e| (2, e.to_string()))?;
+            let change = txn_log::SecurityChange::PutScram(txn_log::StoredScram {
+                user: user.clone(),
+                mechanism,
+                credential,
+            });
+            offline_write(&store, &[change]).await?;
+            println!("stored the {mechanism} credential of {user}");
+            Ok(())
+        }
+        Command::Acl(AclCommand::Add {
+            principal,
+            resource_type,
+            resource_name,
+            pattern_type,
+            operation,
+            permission,
+            host,
+            store,
+        }) => {
+            use security::acl::{
+                AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType,
+                ResourcePattern, ResourceType,
+            };
+            let bad = |e: String| (2u8, e);
+            let binding = AclBinding::new(
+                ResourcePattern::new(
+                    resource_type
+                        .parse::<ResourceType>()
+                        .map_err(|e| bad(e.to_string()))?,
+                    resource_name,
+                    pattern_type
+                        .parse::<PatternType>()
+                        .map_err(|e| bad(e.to_string()))?,
+                ),
+                AccessControlEntry::new(
+                    principal,
+                    host,
+                    operation
+                        .parse::<AclOperation>()
+                        .map_err(|e| bad(e.to_string()))?,
+                    permission
+                        .parse::<AclPermissionType>()
+                        .map_err(|e| bad(e.to_string()))?,
+                ),
+            );
+            binding
+                .validate_for_create()
+                .map_err(|e| bad(e.to_string()))?;
+            offline_write(&store, &[txn_log::SecurityChange::PutAcl(binding.clone())]).await?;
+            println!("stored {binding}");
+            Ok(())
+        }
         Command::DumpLog {
             data_dir,
             config,
@@ -471,6 +615,22 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
 }
 
 const PARTITIONS_KEY: &str = "transaction.state.log.num.partitions";
+
+/// Writes security records into the log backend `store` names, with no daemon needed.
+async fn offline_write(
+    store: &Store,
+    changes: &[txn_log::SecurityChange],
+) -> Result<(), (u8, String)> {
+    let c = configuration(store.config.as_ref(), &store.set).map_err(|e| (2, e))?;
+    let data_dir = store
+        .data_dir
+        .clone()
+        .or(c.flags.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(server::DEFAULT_DATA_DIR));
+    server::security_store::apply_offline(&c.settings, &data_dir, changes)
+        .await
+        .map_err(|e| (1, format!("{e:#}")))
+}
 
 /// The partition count `dump-log` reads: the one the log records (`txn-coordinator.partitions`)
 /// when there is one, which a count given in --config or --set must then match (as `serve`
@@ -529,7 +689,7 @@ fn main() -> ExitCode {
             init_tracing(log_format);
             Run::Serve(Box::new(opts))
         }
-        other => Run::Other(other),
+        other => Run::Other(Box::new(other)),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

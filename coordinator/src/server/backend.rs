@@ -47,8 +47,7 @@ impl DaemonLog {
             LogBackend::Etcd => {
                 let config = txn_log::EtcdConfig {
                     prefix: settings.etcd_key_prefix.clone(),
-                    request_timeout: std::time::Duration::from_millis(settings.request_timeout_ms)
-                        .min(std::time::Duration::from_secs(5)),
+                    request_timeout: etcd_request_timeout(settings),
                     ..txn_log::EtcdConfig::new(settings.etcd_endpoints.clone())
                 };
                 let mut backoff = std::time::Duration::from_millis(200);
@@ -82,6 +81,15 @@ impl DaemonLog {
         }
     }
 
+    /// Where the ACLs and SCRAM credentials are kept: the same backend.
+    pub fn as_security_store(&self) -> Arc<dyn txn_log::SecurityStore> {
+        match self {
+            Self::Sled(l) => l.clone(),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(l) => l.clone(),
+        }
+    }
+
     /// sled's group-commit counters (none for etcd).
     pub fn group_commit_stats(&self) -> Option<GroupCommitStats> {
         match self {
@@ -105,5 +113,35 @@ impl DaemonLog {
             Self::Etcd(_) => {}
         }
         Ok(())
+    }
+}
+
+/// The bound on one etcd request: `request.timeout.ms`, at most 5 s, and at most half the
+/// membership lease. A write stuck on a dead etcd leader is then given up (and the partition
+/// loaded again under a new epoch) while the daemon still holds its lease, instead of after
+/// the survivors could have served the partition for seconds.
+#[cfg(feature = "etcd")]
+fn etcd_request_timeout(settings: &Settings) -> std::time::Duration {
+    std::time::Duration::from_millis(
+        settings
+            .request_timeout_ms
+            .min(5_000)
+            .min(settings.etcd_lease_ttl_ms / 2)
+            .max(1),
+    )
+}
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_requests_are_bounded_by_half_the_lease() {
+        let mut s = Settings::default();
+        assert_eq!(etcd_request_timeout(&s).as_millis(), 1_500);
+        s.etcd_lease_ttl_ms = 20_000;
+        assert_eq!(etcd_request_timeout(&s).as_millis(), 5_000);
+        s.request_timeout_ms = 800;
+        assert_eq!(etcd_request_timeout(&s).as_millis(), 800);
     }
 }

@@ -3,12 +3,12 @@
 //! AddPartitionsToTxn.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::{Request, StrBytes};
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use markers::wire::{BoxedConnection, Connector, PlaintextConnector};
 use txn_log::TopicPartition;
 
 use crate::ErrorCode;
@@ -71,12 +71,13 @@ pub struct Brokers {
     servers: Vec<String>,
     timeout: Duration,
     max_age: Duration,
+    connector: Arc<dyn Connector>,
     state: tokio::sync::Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    conn: Option<KafkaConnection<TcpStream>>,
+    conn: Option<BoxedConnection>,
     next: usize,
     /// Topic name -> partition count, with the time it was fetched.
     topics: HashMap<String, (i32, Instant)>,
@@ -90,10 +91,21 @@ pub struct BrokerError(pub String);
 impl Brokers {
     /// `servers` as `host:port`; `timeout` bounds each connect and call.
     pub fn new(servers: Vec<String>, timeout: Duration, max_age: Duration) -> Self {
+        Self::with_connector(servers, timeout, max_age, Arc::new(PlaintextConnector))
+    }
+
+    /// The same, with connections opened by `connector` (`broker.security.protocol`).
+    pub fn with_connector(
+        servers: Vec<String>,
+        timeout: Duration,
+        max_age: Duration,
+        connector: Arc<dyn Connector>,
+    ) -> Self {
         Self {
             servers,
             timeout,
             max_age,
+            connector,
             state: tokio::sync::Mutex::new(State::default()),
         }
     }
@@ -124,13 +136,15 @@ impl Brokers {
                 None => {
                     let addr = self.servers[st.next % self.servers.len()].clone();
                     st.next = st.next.wrapping_add(1);
-                    match tokio::time::timeout(self.timeout, TcpStream::connect(&addr)).await {
-                        Ok(Ok(s)) => {
-                            let _ = s.set_nodelay(true);
-                            KafkaConnection::new(s, "txn-coordinator")
-                        }
+                    let Ok((host, port)) = super::split_host_port(&addr) else {
+                        last = format!("bad broker address {addr:?}");
+                        continue;
+                    };
+                    let connect = self.connector.connect(&host, port, "txn-coordinator");
+                    match tokio::time::timeout(self.timeout, connect).await {
+                        Ok(Ok(c)) => c,
                         Ok(Err(e)) => {
-                            last = format!("connect {addr}: {e}");
+                            last = e.to_string();
                             continue;
                         }
                         Err(_) => {

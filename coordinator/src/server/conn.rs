@@ -14,6 +14,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::protocol as p;
+use super::sasl_auth;
+use super::session::Session;
 use super::{Context, Dispatched};
 use crate::ErrorCode;
 
@@ -21,11 +23,15 @@ use crate::ErrorCode;
 const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Serves one connection until the peer closes it, bad input arrives, it idles out, or the
-/// server shuts down (after the request in progress is answered).
+/// server shuts down (after the request in progress is answered). `session` is who the
+/// listener knows the client as (a client certificate's subject, or `User:ANONYMOUS`); with
+/// `sasl`, the client authenticates first ([`sasl_auth::Gate`]) and becomes its SASL user.
 pub(crate) async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
     ctx: Arc<Context>,
+    mut session: Session,
+    mut sasl: Option<sasl_auth::Gate>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -46,10 +52,14 @@ pub(crate) async fn serve_connection<S>(
             idle_timer
                 .as_mut()
                 .reset(tokio::time::Instant::now() + idle);
+            let gate = sasl.as_mut().filter(|g| !g.is_done());
+            let max_frame = gate
+                .as_ref()
+                .map_or(ctx.settings.socket_request_max_bytes, |g| g.max_frame());
             let frame = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|s| *s) => break,
-                r = read_frame(&mut rd, ctx.settings.socket_request_max_bytes) => r,
+                r = read_frame(&mut rd, max_frame) => r,
                 () = &mut idle_timer => {
                     tracing::debug!("idle connection closed");
                     break;
@@ -72,10 +82,41 @@ pub(crate) async fn serve_connection<S>(
                     break;
                 }
             };
-            let out = match dispatch(&ctx, frame).await {
-                Dispatched::Respond(bytes) => Ok(bytes),
-                Dispatched::Silent => continue, // Produce with acks=0: no response.
-                Dispatched::Close(reason) => Err(reason),
+            let mut close_after = None;
+            let out = if let Some(gate) = gate {
+                let record = |api: &'static str, code: ErrorCode| ctx.metrics.record(api, code);
+                match gate.on_frame(&record, frame) {
+                    sasl_auth::GateOut::Pass(frame) => match dispatch(&ctx, &session, frame).await {
+                        Dispatched::Respond(bytes) => Ok(bytes),
+                        Dispatched::Silent => {
+                            tracing::info!("ApiVersions unanswered; closing connection");
+                            break;
+                        }
+                        Dispatched::Close(reason) => {
+                            tracing::info!(%reason, "closing connection before SASL authentication");
+                            break;
+                        }
+                    },
+                    sasl_auth::GateOut::Respond(bytes) => Ok(bytes),
+                    sasl_auth::GateOut::Authenticated(bytes, principal) => {
+                        session.principal = principal;
+                        Ok(bytes)
+                    }
+                    sasl_auth::GateOut::RespondAndClose(bytes, reason) => {
+                        close_after = Some(reason);
+                        Ok(bytes)
+                    }
+                    sasl_auth::GateOut::Close(reason) => {
+                        tracing::info!(%reason, "closing connection before SASL authentication");
+                        break;
+                    }
+                }
+            } else {
+                match dispatch(&ctx, &session, frame).await {
+                    Dispatched::Respond(bytes) => Ok(bytes),
+                    Dispatched::Silent => continue, // Produce with acks=0: no response.
+                    Dispatched::Close(reason) => Err(reason),
+                }
             };
             match out {
                 Ok(bytes) => {
@@ -101,6 +142,11 @@ pub(crate) async fn serve_connection<S>(
                             break;
                         }
                     }
+                    if let Some(reason) = close_after {
+                        tracing::debug!(%reason, "SASL authentication failed; closing connection");
+                        let _ = wr.flush().await;
+                        break;
+                    }
                 }
                 Err(reason) => {
                     ctx.metrics.connections_rejected.inc();
@@ -117,9 +163,9 @@ pub(crate) async fn serve_connection<S>(
 /// What to do with one request frame: see [`Dispatched`]. The time from here until the
 /// response is encoded goes into `request_duration_seconds{api}` (frames whose API is not
 /// known are not timed).
-pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
+pub(crate) async fn dispatch(ctx: &Context, session: &Session, frame: Bytes) -> Dispatched {
     let started = Instant::now();
-    let (api, out) = dispatch_timed(ctx, frame).await;
+    let (api, out) = dispatch_timed(ctx, session, frame).await;
     if let Some(api) = api {
         ctx.metrics
             .observe_request(p::api_name(api), started.elapsed());
@@ -128,7 +174,11 @@ pub(crate) async fn dispatch(ctx: &Context, frame: Bytes) -> Dispatched {
 }
 
 /// [`dispatch`] without the timing; also returns the API of the frame when it is known.
-async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatched) {
+async fn dispatch_timed(
+    ctx: &Context,
+    session: &Session,
+    frame: Bytes,
+) -> (Option<ApiKey>, Dispatched) {
     let mut timed = None;
     let raw_version = if frame.len() >= 4 {
         i16::from_be_bytes([frame[2], frame[3]])
@@ -141,7 +191,19 @@ async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatc
             timed = Some(api);
             let version = req.version();
             let correlation_id = req.header.correlation_id;
-            let Some(body) = handle(ctx, version, req.body).await else {
+            // SaslHandshake and SaslAuthenticate reach here only outside an exchange.
+            if let Some(body) = sasl_auth::outside_exchange(&req.body) {
+                let out = encode_response_frame(api, version, correlation_id, &body)
+                    .map_err(|e| format!("encoding {api:?} v{version} response: {e}"));
+                return (
+                    timed,
+                    match out {
+                        Ok(b) => Dispatched::Respond(b),
+                        Err(r) => Dispatched::Close(r),
+                    },
+                );
+            }
+            let Some(body) = handle(ctx, session, version, req.body).await else {
                 return (timed, Dispatched::Silent);
             };
             encode_response_frame(api, version, correlation_id, &body)
@@ -203,9 +265,25 @@ async fn dispatch_timed(ctx: &Context, frame: Bytes) -> (Option<ApiKey>, Dispatc
     (timed, out)
 }
 
-/// Answers one decoded request. `None` = send nothing (Produce with acks=0).
-pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Option<ResponseKind> {
+/// Answers one decoded request of `session`'s client. `None` = send nothing (Produce with
+/// acks=0).
+pub(crate) async fn handle(
+    ctx: &Context,
+    session: &Session,
+    version: i16,
+    body: RequestKind,
+) -> Option<ResponseKind> {
     let c = &ctx.coordinator;
+    let authz = |api: &'static str| {
+        super::authz::Authz::new(ctx.security.authorizer(), session, &ctx.denials, api)
+    };
+    // A daemon that cannot know its membership lease still holds (stopped or cut off from etcd
+    // for most of the TTL) answers nothing from its state: another daemon may own it by now.
+    if !ctx.serving()
+        && let Some(refused) = not_coordinator(version, &body)
+    {
+        return Some(refused);
+    }
     Some(match body {
         RequestKind::ApiVersions(_) => {
             ctx.metrics.record("ApiVersions", ErrorCode::NONE);
@@ -218,30 +296,65 @@ pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Op
             ctx.metrics.record("Metadata", ErrorCode::NONE);
             ResponseKind::Metadata(metadata(ctx, version, &r).await)
         }
-        RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator(ctx, version, &r).await)
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(
+            find_coordinator(ctx, &authz("FindCoordinator"), version, &r).await,
+        ),
+        body @ (RequestKind::InitProducerId(_)
+        | RequestKind::AddPartitionsToTxn(_)
+        | RequestKind::AddOffsetsToTxn(_)
+        | RequestKind::EndTxn(_)
+        | RequestKind::DescribeTransactions(_)
+        | RequestKind::ListTransactions(_)) => {
+            match super::txn_apis::handle(c, &authz, version, body).await {
+                Ok(resp) => resp,
+                Err(other) => {
+                    tracing::error!(request = ?other, "not a transaction API");
+                    return None;
+                }
+            }
         }
-        RequestKind::InitProducerId(r) => {
-            p::init_producer_id_response(c.init_producer_id(p::init_producer_id(version, &r)).await)
+        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(
+            super::security_apis::create_acls(&ctx.security, &ctx.metrics, &authz("CreateAcls"), r)
+                .await,
+        ),
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(super::security_apis::describe_acls(
+                &ctx.security,
+                &ctx.metrics,
+                &authz("DescribeAcls"),
+                &r,
+            ))
         }
-        RequestKind::AddPartitionsToTxn(r) => {
-            let resp = c
-                .add_partitions_to_txn(p::add_partitions(version, &r))
-                .await;
-            p::add_partitions_response(version, &resp)
+        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(
+            super::security_apis::delete_acls(&ctx.security, &ctx.metrics, &authz("DeleteAcls"), r)
+                .await,
+        ),
+        RequestKind::DescribeClientQuotas(r) => {
+            let resp =
+                super::security_apis::describe_client_quotas(&authz("DescribeClientQuotas"), &r);
+            if resp.error_code != 0 {
+                ctx.metrics
+                    .record("DescribeClientQuotas", ErrorCode(resp.error_code));
+            }
+            ResponseKind::DescribeClientQuotas(resp)
         }
-        RequestKind::AddOffsetsToTxn(r) => {
-            p::add_offsets_response(c.add_offsets_to_txn(p::add_offsets(version, &r)).await)
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(super::security_apis::describe_scram(
+                &ctx.security,
+                &ctx.metrics,
+                &authz("DescribeUserScramCredentials"),
+                &r,
+            ))
         }
-        RequestKind::EndTxn(r) => {
-            p::end_txn_response(version, c.end_txn(p::end_txn(version, &r)).await)
-        }
-        RequestKind::DescribeTransactions(r) => {
-            p::describe_response(&c.describe_transactions(p::describe(&r)).await)
-        }
-        RequestKind::ListTransactions(r) => {
-            p::list_response(&c.list_transactions(p::list(version, &r)).await)
-        }
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            super::security_apis::alter_scram(
+                &ctx.security,
+                &ctx.metrics,
+                &authz("AlterUserScramCredentials"),
+                r,
+            )
+            .await,
+        ),
         RequestKind::Produce(r) => {
             ctx.metrics
                 .record("Produce", ErrorCode::NOT_LEADER_OR_FOLLOWER);
@@ -260,6 +373,36 @@ pub(crate) async fn handle(ctx: &Context, version: i16, body: RequestKind) -> Op
             tracing::error!(request = ?other, "request of an unadvertised API reached the handler");
             return None;
         }
+    })
+}
+
+/// NOT_COORDINATOR for a request of the transaction APIs (`None` for the others).
+fn not_coordinator(version: i16, body: &RequestKind) -> Option<ResponseKind> {
+    let e = ErrorCode::NOT_COORDINATOR;
+    Some(match body {
+        RequestKind::InitProducerId(_) => {
+            p::init_producer_id_response(crate::InitProducerIdResponse::error(e))
+        }
+        RequestKind::AddPartitionsToTxn(r) => p::add_partitions_response(
+            version,
+            &crate::AddPartitionsToTxnResponse::all(&p::add_partitions(version, r), e),
+        ),
+        RequestKind::AddOffsetsToTxn(_) => p::add_offsets_response(e),
+        RequestKind::EndTxn(_) => p::end_txn_response(version, crate::EndTxnResponse::error(e)),
+        RequestKind::DescribeTransactions(r) => p::describe_response(
+            &p::describe(r)
+                .transactional_ids
+                .iter()
+                .map(|id| crate::DescribedTxn::error(id, e))
+                .collect::<Vec<_>>(),
+        ),
+        // Owning nothing, it has nothing to list.
+        RequestKind::ListTransactions(r) => p::list_response(&crate::ListTransactionsResponse {
+            error: ErrorCode::NONE,
+            unknown_state_filters: crate::unknown_state_filters(&p::list(version, r).state_filters),
+            transactions: Vec::new(),
+        }),
+        _ => return None,
     })
 }
 
@@ -319,11 +462,12 @@ async fn metadata(ctx: &Context, version: i16, r: &km::MetadataRequest) -> km::M
             if member.node_id != ctx.node_id
                 && !resp.brokers.iter().any(|b| b.node_id.0 == member.node_id)
             {
+                let (host, port) = member.address_for(&ctx.listener);
                 resp.brokers.push(
                     km::metadata_response::MetadataResponseBroker::default()
                         .with_node_id(km::BrokerId(member.node_id))
-                        .with_host(s(&member.host))
-                        .with_port(i32::from(member.port)),
+                        .with_host(s(&host))
+                        .with_port(i32::from(port)),
                 );
             }
         }
@@ -348,7 +492,8 @@ async fn metadata(ctx: &Context, version: i16, r: &km::MetadataRequest) -> km::M
 
 /// FindCoordinator: TRANSACTION keys -> this node; GROUP keys -> the brokers' answer.
 /// FindCoordinator(TRANSACTION): this node, or with several daemons on etcd the owner of the
-/// id's log partition (COORDINATOR_NOT_AVAILABLE while no live member owns it).
+/// id's log partition (COORDINATOR_NOT_AVAILABLE while no live member owns it, or while its
+/// owner does not answer: `peers`).
 fn transaction_coordinator(ctx: &Context, key: &str) -> (ErrorCode, i32, String, i32) {
     let me = (
         ErrorCode::NONE,
@@ -362,8 +507,11 @@ fn transaction_coordinator(ctx: &Context, key: &str) -> (ErrorCode, i32, String,
             return me;
         };
         let partition = ctx.coordinator.config().partition_for(&id);
-        return match m.owner(partition) {
-            Some(o) => (ErrorCode::NONE, o.node_id, o.host, i32::from(o.port)),
+        return match m.answering_owner(partition) {
+            Some(o) => {
+                let (host, port) = o.address_for(&ctx.listener);
+                (ErrorCode::NONE, o.node_id, host, i32::from(port))
+            }
             None => (ErrorCode::COORDINATOR_NOT_AVAILABLE, -1, String::new(), -1),
         };
     }
@@ -373,6 +521,7 @@ fn transaction_coordinator(ctx: &Context, key: &str) -> (ErrorCode, i32, String,
 
 async fn find_coordinator(
     ctx: &Context,
+    authz: &super::authz::Authz<'_>,
     version: i16,
     r: &km::FindCoordinatorRequest,
 ) -> km::FindCoordinatorResponse {
@@ -383,7 +532,9 @@ async fn find_coordinator(
     };
     let mut answers = Vec::with_capacity(keys.len());
     for key in &keys {
+        let denied = authz.find_coordinator_key(r.key_type, key);
         let a = match r.key_type {
+            _ if denied.is_some() => (denied.unwrap_or(ErrorCode::NONE), -1, String::new(), -1),
             1 => transaction_coordinator(ctx, key),
             0 => match ctx.brokers.find_group_coordinator(key).await {
                 Ok(x) => x,

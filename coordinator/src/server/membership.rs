@@ -13,18 +13,26 @@
 //! - When the last acknowledged keep-alive was sent five sixths of the TTL ago (monotonic
 //!   clock), it stops serving every partition before the lease can have expired and others
 //!   take over. A daemon that was paused past its lease finds its appends fenced in etcd.
+//!
+//! The keep-alive rounds run in `keepalive.rs` over a `KeepAliveSource`; here are its etcd
+//! implementation, the `LeaseRules` the rounds follow, and what each round does with the view.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use txn_log::LogPartition;
 use txn_log::sync::Mutex;
 
+use super::keepalive::{self, KeepAliveSource, Keeper};
+use super::peers::{self, Peers};
 use super::{Settings, SettingsError};
 use crate::UnloadReason;
 use crate::shell::{Coordinator, LeaderEpoch};
@@ -35,10 +43,85 @@ use crate::shell::{Coordinator, LeaderEpoch};
 pub struct Member {
     /// `--node-id`.
     pub node_id: i32,
+    /// Advertised host (of its first listener).
+    pub host: String,
+    /// Advertised port (of its first listener).
+    pub port: u16,
+    /// Every listener of a member with several (empty: one, at `host:port`, of unknown
+    /// protocol). A client is given the owner's address on the listener it connected through,
+    /// as Kafka does.
+    pub listeners: Vec<MemberListener>,
+}
+
+/// One advertised listener of a member.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberListener {
+    /// The listener's name (`PLAINTEXT`, `SASL_SSL`, `INTERNAL`, ...).
+    pub name: String,
+    /// Its security protocol's Kafka name.
+    pub protocol: String,
     /// Advertised host.
     pub host: String,
     /// Advertised port.
     pub port: u16,
+}
+
+impl Member {
+    /// The member's address on the listener named `listener`, else its first one.
+    pub fn address_for(&self, listener: &str) -> (String, u16) {
+        self.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map_or_else(
+                || (self.host.clone(), self.port),
+                |l| (l.host.clone(), l.port),
+            )
+    }
+
+    /// Where the other members probe this one with a bare ApiVersions: its single listener,
+    /// or its first PLAINTEXT or SASL_PLAINTEXT one (ApiVersions comes before authentication).
+    /// `None` when every listener needs TLS: the member is then not probed and counts as
+    /// reachable.
+    pub fn probe_address(&self) -> Option<(String, u16)> {
+        if self.listeners.is_empty() {
+            return Some((self.host.clone(), self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.protocol == "PLAINTEXT" || l.protocol == "SASL_PLAINTEXT")
+            .map(|l| (l.host.clone(), l.port))
+    }
+
+    /// The value registered under `{prefix}/members/{node id}`: `host:port` for a single
+    /// listener (as before listeners existed), else the JSON list of listeners.
+    fn registration(&self) -> String {
+        if self.listeners.len() <= 1 {
+            return format!("{}:{}", self.host, self.port);
+        }
+        serde_json::to_string(&self.listeners)
+            .unwrap_or_else(|_| format!("{}:{}", self.host, self.port))
+    }
+
+    /// The member registered as `value` (either form of [`Member::registration`]).
+    fn parse(node_id: i32, value: &str) -> Option<Self> {
+        if value.starts_with('[') {
+            let listeners: Vec<MemberListener> = serde_json::from_str(value).ok()?;
+            let first = listeners.first()?.clone();
+            return Some(Self {
+                node_id,
+                host: first.host,
+                port: first.port,
+                listeners,
+            });
+        }
+        let (host, port) = value.rsplit_once(':')?;
+        Some(Self {
+            node_id,
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+            listeners: Vec::new(),
+        })
+    }
 }
 
 /// The membership view of this daemon.
@@ -51,6 +134,11 @@ pub struct Membership {
     live: Mutex<BTreeMap<i32, Member>>,
     /// Partitions this daemon has loaded or is loading.
     owned: Mutex<BTreeSet<u32>>,
+    /// Until when this daemon's lease is known to hold (monotonic): the send time of its last
+    /// acknowledged keep-alive plus the TTL less one tick.
+    serving_until: Mutex<Instant>,
+    /// Which other members answer their probes.
+    peers: Arc<Peers>,
 }
 
 /// Rendezvous score of `node` for `partition` (splitmix64 of both).
@@ -74,6 +162,27 @@ impl Membership {
     pub fn owner(&self, partition: LogPartition) -> Option<Member> {
         let live = self.live.lock();
         owner_among(live.keys().copied(), partition.0).and_then(|n| live.get(&n).cloned())
+    }
+
+    /// The owner of `partition` to name to clients: `None` while no live member owns it, while
+    /// its owner does not answer its probes (a client sent there would only back off its
+    /// reconnects), or while it is this daemon and its lease is not known to hold.
+    pub fn answering_owner(&self, partition: LogPartition) -> Option<Member> {
+        let owner = self.owner(partition)?;
+        let answers = if owner.node_id == self.node_id {
+            self.serving()
+        } else {
+            self.peers.reachable(&owner)
+        };
+        answers.then_some(owner)
+    }
+
+    /// Whether this daemon's lease is known to hold now, so that it may answer from its
+    /// state. False from the moment the last acknowledged keep-alive was sent the TTL less one
+    /// tick ago, even before the membership loop runs again (a daemon resumed after a pause
+    /// past its lease refuses at once; another daemon may own its partitions by now).
+    pub fn serving(&self) -> bool {
+        Instant::now() < *self.serving_until.lock()
     }
 
     /// The live members.
@@ -158,12 +267,18 @@ pub async fn start(
         coordinator.config().transaction_state_log_num_partitions,
     )
     .await?;
+    let tick = ttl / 6;
     let membership = Arc::new(Membership {
         partitions: coordinator.config().transaction_state_log_num_partitions,
         node_id: me.node_id,
         live: Mutex::new(BTreeMap::new()),
         owned: Mutex::new(BTreeSet::new()),
+        serving_until: Mutex::new(Instant::now()),
+        // Probed every tick; a probe gets a third of the TTL, so a stopped member is not named
+        // any more well before its lease can expire.
+        peers: Arc::new(Peers::new(me.node_id, tick, ttl / 3)),
     });
+    peers::spawn(membership.peers.clone(), Arc::downgrade(&membership));
     // A partition lost to a fence, an unavailable log or fenced markers is no longer loaded:
     // the next round loads it again if this daemon still owns it.
     let mut unloads = coordinator.subscribe_unloads();
@@ -175,10 +290,23 @@ pub async fn start(
             }
         }
     });
-    let runner = Runner {
+    let members_changed = Arc::new(Notify::new());
+    tokio::spawn(watch_members(
+        client.clone(),
+        prefix.clone(),
+        members_changed.clone(),
+        tick,
+    ));
+    let source = EtcdLease {
         client,
         endpoints: endpoints.into_iter().map(|e| (e, None)).collect(),
-        current: 0,
+        prefix: prefix.clone(),
+        ttl,
+        me: me.clone(),
+    };
+    let mut runner = Runner {
+        members_changed,
+        keeper: Keeper::new(source, ttl),
         prefix,
         ttl,
         me,
@@ -186,9 +314,40 @@ pub async fn start(
         membership: membership.clone(),
     };
     let sent = Instant::now();
-    let lease = runner.register().await?;
-    tokio::spawn(runner.run(lease, sent));
+    runner.keeper.register().await?;
+    *membership.serving_until.lock() = sent + (ttl - tick);
+    tokio::spawn(runner.run(sent));
     Ok(membership)
+}
+
+/// Wakes the membership loop (`changed`) whenever a key under `{prefix}/members/` changes in
+/// etcd: a member's lease expired (etcd deletes its key), or a member registered. The
+/// survivors then take a dead member's partitions over as soon as etcd expires its lease,
+/// not at their next round. A watch that fails is opened again after `retry`; meanwhile the
+/// rounds every tick still notice every change.
+async fn watch_members(client: Client, prefix: String, changed: Arc<Notify>, retry: Duration) {
+    let key = format!("{prefix}/members/");
+    loop {
+        let opened = client
+            .clone()
+            .watch(key.clone(), Some(WatchOptions::new().with_prefix()))
+            .await;
+        match opened {
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(r)) if !r.events().is_empty() => changed.notify_one(),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watch of the members ended; opening it again");
+                        break;
+                    }
+                }
+            },
+            Err(e) => tracing::debug!(error = %e, "watching the members failed; retrying"),
+        }
+        tokio::time::sleep(retry).await;
+    }
 }
 
 /// One keep-alive round trip through `client`: whether the lease still lives.
@@ -216,7 +375,7 @@ const LEASE_NOT_FOUND: &str = "lease not found";
 
 /// What a round's lease step gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LeaseStep {
+pub(super) enum LeaseStep {
     /// A member acknowledged the keep-alive, or a new lease was registered.
     Acked,
     /// etcd answered that the lease is gone.
@@ -227,11 +386,11 @@ enum LeaseStep {
 
 /// What a round does after its lease step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct RoundPlan {
+pub(super) struct RoundPlan {
     /// Whether the lease is known to hold, so this daemon may serve what it owns.
-    valid: bool,
+    pub(super) valid: bool,
     /// How long after its start the next round begins.
-    pause: Duration,
+    pub(super) pause: Duration,
 }
 
 /// The lease rules of the membership loop, apart from etcd and the clock (the caller passes
@@ -248,7 +407,7 @@ struct RoundPlan {
 ///   election that starts just after an acknowledged keep-alive then has about 60% of the TTL
 ///   before this daemon stops serving.
 #[derive(Debug)]
-struct LeaseRules {
+pub(super) struct LeaseRules {
     ttl: Duration,
     tick: Duration,
     registered: bool,
@@ -257,7 +416,7 @@ struct LeaseRules {
 
 impl LeaseRules {
     /// Rules for a lease of `ttl` whose registration was sent at `sent`.
-    fn new(ttl: Duration, sent: Instant) -> Self {
+    pub(super) fn new(ttl: Duration, sent: Instant) -> Self {
         Self {
             ttl,
             tick: ttl / 6,
@@ -266,14 +425,20 @@ impl LeaseRules {
         }
     }
 
+    /// Until when the lease is known to hold: the TTL less one tick after the send of the
+    /// last acknowledged keep-alive (or registration).
+    fn serving_until(&self) -> Instant {
+        self.acked + (self.ttl - self.tick)
+    }
+
     /// Whether the next round keeps the current lease alive (else it registers a new one).
-    fn registered(&self) -> bool {
+    pub(super) fn registered(&self) -> bool {
         self.registered
     }
 
     /// Takes the outcome of a round's lease step, whose requests were sent from `sent` on, at
     /// `now`.
-    fn after(&mut self, step: LeaseStep, sent: Instant, now: Instant) -> RoundPlan {
+    pub(super) fn after(&mut self, step: LeaseStep, sent: Instant, now: Instant) -> RoundPlan {
         let keeping = self.registered;
         match step {
             LeaseStep::Acked => {
@@ -294,44 +459,72 @@ impl LeaseRules {
     }
 }
 
-struct Runner {
+/// The etcd side of the lease: registration, and keep-alives through one endpoint at a time.
+struct EtcdLease {
     client: Client,
     /// Every endpoint, with a client of its own once connected: keep-alives go to one member
     /// at a time, the one that answered last first, so a dead member is skipped at once (the
     /// shared client may keep choosing it).
     endpoints: Vec<(String, Option<Client>)>,
-    /// The endpoint that answered the last keep-alive.
-    current: usize,
     prefix: String,
     ttl: Duration,
     me: Member,
-    coordinator: Coordinator,
-    membership: Arc<Membership>,
 }
 
-impl Runner {
-    /// The client of the endpoint that answered the last keep-alive (the shared one until
-    /// then), so that reads and registration do not wait on a dead member either.
-    fn live_client(&self) -> Client {
-        self.endpoints[self.current]
+impl EtcdLease {
+    /// The client of `endpoint`, the one that answered the last keep-alive (the shared one
+    /// until then), so that reads and registration do not wait on a dead member either.
+    fn live_client(&self, endpoint: usize) -> Client {
+        self.endpoints[endpoint]
             .1
             .clone()
             .unwrap_or_else(|| self.client.clone())
     }
+}
+
+impl KeepAliveSource for EtcdLease {
+    type Error = etcd_client::Error;
+
+    fn endpoints(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    fn endpoint(&self, i: usize) -> &str {
+        &self.endpoints[i].0
+    }
+
+    /// Connects to the endpoint first if needed; a failed or abandoned attempt drops its
+    /// client, so that the next one connects again.
+    async fn keep_alive(&mut self, endpoint: usize, lease: i64) -> Result<bool, Self::Error> {
+        let each = keepalive::endpoint_bound(self.ttl);
+        let (name, slot) = &mut self.endpoints[endpoint];
+        let client = match slot.take() {
+            Some(c) => c,
+            None => {
+                let options = ConnectOptions::new()
+                    .with_connect_timeout(each)
+                    .with_timeout(each);
+                Client::connect([name.as_str()], Some(options)).await?
+            }
+        };
+        let alive = keep_alive_once(&client, lease).await?;
+        *slot = Some(client);
+        Ok(alive)
+    }
 
     /// Grants a lease and puts this member's key under it; returns the lease id.
-    async fn register(&self) -> anyhow::Result<i64> {
+    async fn register(&mut self, endpoint: usize) -> anyhow::Result<i64> {
         let secs = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let lease = self
-            .live_client()
+            .live_client(endpoint)
             .lease_grant(secs, None)
             .await
             .context("granting the membership lease")?
             .id();
-        self.live_client()
+        self.live_client(endpoint)
             .put(
                 member_key(&self.prefix, self.me.node_id),
-                format!("{}:{}", self.me.host, self.me.port),
+                self.me.registration(),
                 Some(PutOptions::new().with_lease(lease)),
             )
             .await
@@ -344,87 +537,43 @@ impl Runner {
         );
         Ok(lease)
     }
+}
 
-    /// The membership loop, on `lease`, whose registration was sent at `registration_sent`.
-    async fn run(mut self, mut lease: i64, registration_sent: Instant) {
+struct Runner {
+    /// Notified when a member key changes in etcd: the next round starts at once.
+    members_changed: Arc<Notify>,
+    /// The lease and its keep-alive rounds.
+    keeper: Keeper<EtcdLease>,
+    prefix: String,
+    ttl: Duration,
+    me: Member,
+    coordinator: Coordinator,
+    membership: Arc<Membership>,
+}
+
+impl Runner {
+    /// The client of the endpoint that answered the last keep-alive (see
+    /// [`EtcdLease::live_client`]).
+    fn live_client(&self) -> Client {
+        self.keeper.source().live_client(self.keeper.current())
+    }
+
+    /// The membership loop, on the lease whose registration was sent at `registration_sent`.
+    async fn run(mut self, registration_sent: Instant) {
         let mut rules = LeaseRules::new(self.ttl, registration_sent);
         loop {
-            let started = tokio::time::Instant::now();
-            let sent = Instant::now();
-            // Keep-alive (or a new lease once the old one is gone).
-            let step = if rules.registered() {
-                match self.keep_alive(lease).await {
-                    Some(true) => LeaseStep::Acked,
-                    Some(false) => {
-                        tracing::warn!(lease, "membership lease gone in etcd; registering again");
-                        LeaseStep::Gone
-                    }
-                    None => LeaseStep::NoAnswer,
-                }
-            } else {
-                match self.register().await {
-                    Ok(l) => {
-                        lease = l;
-                        LeaseStep::Acked
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "registering in etcd failed; retrying");
-                        LeaseStep::NoAnswer
-                    }
-                }
-            };
-            let round = rules.after(step, sent, Instant::now());
+            // Keep-alive (or a new lease once the old one is gone), after the last round's
+            // pause, cut short when a member key changes.
+            let woken = self.members_changed.notified();
+            let (step, round) = self.keeper.round(&mut rules, woken).await;
+            *self.membership.serving_until.lock() = rules.serving_until();
             if step == LeaseStep::Acked {
                 self.refresh_members().await;
             } else if !round.valid {
                 self.membership.live.lock().clear();
             }
             self.reconcile(round.valid).await;
-            tokio::time::sleep_until(started + round.pause).await;
         }
-    }
-
-    /// Refreshes the lease: whether it still lives (`Some(false)`: etcd says it is gone), or
-    /// `None` if no member answered within a third of the TTL. Tries the members one at a
-    /// time, each for at most a ninth of the TTL, starting with the one that answered last,
-    /// so that one dead etcd member out of three does not cost this daemon its lease.
-    async fn keep_alive(&mut self, lease: i64) -> Option<bool> {
-        let deadline = tokio::time::Instant::now() + self.ttl / 3;
-        let each = self.ttl / 9;
-        let n = self.endpoints.len();
-        let mut last = String::new();
-        for k in 0..n {
-            let i = (self.current + k) % n;
-            let (endpoint, slot) = &mut self.endpoints[i];
-            let attempt = async {
-                let client = match slot.take() {
-                    Some(c) => c,
-                    None => {
-                        let options = ConnectOptions::new()
-                            .with_connect_timeout(each)
-                            .with_timeout(each);
-                        Client::connect([endpoint.as_str()], Some(options)).await?
-                    }
-                };
-                let alive = keep_alive_once(&client, lease).await?;
-                Ok::<_, etcd_client::Error>((client, alive))
-            };
-            let bound = deadline.min(tokio::time::Instant::now() + each);
-            match tokio::time::timeout_at(bound, attempt).await {
-                Ok(Ok((client, alive))) => {
-                    *slot = Some(client);
-                    self.current = i;
-                    return Some(alive);
-                }
-                Ok(Err(e)) => last = format!("{endpoint}: {e}"),
-                Err(_) => last = format!("{endpoint}: timed out"),
-            }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-        }
-        tracing::warn!(error = %last, "membership keep-alive failed on every etcd endpoint tried");
-        None
     }
 
     async fn refresh_members(&self) {
@@ -451,20 +600,11 @@ impl Runner {
             let Ok(node_id) = key[prefix.len()..].parse::<i32>() else {
                 continue;
             };
-            let Some((host, port)) = value.rsplit_once(':') else {
+            let Some(member) = Member::parse(node_id, value) else {
+                tracing::warn!(node_id, value, "unreadable member registration; ignored");
                 continue;
             };
-            let Ok(port) = port.parse() else {
-                continue;
-            };
-            live.insert(
-                node_id,
-                Member {
-                    node_id,
-                    host: host.to_owned(),
-                    port,
-                },
-            );
+            live.insert(node_id, member);
         }
         let mut current = self.membership.live.lock();
         if *current != live {
@@ -532,6 +672,59 @@ impl Runner {
 mod tests {
     use super::*;
 
+    fn listener(name: &str, protocol: &str, port: u16) -> MemberListener {
+        MemberListener {
+            name: name.into(),
+            protocol: protocol.into(),
+            host: "10.0.0.1".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn a_single_listener_registers_as_host_port_and_reads_back() {
+        let m = Member {
+            node_id: 3,
+            host: "10.0.0.1".into(),
+            port: 9093,
+            listeners: vec![listener("PLAINTEXT", "PLAINTEXT", 9093)],
+        };
+        assert_eq!(m.registration(), "10.0.0.1:9093");
+        let back = Member::parse(3, &m.registration()).expect("parsed");
+        assert_eq!((back.host.as_str(), back.port), ("10.0.0.1", 9093));
+        assert_eq!(back.probe_address(), Some(("10.0.0.1".into(), 9093)));
+        assert_eq!(back.address_for("SASL_SSL"), ("10.0.0.1".into(), 9093));
+    }
+
+    #[test]
+    fn several_listeners_answer_per_listener_and_probe_one_without_tls() {
+        let m = Member {
+            node_id: 3,
+            host: "10.0.0.1".into(),
+            port: 9094,
+            listeners: vec![
+                listener("SASL_SSL", "SASL_SSL", 9094),
+                listener("INTERNAL", "SASL_PLAINTEXT", 9095),
+            ],
+        };
+        let back = Member::parse(3, &m.registration()).expect("parsed");
+        assert_eq!(back, m);
+        assert_eq!(back.address_for("INTERNAL"), ("10.0.0.1".into(), 9095));
+        assert_eq!(back.address_for("SASL_SSL"), ("10.0.0.1".into(), 9094));
+        assert_eq!(back.address_for("OTHER"), ("10.0.0.1".into(), 9094));
+        assert_eq!(back.probe_address(), Some(("10.0.0.1".into(), 9095)));
+        let tls_only = Member {
+            listeners: vec![
+                listener("SSL", "SSL", 9094),
+                listener("SASL_SSL", "SASL_SSL", 9095),
+            ],
+            ..m
+        };
+        assert_eq!(tls_only.probe_address(), None);
+        assert_eq!(Member::parse(1, "[not json"), None);
+        assert_eq!(Member::parse(1, "host-without-port"), None);
+    }
+
     #[test]
     fn owned_partitions_are_this_members_share_of_the_view() {
         let m = Membership {
@@ -539,12 +732,15 @@ mod tests {
             node_id: 2,
             live: Mutex::new(BTreeMap::new()),
             owned: Mutex::new(BTreeSet::new()),
+            serving_until: Mutex::new(Instant::now()),
+            peers: Arc::new(Peers::new(2, TICK, TTL / 3)),
         };
         assert_eq!(m.owned_partitions(), None, "not a live member yet");
         let member = |node_id| Member {
             node_id,
             host: "h".into(),
             port: 1,
+            listeners: Vec::new(),
         };
         m.live.lock().insert(1, member(1));
         assert_eq!(m.owned_partitions(), None);

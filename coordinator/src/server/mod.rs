@@ -2,15 +2,27 @@
 //! its configuration, the metrics endpoint and the admin commands.
 
 pub mod admin;
+pub mod authz;
 mod backend;
 mod brokers;
 mod conn;
 mod http;
+mod keepalive;
+pub mod listeners;
 #[cfg(feature = "etcd")]
 pub mod membership;
+pub mod outgoing;
+#[cfg(feature = "etcd")]
+pub mod peers;
 mod process;
 pub mod protocol;
+pub mod sasl_auth;
+pub mod security_apis;
+pub mod security_store;
+pub mod session;
 pub mod settings;
+pub mod tls;
+pub mod txn_apis;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,8 +57,10 @@ pub const DEFAULT_NODE_ID: i32 = 1000;
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// `--listen`.
+    /// `--listen` (the one PLAINTEXT listener when the key `listeners` is not set).
     pub listen: String,
+    /// Whether `--listen` (flag or key) was given: refused together with `listeners`.
+    pub listen_given: bool,
     /// `--advertised-listener` (default: the bound address).
     pub advertised_listener: Option<String>,
     /// `--data-dir`.
@@ -68,8 +82,14 @@ pub(crate) struct Context {
     pub(crate) node_id: i32,
     pub(crate) advertised_host: String,
     pub(crate) advertised_port: u16,
+    /// The name of the listener this context serves (for the other members' addresses on it).
+    pub(crate) listener: String,
     pub(crate) settings: Settings,
     pub(crate) metrics: Metrics,
+    /// The ACLs (and the authorizer, if any) and SCRAM credentials of the log backend.
+    pub(crate) security: Arc<security_store::SecurityState>,
+    /// `txn_coordinator_authorization_denials_total`.
+    pub(crate) denials: authz::Denials,
     /// The other daemons on the log in etcd and who owns which log partition (`None`: this
     /// daemon owns every partition).
     #[cfg(feature = "etcd")]
@@ -87,6 +107,16 @@ impl Context {
         {
             false
         }
+    }
+
+    /// Whether this daemon may answer from its state: always alone; on etcd while its
+    /// membership lease is known to hold ([`membership::Membership::serving`]).
+    pub(crate) fn serving(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        if let Some(m) = &self.membership {
+            return m.serving();
+        }
+        true
     }
 }
 
@@ -139,6 +169,9 @@ impl Dispatcher {
                 node_id,
                 advertised_host,
                 advertised_port,
+                listener: "PLAINTEXT".to_owned(),
+                security: security_store::SecurityState::in_memory(settings.authorizer_config()),
+                denials: authz::Denials::default(),
                 settings,
                 metrics,
                 #[cfg(feature = "etcd")]
@@ -147,9 +180,11 @@ impl Dispatcher {
         }
     }
 
-    /// Answers one request frame (without its length prefix).
+    /// Answers one request frame (without its length prefix), from an unauthenticated client
+    /// on the loopback address.
     pub async fn dispatch(&self, frame: bytes::Bytes) -> Dispatched {
-        conn::dispatch(&self.ctx, frame).await
+        let session = session::Session::anonymous(std::net::Ipv4Addr::LOCALHOST.into());
+        conn::dispatch(&self.ctx, &session, frame).await
     }
 }
 
@@ -184,27 +219,75 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         split_host_port(b).with_context(|| format!("--bootstrap-servers {b}"))?;
     }
 
+    // The listeners: the key `listeners`, else --listen as one PLAINTEXT listener. Their TLS
+    // files and SASL settings are read before anything binds.
+    let mut specs = listeners::listener_specs(&settings)?;
+    if specs.is_empty() {
+        let (host, port) = split_host_port(&opts.listen).context("--listen")?;
+        let advertised = match &opts.advertised_listener {
+            Some(a) => Some(split_host_port(a).context("--advertised-listener")?),
+            None => None,
+        };
+        specs.push(listeners::ListenerSpec {
+            endpoint: listeners::Endpoint {
+                name: listeners::SecurityProtocol::Plaintext.name().to_owned(),
+                host,
+                port,
+            },
+            protocol: listeners::SecurityProtocol::Plaintext,
+            advertised,
+        });
+    } else if opts.listen_given || opts.advertised_listener.is_some() {
+        anyhow::bail!(
+            "both --listen/--advertised-listener and the key listeners are given: \
+             set the listeners (and advertised.listeners) keys only"
+        );
+    }
+    let memory = Arc::new(listeners::MemoryCredentials::default());
+    listeners::load_scram_credentials(&settings, &memory)?;
+    let credentials = Arc::new(listeners::CredentialSlot::new(memory.clone()));
+    let listener_metrics = listeners::ListenerMetrics::default();
+    let built = listeners::build(&settings, &specs, credentials.clone(), &listener_metrics)?;
+
     // Bind first so that a busy port fails fast, before the log is opened.
-    let listener = TcpListener::bind(&opts.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", opts.listen))?;
-    let bound = listener.local_addr()?;
-    let (advertised_host, advertised_port) = match &opts.advertised_listener {
-        Some(a) => split_host_port(a).context("--advertised-listener")?,
-        None => {
-            let ip = if bound.ip().is_unspecified() {
-                tracing::warn!(
-                    "listening on a wildcard address; advertising 127.0.0.1 (set --advertised-listener)"
-                );
-                "127.0.0.1".to_owned()
-            } else {
-                bound.ip().to_string()
-            };
-            (ip, bound.port())
-        }
-    };
+    let mut bound_listeners = Vec::new();
+    for l in built {
+        let addr = l.spec.endpoint.bind_addr();
+        let tcp = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (listener {})", l.spec.name()))?;
+        let bound = tcp.local_addr()?;
+        let advertised = match &l.spec.advertised {
+            Some(a) => a.clone(),
+            None => {
+                let ip = if bound.ip().is_unspecified() {
+                    tracing::warn!(
+                        listener = l.spec.name(),
+                        "listening on a wildcard address; advertising 127.0.0.1 (set advertised.listeners or --advertised-listener)"
+                    );
+                    "127.0.0.1".to_owned()
+                } else {
+                    bound.ip().to_string()
+                };
+                (ip, bound.port())
+            }
+        };
+        bound_listeners.push((tcp, bound, advertised, Arc::new(l)));
+    }
+    let bound = bound_listeners[0].1;
+    let (advertised_host, advertised_port) = bound_listeners[0].2.clone();
 
     let log = DaemonLog::open(&settings, &opts.data_dir).await?;
+    let security =
+        security_store::SecurityState::open(log.as_security_store(), settings.authorizer_config())
+            .await
+            .context("reading the ACLs and SCRAM credentials from the transaction log")?;
+    // The SASL listeners now read the log's SCRAM credentials (txn.scram.credentials first).
+    credentials.set(Arc::new(listeners::Layered {
+        first: memory.clone(),
+        then: security_store::credentials(&security),
+    }));
+    let denials = authz::Denials::default();
 
     let metrics = Metrics::new();
     let timeout = Duration::from_millis(settings.request_timeout_ms);
@@ -213,24 +296,34 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         .iter()
         .filter_map(|b| split_host_port(b).ok())
         .collect();
+    let connector = outgoing::ClientSecurity::from_keys(outgoing::BROKER_PREFIX, |k| {
+        settings.security.get(k).cloned()
+    })
+    .context("the connections to the brokers (broker.* keys)")?
+    .connector();
     let (done_tx, done_rx) = mpsc::channel(MARKER_COMPLETIONS_CAPACITY);
     let sink = Arc::new(WriterSink::spawn(
-        Arc::new(MetadataLeaderResolver::new(
+        Arc::new(MetadataLeaderResolver::with_connector(
             bootstrap,
             "txn-coordinator",
             timeout,
+            connector.clone(),
         )),
-        Arc::new(KafkaWireTransport::new(WireTransportConfig::default())),
+        Arc::new(KafkaWireTransport::with_connector(
+            WireTransportConfig::default(),
+            connector.clone(),
+        )),
         WriterConfig {
             request_timeout: timeout,
             ..WriterConfig::default()
         },
         done_tx,
     ));
-    let brokers = Arc::new(Brokers::new(
+    let brokers = Arc::new(Brokers::with_connector(
         opts.bootstrap_servers.clone(),
         timeout,
         Duration::from_millis(settings.metadata_max_age_ms),
+        connector,
     ));
     let coordinator = Coordinator::start(CoordinatorOptions {
         config: settings.engine.clone(),
@@ -245,9 +338,21 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Metrics endpoint, with /health and /ready.
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    registry
+        .sub_registry_with_prefix("txn_coordinator")
+        .register(
+            "authorization_denials",
+            "Requests (or parts of requests) denied by the authorizer, by API and operation",
+            denials.clone(),
+        );
+    listener_metrics.register(&mut registry);
     registry.register_collector(Box::new(process::ProcessCollector));
     let registry = Arc::new(registry);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    if settings.txn_log_backend == LogBackend::Etcd {
+        // Other daemons on the same prefix change ACLs and credentials too.
+        security.spawn_refresh(security_store::REFRESH_INTERVAL, shutdown_rx.clone());
+    }
     // Set once the membership runs (etcd): until then this daemon owns nothing yet.
     #[cfg(feature = "etcd")]
     let member_cell: Arc<std::sync::OnceLock<Arc<membership::Membership>>> = Arc::default();
@@ -313,6 +418,15 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                     node_id: opts.node_id,
                     host: advertised_host.clone(),
                     port: advertised_port,
+                    listeners: bound_listeners
+                        .iter()
+                        .map(|(_, _, (host, port), l)| membership::MemberListener {
+                            name: l.spec.name().to_owned(),
+                            protocol: l.spec.protocol.name().to_owned(),
+                            host: host.clone(),
+                            port: *port,
+                        })
+                        .collect(),
                 },
                 coordinator.clone(),
             )
@@ -324,17 +438,28 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if let Some(m) = &membership {
         let _ = member_cell.set(m.clone());
     }
-    let ctx = Arc::new(Context {
-        coordinator: coordinator.clone(),
-        brokers,
-        node_id: opts.node_id,
-        advertised_host,
-        advertised_port,
-        settings: settings.clone(),
-        metrics: metrics.clone(),
-        #[cfg(feature = "etcd")]
-        membership: membership.clone(),
-    });
+    // One context per listener: Metadata and FindCoordinator advertise the address of the
+    // listener the client connected through.
+    let contexts: Vec<Arc<Context>> = bound_listeners
+        .iter()
+        .map(|(_, _, (host, port), l)| {
+            Arc::new(Context {
+                coordinator: coordinator.clone(),
+                brokers: brokers.clone(),
+                node_id: opts.node_id,
+                advertised_host: host.clone(),
+                advertised_port: *port,
+                listener: l.spec.name().to_owned(),
+                settings: settings.clone(),
+                metrics: metrics.clone(),
+                security: security.clone(),
+                denials: denials.clone(),
+                #[cfg(feature = "etcd")]
+                membership: membership.clone(),
+            })
+        })
+        .collect();
+    let ctx = contexts[0].clone();
 
     // Connections are accepted while the partitions load (requests then get
     // COORDINATOR_LOAD_IN_PROGRESS); the ready line is printed once every partition is loaded.
@@ -367,12 +492,15 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 loaded = true;
                 // Tests and scripts read this line to learn the bound port.
                 println!("txn-coordinator listening on {bound}");
-                tracing::info!(%bound, "serving");
+                for (_, b, _, l) in &bound_listeners {
+                    println!("txn-coordinator listening on {}://{b}", l.spec.name());
+                }
+                tracing::info!(%bound, listeners = bound_listeners.len(), "serving");
             }
             reason = coordinator.log_failure() => {
                 break Err(anyhow::anyhow!("the transaction log failed: {reason}"));
             }
-            accepted = listener.accept() => {
+            (i, accepted) = accept_any(&bound_listeners) => {
                 let (stream, peer) = match accepted {
                     Ok(x) => x,
                     Err(e) => {
@@ -388,10 +516,11 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let (ctx, rx, m) = (ctx.clone(), shutdown_rx.clone(), metrics.clone());
+                let (ctx, rx, m) = (contexts[i].clone(), shutdown_rx.clone(), metrics.clone());
+                let listener = bound_listeners[i].3.clone();
                 m.connections.inc();
                 conns.spawn(async move {
-                    conn::serve_connection(stream, peer, ctx, rx).await;
+                    listeners::serve_accepted(stream, peer, ctx, listener, rx).await;
                     m.connections.dec();
                     drop(permit);
                 });
@@ -402,7 +531,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     };
 
     tracing::info!("shutting down: no new connections; finishing requests in progress");
-    drop(listener);
+    drop(bound_listeners);
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(Duration::from_secs(10), async {
         while conns.join_next().await.is_some() {}
@@ -418,6 +547,24 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     coordinator.shutdown().await;
     log.close().await?;
     outcome
+}
+
+/// The next connection accepted on any of `listeners`, with the listener's index.
+async fn accept_any<A, B, C>(
+    listeners: &[(TcpListener, A, B, C)],
+) -> (
+    usize,
+    std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>,
+) {
+    std::future::poll_fn(|cx| {
+        for (i, (l, ..)) in listeners.iter().enumerate() {
+            if let std::task::Poll::Ready(r) = l.poll_accept(cx) {
+                return std::task::Poll::Ready((i, r));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// `/ready`'s verdict: `Ok` when every partition in `owned` is loaded, else one short line

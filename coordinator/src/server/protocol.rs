@@ -34,6 +34,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    // Kafka's admin APIs for ACLs and SCRAM credentials (`kafka-acls.sh`, `kafka-configs.sh`):
+    // the versions Kafka 4.1 serves.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    // No quotas: an empty answer, for `kafka-configs.sh --describe --entity-type users`.
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    // Answered on SASL listeners before authentication, ILLEGAL_SASL_STATE elsewhere; listed
+    // everywhere, as Kafka lists them.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The version range served for `key`, if any.
@@ -59,6 +72,14 @@ pub fn api_name(key: ApiKey) -> Cow<'static, str> {
         ApiKey::EndTxn => "EndTxn",
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
+        ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
         other => return Cow::Owned(format!("{other:?}")),
     })
 }

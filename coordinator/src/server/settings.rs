@@ -45,7 +45,28 @@ pub struct Settings {
     /// `etcd.lease.ttl.ms` (default 3000): the membership lease; a daemon whose keep-alives
     /// stop is replaced by the others after about this long.
     pub etcd_lease_ttl_ms: u64,
+    /// `authorizer.class.name` (default empty: no authorizer, nothing is checked): Kafka's
+    /// `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or the older
+    /// `kafka.security.authorizer.AclAuthorizer`) turns on authorization with
+    /// [`security::acl::StandardAuthorizer`] (`docs/security.md`, "Authorization").
+    pub authorizer_class_name: String,
+    /// `super.users` (Kafka's `User:a;User:b`): principals allowed everything.
+    pub super_users: String,
+    /// `allow.everyone.if.no.acl.found` (default false): the answer for a resource no ACL
+    /// applies to.
+    pub allow_everyone_if_no_acl_found: bool,
+    /// The listener, TLS and SASL keys as given (`listeners`, `ssl.*`, `sasl.*`,
+    /// `listener.name.<listener>.*`), checked when set by
+    /// [`super::listeners::check_key`] and read by [`super::listeners`] (docs/security.md).
+    pub security: BTreeMap<String, String>,
 }
+
+/// The `authorizer.class.name` values that turn on the standard authorizer: Kafka's KRaft
+/// authorizer and its ZooKeeper-era predecessor (same ACL semantics).
+pub const AUTHORIZER_CLASS_NAMES: &[&str] = &[
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+];
 
 /// Where the transaction log lives (`txn.log.backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +103,10 @@ impl Default for Settings {
             etcd_endpoints: Vec::new(),
             etcd_key_prefix: "/txn-coordinator".into(),
             etcd_lease_ttl_ms: 3000,
+            authorizer_class_name: String::new(),
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
+            security: BTreeMap::new(),
         }
     }
 }
@@ -395,6 +420,137 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "3000",
         "membership lease: a daemon that stops refreshing it is replaced after about this long",
     ),
+    (
+        "authorizer.class.name",
+        "",
+        "empty: no authorization; org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): Kafka's ACLs",
+    ),
+    (
+        "super.users",
+        "",
+        "principals allowed everything, User:a;User:b",
+    ),
+    (
+        "allow.everyone.if.no.acl.found",
+        "false",
+        "allow an action on a resource no ACL applies to",
+    ),
+    // Listeners, TLS and SASL: parsed and checked in `super::listeners`.
+    (
+        "listeners",
+        "",
+        "NAME://HOST:PORT,... with names PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (or mapped by listener.security.protocol.map); none: --listen, one PLAINTEXT listener",
+    ),
+    (
+        "advertised.listeners",
+        "",
+        "NAME://HOST:PORT,... Metadata and FindCoordinator give the clients of each listener (none: the bound address)",
+    ),
+    (
+        "listener.security.protocol.map",
+        "",
+        "NAME:PROTOCOL,... for listener names other than the protocols' own",
+    ),
+    (
+        "ssl.keystore.type",
+        "PEM",
+        "format of ssl.keystore.location: PEM only",
+    ),
+    (
+        "ssl.keystore.location",
+        "",
+        "PEM file with the listener's certificate chain and its unencrypted private key (SSL, SASL_SSL)",
+    ),
+    (
+        "ssl.key.password",
+        "",
+        "password of an encrypted private key: not supported (encrypted keys are refused); hidden in logs",
+    ),
+    (
+        "ssl.truststore.type",
+        "PEM",
+        "format of ssl.truststore.location: PEM only",
+    ),
+    (
+        "ssl.truststore.location",
+        "",
+        "PEM file with the CA certificates client certificates must chain to",
+    ),
+    (
+        "ssl.client.auth",
+        "none",
+        "none, requested or required: client certificates (principal User:<subject DN>); on SASL_SSL only from the listener.name prefix (KIP-684)",
+    ),
+    (
+        "sasl.enabled.mechanisms",
+        "",
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (none: both SCRAM mechanisms, and PLAIN where a PLAIN JAAS configuration is given)",
+    ),
+    (
+        "sasl.jaas.config",
+        "",
+        "JAAS configuration of the SASL listeners (PlainLoginModule user_NAME=\"PASSWORD\" options: the PLAIN users); hidden in logs",
+    ),
+    (
+        "sasl.server.max.receive.size",
+        "524288",
+        "largest request frame before a SASL client has authenticated",
+    ),
+    (
+        "txn.scram.credentials",
+        "",
+        "SCRAM credentials kept in memory, as kafka-storage --add-scram: SCRAM-SHA-512=[name=alice,password=alice-secret];... (tests and trials); hidden in logs",
+    ),
+    (
+        "broker.security.protocol",
+        "PLAINTEXT",
+        "security of the connections to the brokers (metadata, WriteTxnMarkers): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    ),
+    (
+        "broker.ssl.truststore.type",
+        "PEM",
+        "format of broker.ssl.truststore.location: PEM only",
+    ),
+    (
+        "broker.ssl.truststore.location",
+        "",
+        "PEM file with the CA certificates the brokers' certificates chain to (required by SSL and SASL_SSL)",
+    ),
+    (
+        "broker.ssl.keystore.type",
+        "PEM",
+        "format of broker.ssl.keystore.location: PEM only",
+    ),
+    (
+        "broker.ssl.keystore.location",
+        "",
+        "PEM file with this daemon's client certificate chain and unencrypted private key (mutual TLS)",
+    ),
+    (
+        "broker.ssl.key.password",
+        "",
+        "password of an encrypted private key: not supported (refused); hidden in logs",
+    ),
+    (
+        "broker.ssl.endpoint.identification.algorithm",
+        "https",
+        "https: the broker's certificate must name the host connected to; empty: not checked (the chain still is)",
+    ),
+    (
+        "broker.sasl.mechanism",
+        "",
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (required by SASL_PLAINTEXT and SASL_SSL)",
+    ),
+    (
+        "broker.sasl.jaas.config",
+        "",
+        "PlainLoginModule or ScramLoginModule with username and password, as a Kafka client's; hidden in logs",
+    ),
+    (
+        "listener.name.<listener>.<key>",
+        "",
+        "the ssl.* and sasl.enabled.mechanisms keys for one listener (lower-case name), and <mechanism>.sasl.jaas.config (plain.sasl.jaas.config, ...)",
+    ),
 ];
 
 fn bad(key: &str, value: &str, reason: impl fmt::Display) -> SettingsError {
@@ -516,7 +672,49 @@ impl Settings {
                 }
                 self.etcd_lease_ttl_ms = n;
             }
-            other => return Err(SettingsError::UnknownKey(other.to_owned())),
+            "authorizer.class.name" => {
+                let v = value.trim();
+                if !v.is_empty() && !AUTHORIZER_CLASS_NAMES.contains(&v) {
+                    return Err(bad(
+                        key,
+                        value,
+                        format!(
+                            "the authorizers are {} (empty: none)",
+                            AUTHORIZER_CLASS_NAMES.join(", ")
+                        ),
+                    ));
+                }
+                self.authorizer_class_name = v.to_owned();
+            }
+            "super.users" => {
+                security::acl::StandardAuthorizerConfig::parse_super_users(value)
+                    .map_err(|e| bad(key, value, e))?;
+                self.super_users = value.trim().to_owned();
+            }
+            "allow.everyone.if.no.acl.found" => {
+                self.allow_everyone_if_no_acl_found =
+                    security::acl::StandardAuthorizerConfig::parse_allow_everyone_if_no_acl_found(
+                        value,
+                    );
+            }
+            other if super::outgoing::is_client_key(super::outgoing::BROKER_PREFIX, other) => {
+                let base = &other[super::outgoing::BROKER_PREFIX.len()..];
+                let shown = if base == "sasl.jaas.config" || base == "ssl.key.password" {
+                    "[hidden]"
+                } else {
+                    value
+                };
+                super::outgoing::check_value(base, value).map_err(|e| bad(key, shown, e))?;
+                self.security
+                    .insert(other.to_owned(), value.trim().to_owned());
+            }
+            other => {
+                if !super::listeners::check_key(other, value)? {
+                    return Err(SettingsError::UnknownKey(other.to_owned()));
+                }
+                self.security
+                    .insert(other.to_owned(), value.trim().to_owned());
+            }
         }
         Ok(())
     }
@@ -546,6 +744,7 @@ impl Settings {
                 "must be at least 64",
             ));
         }
+        super::listeners::listener_specs(&self)?;
         if self.txn_log_backend == LogBackend::Etcd && self.etcd_endpoints.is_empty() {
             return Err(SettingsError::Invalid(
                 "txn.log.backend=etcd needs etcd.endpoints (http://host:port,...)".into(),
@@ -588,7 +787,12 @@ impl Settings {
                     "etcd.endpoints" => self.etcd_endpoints.join(","),
                     "etcd.key.prefix" => self.etcd_key_prefix.clone(),
                     "etcd.lease.ttl.ms" => self.etcd_lease_ttl_ms.to_string(),
-                    _ => String::new(),
+                    "authorizer.class.name" => self.authorizer_class_name.clone(),
+                    "super.users" => self.super_users.clone(),
+                    "allow.everyone.if.no.acl.found" => {
+                        self.allow_everyone_if_no_acl_found.to_string()
+                    }
+                    k => super::listeners::effective(&self.security, k),
                 };
                 (*k, v)
             })
@@ -597,6 +801,21 @@ impl Settings {
 }
 
 impl Settings {
+    /// The standard authorizer's settings, `None` without `authorizer.class.name`.
+    pub fn authorizer_config(&self) -> Option<security::acl::StandardAuthorizerConfig> {
+        if self.authorizer_class_name.is_empty() {
+            return None;
+        }
+        Some(security::acl::StandardAuthorizerConfig {
+            // Checked by `set`.
+            super_users: security::acl::StandardAuthorizerConfig::parse_super_users(
+                &self.super_users,
+            )
+            .unwrap_or_default(),
+            allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        })
+    }
+
     /// The [`SledConfig`] of a transaction log in `path` under these settings (`txn.log.sync`,
     /// `txn.log.cache.bytes`),
     /// for [`txn_log::SledTxnLog::open`]. The daemon and embedders that parse the daemon's keys

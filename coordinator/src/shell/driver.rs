@@ -96,6 +96,12 @@ pub(crate) struct Driver {
     /// `transaction_completed` calls that arrived while the partition was loading: checked
     /// once it is loaded.
     completion_checks: Vec<(TransactionalId, CompletionReply)>,
+    /// Requests that arrived while the partition was loading, oldest first, each with the
+    /// time it is given to the engine anyway (`txn.park.max.ms` after its arrival): a client
+    /// that takes over from a dead coordinator is then answered once the state is loaded,
+    /// instead of COORDINATOR_LOAD_IN_PROGRESS, which librdkafka and the Java client retry
+    /// only after 100-500 ms.
+    held_for_load: VecDeque<(Request, oneshot::Sender<Response>, Millis)>,
     loaded_gauge: bool,
     last_metrics: EngineMetrics,
     /// The armed timer and the deadline it was armed for ([`Driver::arm_timer`]).
@@ -129,6 +135,7 @@ impl Driver {
             load_waiters: Vec::new(),
             completion_waiters: HashMap::new(),
             completion_checks: Vec::new(),
+            held_for_load: VecDeque::new(),
             loaded_gauge: false,
             last_metrics: EngineMetrics::default(),
             timer: None,
@@ -155,7 +162,11 @@ impl Driver {
             let deadline = if self.shutdown.is_some() {
                 None
             } else {
-                self.engine.poll_timeout()
+                let held = self.held_for_load.front().map(|(_, _, until)| *until);
+                match (self.engine.poll_timeout(), held) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
             };
             self.arm_timer(deadline);
             let timer = async {
@@ -177,6 +188,7 @@ impl Driver {
                     self.timer = None;
                     let now = self.shared.clock.now_ms();
                     self.engine.handle_timeout(now);
+                    self.release_held(Some(now));
                 }
                 () = tokio::time::sleep(MARKER_RETRY_INTERVAL), if deferred => {}
             }
@@ -319,6 +331,30 @@ impl Driver {
         }
     }
 
+    /// Gives `request` to the engine.
+    fn submit(&mut self, request: Request, reply: oneshot::Sender<Response>) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.waiting.insert(id, reply);
+        let now = self.now();
+        self.engine.handle_request(now, id, request);
+    }
+
+    /// Gives the engine the requests held while the partition loaded: all of them (`None`:
+    /// the load ended, or the partition was unloaded), or those whose time is up at `now`.
+    /// The engine answers each as its state allows (COORDINATOR_LOAD_IN_PROGRESS while
+    /// still loading, NOT_COORDINATOR once unloaded).
+    fn release_held(&mut self, now: Option<Millis>) {
+        while let Some((_, _, until)) = self.held_for_load.front() {
+            if now.is_some_and(|now| *until > now) {
+                break;
+            }
+            if let Some((request, reply, _)) = self.held_for_load.pop_front() {
+                self.submit(request, reply);
+            }
+        }
+    }
+
     fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Request { request, reply } => {
@@ -329,11 +365,13 @@ impl Driver {
                     ));
                     return;
                 }
-                let id = RequestId(self.next_request);
-                self.next_request += 1;
-                self.waiting.insert(id, reply);
-                let now = self.now();
-                self.engine.handle_request(now, id, request);
+                let park = self.shared.config.park_max_ms;
+                if self.engine.is_loading() && park > 0 {
+                    let until = Millis(self.now().0.saturating_add(park));
+                    self.held_for_load.push_back((request, reply, until));
+                    return;
+                }
+                self.submit(request, reply);
             }
             Msg::Load { epoch, done } => self.start_load(epoch, done),
             Msg::Loaded {
@@ -392,6 +430,7 @@ impl Driver {
                         }
                     }
                 }
+                self.release_held(None);
             }
             Msg::Markers(done) => {
                 self.shared.metrics.markers_pending.dec();
@@ -412,9 +451,16 @@ impl Driver {
                     let _ = w.send(Err(LogError::Closed));
                 }
                 self.engine.handle_unload();
+                self.release_held(None);
                 let _ = done.send(());
             }
             Msg::Shutdown { done } => {
+                for (request, reply, _) in self.held_for_load.drain(..) {
+                    let _ = reply.send(super::error_response(
+                        &request,
+                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                    ));
+                }
                 self.shutdown = Some(done);
             }
         }

@@ -314,8 +314,9 @@ impl Coordinator {
     }
 
     /// Becomes the coordinator of `partition` at `coordinator_epoch`: claims it in the log
-    /// (fencing older owners), reads and replays it. Requests get COORDINATOR_LOAD_IN_PROGRESS
-    /// meanwhile. Resolves once serving (or with the claim/load error).
+    /// (fencing older owners), reads and replays it. Requests meanwhile wait for the load up to
+    /// `txn.park.max.ms`, then get COORDINATOR_LOAD_IN_PROGRESS. Resolves once serving (or with
+    /// the claim/load error).
     pub async fn load_partition(
         &self,
         partition: LogPartition,

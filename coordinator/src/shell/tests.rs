@@ -582,3 +582,147 @@ async fn the_coordinator_verifies_and_adds_in_process() {
         }]]
     );
 }
+
+/// A [`MemTxnLog`] whose `load` waits until [`GatedLoad::open`]: a partition that takes as long
+/// as the test wants to load.
+struct GatedLoad {
+    inner: MemTxnLog,
+    gate: tokio::sync::Semaphore,
+}
+
+impl GatedLoad {
+    fn open(&self) {
+        self.gate.add_permits(1_000);
+    }
+}
+
+#[async_trait::async_trait]
+impl TxnLog for GatedLoad {
+    async fn claim(&self, p: LogPartition, epoch: CoordinatorEpoch) -> Result<(), LogError> {
+        self.inner.claim(p, epoch).await
+    }
+    async fn claim_next(&self, p: LogPartition) -> Result<CoordinatorEpoch, LogError> {
+        self.inner.claim_next(p).await
+    }
+    fn append(
+        &self,
+        p: LogPartition,
+        epoch: CoordinatorEpoch,
+        batch: Vec<txn_log::LogEntry>,
+    ) -> txn_log::Appending {
+        self.inner.append(p, epoch, batch)
+    }
+    async fn load(&self, p: LogPartition) -> Result<txn_log::LoadedPartition, LogError> {
+        let _permit = self.gate.acquire().await.map_err(|_| LogError::Closed)?;
+        self.inner.load(p).await
+    }
+    async fn allocate_block(&self, len: u32) -> Result<txn_log::ProducerIdBlock, LogError> {
+        self.inner.allocate_block(len).await
+    }
+}
+
+/// A coordinator over a [`GatedLoad`] log with `txn.park.max.ms` = `park_max_ms`, its partition
+/// of `id` loading (held at the gate).
+async fn loading(park_max_ms: i64, id: &str) -> (Coordinator, Arc<GatedLoad>, ManualClock) {
+    let log = Arc::new(GatedLoad {
+        inner: MemTxnLog::new(),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let (_done_tx, done_rx) = mpsc::channel(1024);
+    let clock = ManualClock::new(1_000_000);
+    let config = Config {
+        transaction_state_log_num_partitions: 4,
+        park_max_ms,
+        ..Config::default()
+    };
+    let lp = config.partition_for(&TransactionalId::new(id).expect("id"));
+    let coordinator = Coordinator::start(CoordinatorOptions {
+        config,
+        log: log.clone(),
+        clock: Arc::new(clock.clone()),
+        markers: Arc::new(RecordingMarkerSink::new(_done_tx, true)),
+        marker_completions: done_rx,
+        catalog: Arc::new(EveryPartitionExists),
+        metrics: Metrics::new(),
+    });
+    let c = coordinator.clone();
+    tokio::spawn(async move { c.load_partition_next_epoch(lp).await });
+    // The load is under way once a request meets it (requests and loads share the driver's
+    // queue in order; the load was sent first).
+    tokio::task::yield_now().await;
+    (coordinator, log, clock)
+}
+
+#[tokio::test]
+async fn a_request_during_a_load_is_answered_once_loaded() {
+    let (c, log, _clock) = loading(1_000, "held").await;
+    let c2 = c.clone();
+    let mut answer = tokio::spawn(async move { c2.init_producer_id(init("held")).await });
+    // Held, not answered COORDINATOR_LOAD_IN_PROGRESS, while the load waits at the gate.
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(20), &mut answer)
+            .await
+            .is_err(),
+        "answered during the load"
+    );
+    log.open();
+    let r = answer.await.expect("task");
+    // The producer-id block may still be on its way; what must not come is a load error.
+    assert_ne!(r.error, ErrorCode::NOT_COORDINATOR, "{r:?}");
+    if r.error != ErrorCode::NONE {
+        assert_eq!(r.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, "{r:?}");
+        assert_eq!(init_ok(&c, "held").await.error, ErrorCode::NONE);
+    }
+}
+
+#[tokio::test]
+async fn a_request_held_past_the_park_bound_gets_load_in_progress() {
+    let (c, log, clock) = loading(1_000, "held").await;
+    let c2 = c.clone();
+    let answer = tokio::spawn(async move { c2.init_producer_id(init("held")).await });
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(1_000);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), answer)
+        .await
+        .expect("answered once the park bound passed")
+        .expect("task");
+    assert_eq!(r.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, "{r:?}");
+    log.open();
+}
+
+#[tokio::test]
+async fn without_parking_a_request_during_a_load_gets_load_in_progress_at_once() {
+    let (c, log, _clock) = loading(0, "held").await;
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        c.init_producer_id(init("held")),
+    )
+    .await
+    .expect("answered at once");
+    assert_eq!(r.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, "{r:?}");
+    log.open();
+}
+
+#[tokio::test]
+async fn shutdown_answers_requests_held_for_a_load() {
+    let (c, log, _clock) = loading(1_000, "held").await;
+    let c2 = c.clone();
+    let answer = tokio::spawn(async move { c2.init_producer_id(init("held")).await });
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let c3 = c.clone();
+    let stopping = tokio::spawn(async move { c3.shutdown().await });
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), answer)
+        .await
+        .expect("answered at shutdown")
+        .expect("task");
+    assert_eq!(r.error, ErrorCode::COORDINATOR_NOT_AVAILABLE, "{r:?}");
+    log.open();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), stopping).await;
+}

@@ -266,3 +266,56 @@ fn a_failed_shared_append_retries_the_complete_and_answers_the_add() {
         Some(TxnState::CompleteCommit)
     );
 }
+
+/// Zombie fencing as kafka-python drives it: B's InitProducerId fences A's open transaction
+/// (CONCURRENT_TRANSACTIONS, then B asks again); A, refused by a broker, asks for an epoch bump
+/// (KIP-360) with its old epoch, before B's retry or after B got its epoch; B's next
+/// AddPartitionsToTxn must still be accepted.
+#[test]
+fn a_fenced_producers_bump_does_not_fence_the_new_one() {
+    for a_bumps_before_b_retries in [false, true] {
+        let mut fx = parking();
+        fx.add("t", 10, 1, &[tp("topic1", 0)]);
+        let evs = fx.effects();
+        fx.ack(&evs);
+        let mut all = Vec::new();
+        let mut b_epoch = None;
+        let mut a = None;
+        for _ in 0..5 {
+            if a_bumps_before_b_retries && a.is_none() && !all.is_empty() {
+                a = Some(fx.init_v(3, Some("t"), 1000, Some((10, 1))));
+                let evs = fx.effects();
+                all.extend(fx.settle(evs));
+            }
+            let b = fx.init_v(3, Some("t"), 1000, None);
+            let evs = fx.effects();
+            all.extend(fx.settle(evs));
+            let (code, pid, epoch) = init_reply(&all, b);
+            if code == ErrorCode::NONE {
+                assert_eq!(pid, 10);
+                b_epoch = Some(epoch);
+                break;
+            }
+            assert_eq!(code, ErrorCode::CONCURRENT_TRANSACTIONS, "{all:?}");
+        }
+        let b_epoch = b_epoch.expect("B initialized");
+        let a = a.unwrap_or_else(|| fx.init_v(3, Some("t"), 1000, Some((10, 1))));
+        let evs = fx.effects();
+        all.extend(fx.settle(evs));
+        // PRODUCER_FENCED from v4 on; v3 gets INVALID_PRODUCER_EPOCH, as Kafka.
+        assert_eq!(
+            init_reply(&all, a).0,
+            ErrorCode::INVALID_PRODUCER_EPOCH,
+            "A bumps before B retries: {a_bumps_before_b_retries}: {all:?}"
+        );
+        assert_eq!(fx.record("t").map(|r| r.producer_epoch.0), Some(b_epoch));
+        let add = fx.add("t", 10, b_epoch, &[tp("topic1", 1)]);
+        let evs = fx.effects();
+        let evs = fx.ack(&evs);
+        assert_eq!(
+            add_reply(&evs, add),
+            vec![(tp("topic1", 1), ErrorCode::NONE)],
+            "A bumps before B retries: {a_bumps_before_b_retries}"
+        );
+    }
+}

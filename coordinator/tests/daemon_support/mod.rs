@@ -30,16 +30,35 @@ pub struct Daemon {
     pub metrics_url: Option<String>,
     pub data_dir: PathBuf,
     stderr: Arc<Mutex<String>>,
+    /// The listeners by name (`txn-coordinator listening on NAME://ADDR` lines).
+    pub listeners: Vec<(String, SocketAddr)>,
 }
 
 impl Daemon {
     /// Starts `txn-coordinator serve --listen 127.0.0.1:0 --data-dir DIR EXTRA...` and waits
     /// (bounded) until it prints its bound address.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(data_dir, &["--listen", "127.0.0.1:0"], extra)
+    }
+
+    /// Starts `txn-coordinator serve --data-dir DIR EXTRA...` (listeners from `EXTRA`'s keys).
+    pub fn start_listeners(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(data_dir, &[], extra)
+    }
+
+    /// The address of the listener named `name`.
+    pub fn listener(&self, name: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
+            .unwrap_or_else(|| panic!("no listener {name}: {:?}", self.listeners))
+    }
+
+    fn start_with(data_dir: &Path, listen: &[&str], extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
+            .args(listen)
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
@@ -83,12 +102,26 @@ impl Daemon {
                 break rest.trim().parse().expect("bound address");
             }
         };
+        // Then one `NAME://ADDR` line per listener, printed right after.
+        let mut listeners = Vec::new();
+        let mut wait = Duration::from_secs(10);
+        while let Ok(line) = rx.recv_timeout(wait) {
+            let Some((name, a)) = line
+                .strip_prefix("txn-coordinator listening on ")
+                .and_then(|r| r.trim().split_once("://"))
+            else {
+                break;
+            };
+            listeners.push((name.to_owned(), a.parse().expect("listener address")));
+            wait = Duration::from_millis(200);
+        }
         Self {
             child: Some(child),
             addr,
             metrics_url,
             data_dir: data_dir.to_owned(),
             stderr,
+            listeners,
         }
     }
 
@@ -294,7 +327,7 @@ pub struct FakeBroker {
     pub markers: Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>,
 }
 
-fn all(_: ApiKey) -> Option<VersionRange> {
+pub fn all(_: ApiKey) -> Option<VersionRange> {
     Some(VersionRange {
         min: 0,
         max: i16::MAX,
@@ -342,7 +375,28 @@ async fn serve_fake(
             return;
         };
         let v = req.version();
-        let body = match req.body {
+        let Some(body) = fake_answer(req.body, v, me, &markers) else {
+            return;
+        };
+        let Ok(bytes) = encode_response(req.api_key, v, req.header.correlation_id, &body) else {
+            return;
+        };
+        if write_frame(&mut sock, &bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The fake broker's answer to `body` (Metadata, FindCoordinator, WriteTxnMarkers; `None`
+/// for anything else), as node 1 at `me`.
+pub fn fake_answer(
+    body: RequestKind,
+    v: i16,
+    me: SocketAddr,
+    markers: &Mutex<Vec<km::WriteTxnMarkersRequest>>,
+) -> Option<ResponseKind> {
+    {
+        let body = match body {
             RequestKind::Metadata(r) => {
                 let names: Vec<String> = match &r.topics {
                     None => TOPICS.iter().map(|t| (*t).to_owned()).collect(),
@@ -426,14 +480,9 @@ async fn serve_fake(
                     km::WriteTxnMarkersResponse::default().with_markers(out),
                 )
             }
-            _ => return,
+            _ => return None,
         };
-        let Ok(bytes) = encode_response(req.api_key, v, req.header.correlation_id, &body) else {
-            return;
-        };
-        if write_frame(&mut sock, &bytes).await.is_err() {
-            return;
-        }
+        Some(body)
     }
 }
 

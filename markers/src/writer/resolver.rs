@@ -1,18 +1,18 @@
 //! Who leads a partition: a static map, or Kafka `Metadata` from bootstrap servers.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use tokio::net::TcpStream;
 use txn_log::sync::Mutex;
 use txn_log::{ErrorCode, TopicPartition};
 
 use super::{BrokerEndpoint, LeaderLookup};
-use crate::wire::KafkaConnection;
+use crate::wire::{BoxedConnection, Connector, PlaintextConnector};
 
 /// The `Metadata` version [`MetadataLeaderResolver`] sends (supported by Kafka 2.8 to 4.x).
 pub const METADATA_VERSION: i16 = 12;
@@ -79,7 +79,7 @@ impl LeaderResolver for StaticLeaderResolver {
 
 #[derive(Debug, Default)]
 struct MetaState {
-    conn: Option<KafkaConnection<TcpStream>>,
+    conn: Option<BoxedConnection>,
     next_server: usize,
     brokers: HashMap<i32, BrokerEndpoint>,
     leaders: HashMap<TopicPartition, i32>,
@@ -94,16 +94,28 @@ pub struct MetadataLeaderResolver {
     bootstrap: Vec<(String, u16)>,
     client_id: String,
     timeout: Duration,
+    connector: Arc<dyn Connector>,
     state: tokio::sync::Mutex<MetaState>,
 }
 
 impl MetadataLeaderResolver {
     /// `bootstrap` is a list of `(host, port)`; `timeout` bounds each connect and call.
     pub fn new(bootstrap: Vec<(String, u16)>, client_id: &str, timeout: Duration) -> Self {
+        Self::with_connector(bootstrap, client_id, timeout, Arc::new(PlaintextConnector))
+    }
+
+    /// The same, with connections opened by `connector` (TLS, SASL).
+    pub fn with_connector(
+        bootstrap: Vec<(String, u16)>,
+        client_id: &str,
+        timeout: Duration,
+        connector: Arc<dyn Connector>,
+    ) -> Self {
         Self {
             bootstrap,
             client_id: client_id.to_owned(),
             timeout,
+            connector,
             state: tokio::sync::Mutex::new(MetaState::default()),
         }
     }
@@ -137,14 +149,11 @@ impl MetadataLeaderResolver {
                 None => {
                     let (host, port) = &servers[state.next_server % servers.len()];
                     state.next_server = state.next_server.wrapping_add(1);
-                    let connect = TcpStream::connect((host.as_str(), *port));
+                    let connect = self.connector.connect(host, *port, &self.client_id);
                     match tokio::time::timeout(self.timeout, connect).await {
-                        Ok(Ok(stream)) => {
-                            let _ = stream.set_nodelay(true);
-                            KafkaConnection::new(stream, &self.client_id)
-                        }
+                        Ok(Ok(conn)) => conn,
                         Ok(Err(e)) => {
-                            last_error = format!("connect {host}:{port}: {e}");
+                            last_error = e.to_string();
                             continue;
                         }
                         Err(_) => {

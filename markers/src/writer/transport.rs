@@ -7,14 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use std::sync::Arc;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use txn_log::TxnVersion;
 use txn_log::sync::Mutex;
 
 use super::BrokerEndpoint;
-use crate::wire::{CallError, KafkaConnection};
+use crate::wire::{BoxedConnection, CallError, Connector, PlaintextConnector};
 
 /// The `WriteTxnMarkers` version sent on the wire (the only one kafka-protocol 0.18 has).
 pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
@@ -116,24 +115,31 @@ impl Default for WireTransportConfig {
 #[derive(Debug, Default)]
 struct Slot {
     endpoint: Option<(String, u16)>,
-    conn: Option<KafkaConnection<TcpStream>>,
+    conn: Option<BoxedConnection>,
     failures: u32,
     retry_at: Option<Instant>,
 }
 
-/// `WriteTxnMarkers` v1 over Kafka's wire protocol: one TCP connection per broker, reused,
+/// `WriteTxnMarkers` v1 over Kafka's wire protocol: one connection per broker, reused,
 /// re-established after a failure with exponential reconnect backoff.
 #[derive(Debug)]
 pub struct KafkaWireTransport {
     config: WireTransportConfig,
+    connector: Arc<dyn Connector>,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
 }
 
 impl KafkaWireTransport {
-    /// A transport with no connections yet.
+    /// A transport with no connections yet, over plain TCP.
     pub fn new(config: WireTransportConfig) -> Self {
+        Self::with_connector(config, Arc::new(PlaintextConnector))
+    }
+
+    /// A transport whose connections `connector` opens (TLS, SASL).
+    pub fn with_connector(config: WireTransportConfig, connector: Arc<dyn Connector>) -> Self {
         Self {
             config,
+            connector,
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -176,12 +182,11 @@ impl MarkerTransport for KafkaWireTransport {
                 if let Some(at) = s.retry_at {
                     tokio::time::sleep_until(at).await;
                 }
-                let connect = TcpStream::connect((broker.host.as_str(), broker.port));
+                let connect =
+                    self.connector
+                        .connect(&broker.host, broker.port, &self.config.client_id);
                 match tokio::time::timeout(self.config.connect_timeout, connect).await {
-                    Ok(Ok(stream)) => {
-                        let _ = stream.set_nodelay(true);
-                        KafkaConnection::new(stream, &self.config.client_id)
-                    }
+                    Ok(Ok(conn)) => conn,
                     Ok(Err(e)) => {
                         s.failures += 1;
                         s.retry_at = Some(Instant::now() + self.backoff(s.failures));

@@ -22,7 +22,21 @@
 //! | `fetch.max.wait.ms` | 1000 | cap on a Fetch's `max_wait_ms` |
 //! | `log.flush` | `fsync` | `fsync`: acks=all appends, markers and offset commits are fdatasync'd (one group commit of the broker's journal) before they are answered, and the high watermark covers only synced data; `none`: no fsync (Kafka's default), appends written to the OS in order |
 //! | `transaction.version` | `1` | the level finalized in ApiVersions (0, 1 or 2). 2: Produce v12, TxnOffsetCommit v5 and (standalone) EndTxn v5 are listed and a first transactional append of a v12 / v5 request adds the partition to the transaction (KIP-890 part 2), so Kafka's Java client 4.x uses transaction version 2; embedded, the key also configures the coordinator |
+//! | `coordinator.security.protocol`, `coordinator.ssl.*`, `coordinator.sasl.*` | `PLAINTEXT` | security of the connections to the standalone daemons (forwarded requests, probes, KIP-890 verification): Kafka's client keys `security.protocol`, `ssl.truststore.location`, `ssl.keystore.location`, `ssl.endpoint.identification.algorithm`, `sasl.mechanism`, `sasl.jaas.config` under `coordinator.`, read as the daemon reads its `broker.*` keys (`docs/security.md`) |
 //! | `transaction.partition.verification.enable` | `true` | KIP-890 part 1: before a producer's first transactional append to a partition (Produce, TxnOffsetCommit), ask the coordinator whether the partition is in its transaction (`markers::verify`, see `verify.rs`); `false`: append without asking, as Kafka with the same setting |
+//!
+//! Security, with the daemon's keys and code (`docs/security.md`, "refbroker"):
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `listeners` | (none) | `NAME://HOST:PORT,...` with PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL listeners; replaces `--listen` (both: refused) |
+//! | `advertised.listeners` | (none) | what Metadata and FindCoordinator name this broker as, per listener (a client is told the address of the listener it came through) |
+//! | `listener.security.protocol.map` | (none) | `NAME:PROTOCOL,...` for other listener names |
+//! | `ssl.keystore.location`, `ssl.truststore.location`, `ssl.client.auth`, `ssl.keystore.type`, `ssl.truststore.type` | (none), (none), `none`, PEM, PEM | TLS of SSL and SASL_SSL listeners; with a client certificate on an SSL listener the principal is `User:<subject DN>` |
+//! | `sasl.enabled.mechanisms`, `sasl.jaas.config`, `sasl.server.max.receive.size` | both SCRAM (+ PLAIN with a PLAIN JAAS configuration), (none), 524288 | SASL listeners: PLAIN users from a `PlainLoginModule` configuration, SCRAM-SHA-256/512 credentials from the log backend |
+//! | `listener.name.<listener>.<key>` | (none) | per-listener forms of the `ssl.*` keys, `sasl.enabled.mechanisms`, `<mechanism>.sasl.jaas.config` |
+//! | `txn.scram.credentials` | (none) | SCRAM credentials in memory, `SCRAM-SHA-512=[name=alice,password=...]` (tests and trials) |
+//! | `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found` | (none), (none), false | Kafka's ACLs, checked per API as Kafka's `KafkaApis`; ACLs and SCRAM credentials in `<data-dir>/txn-log` (sled) or etcd |
 //!
 //! Every key of `txn-coordinator serve --set` (`coordinator::server::KEYS`, e.g.
 //! `transaction.max.timeout.ms`, `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
@@ -88,12 +102,14 @@ fn parse_addr(s: &str) -> anyhow::Result<NodeAddr> {
                   group.min.session.timeout.ms (1000), group.max.session.timeout.ms (300000), \
                   fetch.max.wait.ms (1000), log.flush (fsync | none), \
                   transaction.partition.verification.enable (true | false), and every key of \
-                  `txn-coordinator serve --set` for the embedded coordinator. \
+                  `txn-coordinator serve --set` for the embedded coordinator; the daemon's \
+                  listener, TLS, SASL and authorizer keys (listeners, ssl.*, sasl.*, \
+                  authorizer.class.name, ...) secure the broker (docs/security.md). \
                   See docs/broker-integration.md."
 )]
 pub struct Args {
     /// Address to accept clients on; port 0 picks a free one (printed on stdout as
-    /// `refbroker listening on ADDR`). Required.
+    /// `refbroker listening on ADDR`). Required unless the key `listeners` is set.
     #[arg(long, value_name = "HOST:PORT", allow_hyphen_values = true)]
     pub listen: Option<String>,
     /// Directory of the broker's journal (every partition's batches, offsets included).
@@ -252,7 +268,10 @@ fn check(
         bail!("--cluster does not list this node's id {node_id}");
     }
     for k in settings.keys() {
-        if !BROKER_KEYS.contains(&k.as_str()) && !super::embedded::is_coordinator_key(k) {
+        if !BROKER_KEYS.contains(&k.as_str())
+            && !super::embedded::is_coordinator_key(k)
+            && !coordinator::server::outgoing::is_client_key(super::txn::DAEMON_KEY_PREFIX, k)
+        {
             bail!("unknown --set key {k:?}");
         }
     }
@@ -283,8 +302,14 @@ fn check(
     {
         bail!("--coordinator-node-id {c} collides with a broker id");
     }
+    // The key `listeners` replaces --listen (as the daemon's; checked again at start).
+    let listen = match (listen, settings.contains_key("listeners")) {
+        (Some(_), true) => bail!("give --listen or the key listeners, not both"),
+        (None, false) => bail!("--listen is required"),
+        (l, _) => l,
+    };
     Ok(Config {
-        listen: listen.context("--listen is required")?,
+        listen,
         data_dir: data_dir.context("--data-dir is required")?,
         topics,
         node_id,
@@ -333,6 +358,24 @@ mod tests {
         };
         let ports: Vec<u16> = addrs.iter().map(|a| a.port).collect();
         assert_eq!(ports, [9000, 9001, 9002]);
+    }
+
+    #[test]
+    fn the_key_listeners_replaces_listen() {
+        let c = parse_args(args(
+            "--data-dir d --topics a:1 --embedded-coordinator \
+             --set listeners=SASL_SSL://127.0.0.1:0 --set sasl.enabled.mechanisms=SCRAM-SHA-512 \
+             --set listener.name.sasl_ssl.ssl.client.auth=none",
+        ))
+        .unwrap();
+        assert_eq!(c.listen, None);
+        assert!(
+            parse_args(args(
+                "--listen 127.0.0.1:1 --data-dir d --topics a:1 --embedded-coordinator \
+                 --set listeners=SASL_SSL://127.0.0.1:0",
+            ))
+            .is_err()
+        );
     }
 
     #[test]
@@ -387,7 +430,7 @@ mod tests {
              --set fetch.max.wait.ms=5 --set log.flush=none",
         ))
         .unwrap();
-        assert_eq!(c.listen.port(), 2);
+        assert_eq!(c.listen.map(|l| l.port()), Some(2));
         assert_eq!(c.topics.len(), 2);
         assert_eq!(c.cluster.len(), 2);
         assert_eq!(c.settings.len(), 2);

@@ -47,7 +47,9 @@ use super::{Config, TRANSACTION_STATE};
 /// The coordinator's settings: the daemon's own parser (`coordinator::server::Settings`,
 /// Kafka key names) over the broker's `--set` values that are coordinator keys, with
 /// `offsets.topic.num.partitions` = `--offsets-partitions`.
-fn coordinator_settings(config: &Config) -> anyhow::Result<coordinator::server::Settings> {
+pub(crate) fn coordinator_settings(
+    config: &Config,
+) -> anyhow::Result<coordinator::server::Settings> {
     let mut s = coordinator::server::Settings::default();
     for (k, v) in &config.settings {
         if is_coordinator_key(k) {
@@ -65,7 +67,8 @@ pub(crate) fn coordinator_config(config: &Config) -> anyhow::Result<coordinator:
 
 /// Whether `key` is a setting of the coordinator (as `txn-coordinator serve --set` takes).
 pub(crate) fn is_coordinator_key(key: &str) -> bool {
-    coordinator::server::KEYS.iter().any(|(k, _, _)| *k == key)
+    // `listener.name.<listener>.<key>` stands for the per-listener keys.
+    coordinator::server::KEYS.iter().any(|(k, _, _)| *k == key) || key.starts_with("listener.name.")
 }
 
 /// The node coordinating `transactional_id`: the owner of its `__transaction_state` partition
@@ -167,6 +170,8 @@ pub(crate) struct Embedded {
 pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     let settings = coordinator_settings(&broker.config)?;
     let log = DaemonLog::open(&settings, &broker.config.data_dir.join("txn-log")).await?;
+    // The ACLs and SCRAM credentials live beside the transaction records, as the daemon's.
+    broker.security.install(log.as_security_store()).await?;
     let config = settings.engine.clone();
     let weak = Arc::downgrade(broker);
     let resolver = Arc::new(ClusterResolver {
@@ -198,6 +203,7 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
                     node_id: broker.config.node_id,
                     host: a.host.clone(),
                     port: a.port,
+                    listeners: Vec::new(),
                 })
                 .ok_or_else(|| anyhow::anyhow!("this node's address is unknown"))?;
             Some(membership::start(&settings, me, coordinator.clone()).await?)
@@ -240,34 +246,33 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     })
 }
 
-/// Answers a coordinator API through the embedded coordinator, with the daemon's own
-/// conversions ([`coordinator::server::protocol`]), so embedded mode serves the versions the
-/// daemon serves ([`supported`]).
+/// Answers a coordinator API through the embedded coordinator with the daemon's own code
+/// ([`coordinator::server::txn_apis::handle`]: its authorization checks, then its
+/// conversions), so embedded mode serves the versions the daemon serves ([`supported`]).
+/// `authz` makes the checks of the client's request.
+pub(crate) async fn dispatch_checked<'a>(
+    c: &Coordinator,
+    authz: &(dyn Fn(&'static str) -> coordinator::server::authz::Authz<'a> + Sync),
+    body: RequestKind,
+    v: i16,
+) -> anyhow::Result<ResponseKind> {
+    coordinator::server::txn_apis::handle(c, authz, v, body)
+        .await
+        .map_err(|other| anyhow::anyhow!("request {other:?} is not served"))
+}
+
+/// [`dispatch_checked`] without an authorizer (everything allowed).
 pub(crate) async fn dispatch(
     c: &Coordinator,
     body: RequestKind,
     v: i16,
 ) -> anyhow::Result<ResponseKind> {
-    Ok(match body {
-        RequestKind::InitProducerId(r) => {
-            p::init_producer_id_response(c.init_producer_id(p::init_producer_id(v, &r)).await)
-        }
-        RequestKind::AddPartitionsToTxn(r) => {
-            let out = c.add_partitions_to_txn(p::add_partitions(v, &r)).await;
-            p::add_partitions_response(v, &out)
-        }
-        RequestKind::AddOffsetsToTxn(r) => {
-            p::add_offsets_response(c.add_offsets_to_txn(p::add_offsets(v, &r)).await)
-        }
-        RequestKind::EndTxn(r) => p::end_txn_response(v, c.end_txn(p::end_txn(v, &r)).await),
-        RequestKind::DescribeTransactions(r) => {
-            p::describe_response(&c.describe_transactions(p::describe(&r)).await)
-        }
-        RequestKind::ListTransactions(r) => {
-            p::list_response(&c.list_transactions(p::list(v, &r)).await)
-        }
-        other => anyhow::bail!("request {other:?} is not served"),
-    })
+    let denials = coordinator::server::authz::Denials::default();
+    let session =
+        coordinator::server::session::Session::anonymous(std::net::Ipv4Addr::LOCALHOST.into());
+    let authz =
+        |api: &'static str| coordinator::server::authz::Authz::new(None, &session, &denials, api);
+    dispatch_checked(c, &authz, body, v).await
 }
 
 /// The versions embedded mode serves for a coordinator API: the daemon's table.

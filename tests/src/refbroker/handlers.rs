@@ -21,8 +21,10 @@ use txn_log::TopicPartition;
 
 use super::journal::Flush;
 use super::partition::PendingSyncs;
-use super::server::{Broker, Req};
+use super::server::{Broker, Conn, Req};
 use super::{CONSUMER_OFFSETS, NodeAddr};
+use coordinator::server::authz::Authz;
+use coordinator::server::security_apis;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -38,67 +40,395 @@ fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
-/// Handles one request. `Ok(None)`: no response is owed (acks=0); `Err`: close the connection.
+/// Handles one request of `conn`'s client, after the authorization checks of
+/// [`super::security`] (denied parts are answered there and never reach the handlers).
+/// `Ok(None)`: no response is owed (acks=0); `Err`: close the connection.
 pub(crate) async fn dispatch(
     broker: &Arc<Broker>,
+    conn: &Conn,
     req: Req,
 ) -> anyhow::Result<Option<ResponseKind>> {
+    use super::security as sec;
     let v = req.version();
+    let authz = |api: &'static str| conn.authz(broker, api);
     let body = match req.body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(broker.api_versions(0)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, &r, v)),
-        RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator(broker, &r, v).await)
+        body @ (RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_)) => {
+            match coordinator::server::sasl_auth::outside_exchange(&body) {
+                Some(resp) => resp,
+                None => anyhow::bail!("not a SASL request"),
+            }
         }
-        RequestKind::Produce(r) => match produce(broker, r, v).await {
-            Some(resp) => ResponseKind::Produce(resp),
-            None => return Ok(None),
-        },
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(broker, &r, v).await),
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(broker, &r, v).await),
-        RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(write_txn_markers(broker, &r, &[]).await)
+        RequestKind::Metadata(r) => {
+            let mut resp = metadata(broker, conn, &r, v);
+            let every_topic = match &r.topics {
+                None => true,
+                Some(list) => v == 0 && list.is_empty(),
+            };
+            sec::metadata(&authz("Metadata"), every_topic, &mut resp);
+            ResponseKind::Metadata(resp)
         }
-        RequestKind::DescribeProducers(r) => {
-            ResponseKind::DescribeProducers(describe_producers(broker, &r).await)
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(
+            find_coordinator(broker, conn, &authz("FindCoordinator"), &r, v).await,
+        ),
+        RequestKind::Produce(mut r) => {
+            let denied = sec::produce(&authz("Produce"), &mut r);
+            let acks = r.acks;
+            let resp = if r.topic_data.is_empty() {
+                (acks != 0).then(ProduceResponse::default)
+            } else {
+                produce(broker, r, v).await
+            };
+            match resp {
+                Some(mut resp) => {
+                    resp.responses.extend(denied);
+                    ResponseKind::Produce(resp)
+                }
+                None => return Ok(None),
+            }
         }
-        RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(super::groups::offset_commit(broker, r, v).await)
+        RequestKind::Fetch(mut r) => {
+            let denied = sec::fetch(&authz("Fetch"), &mut r);
+            let mut resp = if r.topics.is_empty() && !denied.is_empty() {
+                FetchResponse::default()
+            } else {
+                fetch(broker, &r, v).await
+            };
+            resp.responses.extend(denied);
+            ResponseKind::Fetch(resp)
         }
-        RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(super::groups::offset_fetch(broker, r, v).await)
+        RequestKind::ListOffsets(mut r) => {
+            let denied = sec::list_offsets(&authz("ListOffsets"), &mut r);
+            let mut resp = list_offsets(broker, &r, v).await;
+            resp.topics.extend(denied);
+            ResponseKind::ListOffsets(resp)
         }
-        RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(super::groups::txn_offset_commit(broker, r, v).await)
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
+            match sec::write_txn_markers(&authz("WriteTxnMarkers"), &r) {
+                Some(denied) => denied,
+                None => write_txn_markers(broker, &r, &[]).await,
+            },
+        ),
+        RequestKind::DescribeProducers(mut r) => {
+            let denied = sec::describe_producers(&authz("DescribeProducers"), &mut r);
+            let mut resp = describe_producers(broker, &r).await;
+            resp.topics.extend(denied);
+            ResponseKind::DescribeProducers(resp)
         }
+        RequestKind::OffsetCommit(mut r) => {
+            ResponseKind::OffsetCommit(match sec::offset_commit(&authz("OffsetCommit"), &mut r) {
+                Err(denied) => denied,
+                Ok(denied) => {
+                    let mut resp = super::groups::offset_commit(broker, r, v).await;
+                    resp.topics.extend(denied);
+                    resp
+                }
+            })
+        }
+        RequestKind::OffsetFetch(mut r) => {
+            let a = authz("OffsetFetch");
+            let every_topic = r.topics.is_none();
+            ResponseKind::OffsetFetch(match sec::offset_fetch(&a, &mut r, v) {
+                Err(denied) => denied,
+                Ok(denied) => {
+                    let mut resp = super::groups::offset_fetch(broker, r, v).await;
+                    if every_topic {
+                        sec::offset_fetch_after(&a, &mut resp);
+                    }
+                    resp.topics.extend(denied);
+                    resp
+                }
+            })
+        }
+        RequestKind::TxnOffsetCommit(mut r) => ResponseKind::TxnOffsetCommit(
+            match sec::txn_offset_commit(&authz("TxnOffsetCommit"), &mut r) {
+                Err(denied) => denied,
+                Ok(denied) => {
+                    let mut resp = super::groups::txn_offset_commit(broker, r, v).await;
+                    resp.topics.extend(denied);
+                    resp
+                }
+            },
+        ),
         RequestKind::JoinGroup(r) => {
-            ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await)
+            if !sec::group_read(&authz("JoinGroup"), r.group_id.0.as_str()) {
+                ResponseKind::JoinGroup(
+                    kafka_protocol::messages::JoinGroupResponse::default()
+                        .with_error_code(code(ResponseError::GroupAuthorizationFailed))
+                        .with_generation_id(-1),
+                )
+            } else {
+                ResponseKind::JoinGroup(broker.groups.join(broker, r, v).await)
+            }
         }
         RequestKind::SyncGroup(r) => {
-            ResponseKind::SyncGroup(broker.groups.sync(broker, r, v).await)
+            if !sec::group_read(&authz("SyncGroup"), r.group_id.0.as_str()) {
+                ResponseKind::SyncGroup(
+                    kafka_protocol::messages::SyncGroupResponse::default()
+                        .with_error_code(code(ResponseError::GroupAuthorizationFailed)),
+                )
+            } else {
+                ResponseKind::SyncGroup(broker.groups.sync(broker, r, v).await)
+            }
         }
         RequestKind::Heartbeat(r) => {
-            ResponseKind::Heartbeat(broker.groups.heartbeat(broker, r).await)
+            if !sec::group_read(&authz("Heartbeat"), r.group_id.0.as_str()) {
+                ResponseKind::Heartbeat(
+                    kafka_protocol::messages::HeartbeatResponse::default()
+                        .with_error_code(code(ResponseError::GroupAuthorizationFailed)),
+                )
+            } else {
+                ResponseKind::Heartbeat(broker.groups.heartbeat(broker, r).await)
+            }
         }
         RequestKind::LeaveGroup(r) => {
-            ResponseKind::LeaveGroup(broker.groups.leave(broker, r, v).await)
+            if !sec::group_read(&authz("LeaveGroup"), r.group_id.0.as_str()) {
+                ResponseKind::LeaveGroup(
+                    kafka_protocol::messages::LeaveGroupResponse::default()
+                        .with_error_code(code(ResponseError::GroupAuthorizationFailed)),
+                )
+            } else {
+                ResponseKind::LeaveGroup(broker.groups.leave(broker, r, v).await)
+            }
         }
-        other => return super::txn::dispatch(broker, other, v).await.map(Some),
+        RequestKind::CreateAcls(r) => {
+            let state = broker.security.state();
+            ResponseKind::CreateAcls(
+                security_apis::create_acls(
+                    &state,
+                    &broker.security.metrics,
+                    &authz("CreateAcls"),
+                    r,
+                )
+                .await,
+            )
+        }
+        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(security_apis::describe_acls(
+            &broker.security.state(),
+            &broker.security.metrics,
+            &authz("DescribeAcls"),
+            &r,
+        )),
+        RequestKind::DeleteAcls(r) => {
+            let state = broker.security.state();
+            ResponseKind::DeleteAcls(
+                security_apis::delete_acls(
+                    &state,
+                    &broker.security.metrics,
+                    &authz("DeleteAcls"),
+                    r,
+                )
+                .await,
+            )
+        }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(security_apis::describe_scram(
+                &broker.security.state(),
+                &broker.security.metrics,
+                &authz("DescribeUserScramCredentials"),
+                &r,
+            ))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            let state = broker.security.state();
+            ResponseKind::AlterUserScramCredentials(
+                security_apis::alter_scram(
+                    &state,
+                    &broker.security.metrics,
+                    &authz("AlterUserScramCredentials"),
+                    r,
+                )
+                .await,
+            )
+        }
+        other => return coordinator_api(broker, conn, other, v).await.map(Some),
     };
     Ok(Some(body))
 }
 
+/// The transaction APIs. Embedded: the daemon's code, checks included
+/// ([`super::embedded::dispatch_checked`]). Standalone: the same checks
+/// ([`coordinator::server::authz::Authz`]) before a request is forwarded to a daemon, which
+/// sees this broker, not the client.
+async fn coordinator_api(
+    broker: &Arc<Broker>,
+    conn: &Conn,
+    body: RequestKind,
+    v: i16,
+) -> anyhow::Result<ResponseKind> {
+    use coordinator::server::authz::AddPartitionsAuthz;
+    use coordinator::server::protocol as p;
+    let authz = |api: &'static str| conn.authz(broker, api);
+    if broker.txn.is_embedded() {
+        let Some(c) = broker.txn.embedded() else {
+            anyhow::bail!("the embedded coordinator is not started");
+        };
+        return super::embedded::dispatch_checked(c, &authz, body, v).await;
+    }
+    let body = match body {
+        RequestKind::InitProducerId(r) => {
+            let req = p::init_producer_id(v, &r);
+            if let Err(e) =
+                authz("InitProducerId").init_producer_id(req.transactional_id.as_deref())
+            {
+                return Ok(p::init_producer_id_response(
+                    coordinator::InitProducerIdResponse::error(e),
+                ));
+            }
+            RequestKind::InitProducerId(r)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            match authz("AddPartitionsToTxn").add_partitions(p::add_partitions(v, &r)) {
+                AddPartitionsAuthz::Allowed(_) => RequestKind::AddPartitionsToTxn(r),
+                AddPartitionsAuthz::Denied(resp) => {
+                    return Ok(p::add_partitions_response(v, &resp));
+                }
+                AddPartitionsAuthz::Partial {
+                    forward,
+                    forwarded_at,
+                    answered,
+                } => {
+                    // The allowed transactions (v4+, brokers) go to the daemon, in order.
+                    let from_daemon = if forward.transactions.is_empty() {
+                        None
+                    } else {
+                        let mut only = r.clone();
+                        only.transactions = r
+                            .transactions
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| forwarded_at.contains(i))
+                            .map(|(_, t)| t.clone())
+                            .collect();
+                        let ResponseKind::AddPartitionsToTxn(resp) =
+                            super::txn::dispatch(broker, RequestKind::AddPartitionsToTxn(only), v)
+                                .await?
+                        else {
+                            anyhow::bail!("unexpected answer to AddPartitionsToTxn");
+                        };
+                        Some(resp)
+                    };
+                    let here = p::add_partitions_response(
+                        v,
+                        &coordinator::AddPartitionsToTxnResponse {
+                            error: coordinator::ErrorCode::NONE,
+                            results: answered.iter().map(|(_, t)| t.clone()).collect(),
+                        },
+                    );
+                    let ResponseKind::AddPartitionsToTxn(mut here) = here else {
+                        anyhow::bail!("unexpected AddPartitionsToTxn conversion");
+                    };
+                    if let Some(from) = from_daemon {
+                        let mut slots: Vec<(usize, _)> = answered
+                            .iter()
+                            .map(|(i, _)| *i)
+                            .zip(std::mem::take(&mut here.results_by_transaction))
+                            .chain(
+                                forwarded_at
+                                    .iter()
+                                    .copied()
+                                    .zip(from.results_by_transaction),
+                            )
+                            .collect();
+                        slots.sort_by_key(|(i, _)| *i);
+                        here.results_by_transaction = slots.into_iter().map(|(_, t)| t).collect();
+                        here.error_code = from.error_code;
+                    }
+                    return Ok(ResponseKind::AddPartitionsToTxn(here));
+                }
+            }
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            let req = p::add_offsets(v, &r);
+            if let Err(e) =
+                authz("AddOffsetsToTxn").add_offsets(&req.transactional_id, &req.group_id)
+            {
+                return Ok(p::add_offsets_response(e));
+            }
+            RequestKind::AddOffsetsToTxn(r)
+        }
+        RequestKind::EndTxn(r) => {
+            let req = p::end_txn(v, &r);
+            if let Err(e) = authz("EndTxn").end_txn(&req.transactional_id) {
+                return Ok(p::end_txn_response(
+                    v,
+                    coordinator::EndTxnResponse::error(e),
+                ));
+            }
+            RequestKind::EndTxn(r)
+        }
+        RequestKind::DescribeTransactions(mut r) => {
+            let a = authz("DescribeTransactions");
+            let ids: Vec<String> = r
+                .transactional_ids
+                .iter()
+                .map(|t| t.0.to_string())
+                .collect();
+            let allowed = a.describable(&ids);
+            r.transactional_ids = r
+                .transactional_ids
+                .into_iter()
+                .zip(&allowed)
+                .filter(|(_, ok)| **ok)
+                .map(|(t, _)| t)
+                .collect();
+            let mut resp = if r.transactional_ids.is_empty() {
+                kafka_protocol::messages::DescribeTransactionsResponse::default()
+            } else {
+                match super::txn::dispatch(broker, RequestKind::DescribeTransactions(r), v).await? {
+                    ResponseKind::DescribeTransactions(resp) => resp,
+                    _ => anyhow::bail!("unexpected answer to DescribeTransactions"),
+                }
+            };
+            if a.enabled() {
+                use security::acl::{AclOperation, ResourceType};
+                for st in &mut resp.transaction_states {
+                    st.topics.retain(|t| {
+                        a.allowed(
+                            AclOperation::Describe,
+                            ResourceType::Topic,
+                            t.topic.0.as_str(),
+                        )
+                    });
+                }
+            }
+            for (id, ok) in ids.iter().zip(&allowed) {
+                if !ok {
+                    resp.transaction_states.push(
+                        kafka_protocol::messages::describe_transactions_response::TransactionState::default()
+                            .with_transactional_id(kafka_protocol::messages::TransactionalId(str_bytes(id)))
+                            .with_error_code(code(ResponseError::TransactionalIdAuthorizationFailed))
+                            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                            .with_producer_epoch(-1),
+                    );
+                }
+            }
+            return Ok(ResponseKind::DescribeTransactions(resp));
+        }
+        other => other,
+    };
+    super::txn::dispatch(broker, body, v).await
+}
+
 // ===== Metadata =====
 
-fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
+fn metadata(broker: &Broker, conn: &Conn, r: &MetadataRequest, v: i16) -> MetadataResponse {
     use kafka_protocol::messages::metadata_response::{
         MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     };
+    // This node at the address of the listener the client came through (as Kafka answers with
+    // the same listener name); the other nodes at their `--cluster` addresses.
     let mut nodes: Vec<(i32, NodeAddr)> = broker
         .cluster
         .nodes()
         .iter()
-        .map(|(&id, a)| (id, a.clone()))
+        .map(|(&id, a)| {
+            if id == broker.config.node_id {
+                (id, conn.advertised.clone())
+            } else {
+                (id, a.clone())
+            }
+        })
         .collect();
     // Standalone mode: the live daemons are listed too, so clients (librdkafka) that only
     // connect to coordinators they know from Metadata can reach them. They lead no partition.
@@ -172,8 +502,14 @@ fn metadata(broker: &Broker, r: &MetadataRequest, v: i16) -> MetadataResponse {
 
 // ===== FindCoordinator =====
 
-/// The node coordinating `key` of `key_type` (0 group, 1 transaction).
-fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, String, u16), i16> {
+/// The node coordinating `key` of `key_type` (0 group, 1 transaction); this node at the
+/// address of the client's listener.
+fn coordinator_for(
+    broker: &Broker,
+    conn: &Conn,
+    key_type: i8,
+    key: &str,
+) -> Result<(i32, String, u16), i16> {
     let node = match key_type {
         0 => broker.cluster.leader(
             CONSUMER_OFFSETS,
@@ -185,6 +521,9 @@ fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, Str
             .ok_or(code(ResponseError::CoordinatorNotAvailable))?,
         _ => return Err(code(ResponseError::InvalidRequest)),
     };
+    if node == broker.config.node_id {
+        return Ok((node, conn.advertised.host.clone(), conn.advertised.port));
+    }
     let addr = broker
         .cluster
         .addr(node)
@@ -192,15 +531,64 @@ fn coordinator_for(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, Str
     Ok((node, addr.host.clone(), addr.port))
 }
 
+/// FindCoordinator: each key checked first ([`Authz::find_coordinator_key`], the daemon's
+/// check: DESCRIBE on the TransactionalId or the Group); a denied key is answered with its
+/// error and is neither looked up nor relayed.
 async fn find_coordinator(
     broker: &Broker,
+    conn: &Conn,
+    a: &Authz<'_>,
+    r: &FindCoordinatorRequest,
+    v: i16,
+) -> FindCoordinatorResponse {
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    let denied = |key: &str| a.find_coordinator_key(r.key_type, key).map(|e| e.0);
+    if v < 4 {
+        if let Some(e) = denied(r.key.as_str()) {
+            return FindCoordinatorResponse::default()
+                .with_error_code(e)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+        }
+    } else {
+        let refused: Vec<(StrBytes, i16)> = r
+            .coordinator_keys
+            .iter()
+            .filter_map(|k| denied(k.as_str()).map(|e| (k.clone(), e)))
+            .collect();
+        if !refused.is_empty() {
+            let mut allowed = r.clone();
+            allowed
+                .coordinator_keys
+                .retain(|k| !refused.iter().any(|(d, _)| d == k));
+            let mut resp = if allowed.coordinator_keys.is_empty() {
+                FindCoordinatorResponse::default()
+            } else {
+                Box::pin(find_coordinator_allowed(broker, conn, &allowed, v)).await
+            };
+            resp.coordinators.extend(refused.into_iter().map(|(k, e)| {
+                Coordinator::default()
+                    .with_key(k)
+                    .with_error_code(e)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+            }));
+            return resp;
+        }
+    }
+    find_coordinator_allowed(broker, conn, r, v).await
+}
+
+async fn find_coordinator_allowed(
+    broker: &Broker,
+    conn: &Conn,
     r: &FindCoordinatorRequest,
     v: i16,
 ) -> FindCoordinatorResponse {
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     // Standalone mode: the daemons know who coordinates an id; ask one.
     if r.key_type == 1 && !broker.txn.is_embedded() {
-        match broker.txn.forward(r, v).await {
+        match broker.txn.find_coordinator(r, v).await {
             Ok(resp) => return resp,
             Err(e) => {
                 tracing::warn!(error = %e, "FindCoordinator(TRANSACTION) not answered by a daemon");
@@ -233,7 +621,7 @@ async fn find_coordinator(
             .iter()
             .map(|k| {
                 let c = Coordinator::default().with_key(k.clone());
-                match coordinator_for(broker, r.key_type, k) {
+                match coordinator_for(broker, conn, r.key_type, k) {
                     Ok((id, host, port)) => c
                         .with_node_id(BrokerId(id))
                         .with_host(str_bytes(&host))
@@ -247,7 +635,7 @@ async fn find_coordinator(
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    match coordinator_for(broker, r.key_type, &r.key) {
+    match coordinator_for(broker, conn, r.key_type, &r.key) {
         Ok((id, host, port)) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(id))
             .with_host(str_bytes(&host))

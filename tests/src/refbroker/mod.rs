@@ -1,7 +1,7 @@
 //! `refbroker`: the smallest honest Kafka broker around the markers participant library.
 //!
 //! It is a reference and a test rig, **not a production broker**: one replica per partition,
-//! no retention, no compaction, no security, no quotas, everything of a partition under one
+//! no retention, no compaction, no quotas, everything of a partition under one
 //! lock. What it serves it serves correctly: record batches v2 with idempotent and
 //! transactional validation (through [`markers::participant`]), read_committed fetches with
 //! the last stable offset and aborted-transaction index, transaction markers written as
@@ -20,6 +20,7 @@ mod log;
 mod offsets;
 mod partition;
 pub mod process;
+mod security;
 mod server;
 mod txn;
 mod verify;
@@ -40,8 +41,9 @@ pub const TRANSACTION_STATE: &str = "__transaction_state";
 /// Broker configuration (built by [`parse_args`] from the command line).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Address to bind.
-    pub listen: SocketAddr,
+    /// Address to bind (`--listen`): the one PLAINTEXT listener; `None` when the key
+    /// `listeners` names the listeners instead.
+    pub listen: Option<SocketAddr>,
     /// Data directory (the partitions' journal; the coordinator's log in embedded mode).
     pub data_dir: PathBuf,
     /// User topics and their partition counts.

@@ -5,19 +5,23 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
+use coordinator::server::listeners::{self, Listener};
+use coordinator::server::sasl_auth::{Gate, GateOut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ResponseKind};
 use kafka_protocol::protocol::VersionRange;
 use markers::wire::{
     DEFAULT_MAX_FRAME_BYTES, DecodeError, RequestFrame, decode_request, encode_response,
     read_frame, write_frame,
 };
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::net::SocketAddr;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Notify};
 
 use super::groups::Groups;
 use super::journal::{Flush, Journal};
 use super::partition::Partition;
+use super::security::Security;
 use super::txn::TxnService;
 use super::verify::BrokerVerifier;
 use super::{CONSUMER_OFFSETS, Cluster, Config, NodeAddr};
@@ -48,6 +52,29 @@ pub struct Broker {
     /// The `transaction.version` finalized in ApiVersions (`--set transaction.version`,
     /// default [`DEFAULT_TRANSACTION_VERSION`]).
     pub(crate) transaction_version: i16,
+    /// Listeners, SASL credentials, ACLs ([`super::security`]).
+    pub(crate) security: Security,
+}
+
+/// Who is on the other end of one client connection, and where it came in.
+#[derive(Debug, Clone)]
+pub(crate) struct Conn {
+    /// The principal (after TLS / SASL) and the client's address.
+    pub(crate) session: coordinator::server::session::Session,
+    /// The address of this broker on the listener the client connected through (what
+    /// Metadata and FindCoordinator name for this node, as Kafka answers per listener).
+    pub(crate) advertised: NodeAddr,
+}
+
+impl Conn {
+    /// The checks of one `api` request of this connection's client.
+    pub(crate) fn authz<'a>(
+        &self,
+        broker: &'a Broker,
+        api: &'static str,
+    ) -> coordinator::server::authz::Authz<'a> {
+        broker.security.authz(&self.session, api)
+    }
 }
 
 /// The `transaction.version` among the `--set` values: 0, 1 or 2 (default
@@ -94,7 +121,19 @@ fn refuse_partition_segments(data_dir: &std::path::Path) -> anyhow::Result<()> {
 
 impl Broker {
     /// Opens every partition this node leads (replaying its log) and prepares the services.
-    pub async fn open(mut config: Config, bound: NodeAddr) -> anyhow::Result<Arc<Self>> {
+    pub async fn open(config: Config, bound: NodeAddr) -> anyhow::Result<Arc<Self>> {
+        let security = Security::new(&config)?;
+        Self::open_secured(config, bound, security, false).await
+    }
+
+    /// [`Self::open`] with the security read from the configuration already; `sasl`: a SASL
+    /// listener needs the SCRAM credentials of the log backend.
+    pub(crate) async fn open_secured(
+        mut config: Config,
+        bound: NodeAddr,
+        security: Security,
+        sasl: bool,
+    ) -> anyhow::Result<Arc<Self>> {
         if config.cluster.is_empty() {
             config.cluster.insert(config.node_id, bound);
         }
@@ -155,8 +194,14 @@ impl Broker {
             txn,
             verifier: Verifier::new(Arc::new(BrokerVerifier::new(weak.clone())), verification),
             transaction_version,
+            security,
         });
         TxnService::start(&broker).await?;
+        // Embedded, the coordinator's log holds the ACLs (installed by its start).
+        broker
+            .security
+            .open_standalone(&broker.config, sasl)
+            .await?;
         Groups::start(&broker);
         Ok(broker)
     }
@@ -187,6 +232,19 @@ impl Broker {
     pub(crate) fn supported(&self, key: ApiKey) -> Option<VersionRange> {
         if self.txn.is_embedded() && is_coordinator_api(key) {
             return super::embedded::supported(key);
+        }
+        // SASL and the ACL / SCRAM admin APIs: the daemon's versions (the same code answers).
+        if matches!(
+            key,
+            ApiKey::SaslHandshake
+                | ApiKey::SaslAuthenticate
+                | ApiKey::CreateAcls
+                | ApiKey::DescribeAcls
+                | ApiKey::DeleteAcls
+                | ApiKey::DescribeUserScramCredentials
+                | ApiKey::AlterUserScramCredentials
+        ) {
+            return coordinator::server::protocol::supported(key);
         }
         let tv2 = self.transaction_version >= 2;
         let (min, max) = match key {
@@ -301,40 +359,109 @@ fn is_coordinator_api(key: ApiKey) -> bool {
     )
 }
 
-/// Binds `config.listen`, prints `refbroker listening on ADDR`, and serves until the process
-/// ends.
+/// Binds the listeners (`listeners`, else `--listen`), prints `refbroker listening on ADDR`
+/// (the first listener) and `refbroker listening on NAME://ADDR` (each), and serves until the
+/// process ends.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let local = listener.local_addr()?;
-    let bound = NodeAddr {
-        host: local.ip().to_string(),
-        port: local.port(),
-    };
-    let broker = Broker::open(config, bound).await?;
-    println!("refbroker listening on {local}");
-    tracing::info!(node = broker.config.node_id, %local, "refbroker listening");
+    let security = Security::new(&config)?;
+    let specs = security.specs(config.listen)?;
+    let built = security.build(&specs)?;
+    let sasl = built.iter().any(|l| l.spec().protocol.sasl());
+    let mut bound_listeners = Vec::new();
+    for l in built {
+        let addr = l.spec().endpoint.bind_addr();
+        let tcp = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr} (listener {})", l.spec().name()))?;
+        let local = tcp.local_addr()?;
+        let advertised = match &l.spec().advertised {
+            Some((host, port)) => NodeAddr {
+                host: host.clone(),
+                port: *port,
+            },
+            None => NodeAddr {
+                host: if local.ip().is_unspecified() {
+                    "127.0.0.1".to_owned()
+                } else {
+                    local.ip().to_string()
+                },
+                port: local.port(),
+            },
+        };
+        bound_listeners.push((tcp, local, advertised, l));
+    }
+    let (first_local, first_advertised) = (bound_listeners[0].1, bound_listeners[0].2.clone());
+    let broker = Broker::open_secured(config, first_advertised, security, sasl).await?;
+    println!("refbroker listening on {first_local}");
+    for (_, local, _, l) in &bound_listeners {
+        println!("refbroker listening on {}://{local}", l.spec().name());
+    }
+    tracing::info!(node = broker.config.node_id, %first_local, "refbroker listening");
+    let mut accepting = tokio::task::JoinSet::new();
+    for (tcp, _, advertised, listener) in bound_listeners {
+        let broker = Arc::clone(&broker);
+        accepting.spawn(accept_loop(broker, tcp, advertised, listener));
+    }
+    match accepting.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// Accepts the connections of one listener.
+async fn accept_loop(
+    broker: Arc<Broker>,
+    tcp: TcpListener,
+    advertised: NodeAddr,
+    listener: Arc<Listener>,
+) -> anyhow::Result<()> {
     loop {
-        let (sock, peer) = listener.accept().await?;
+        let (sock, peer) = tcp.accept().await?;
         let _ = sock.set_nodelay(true);
         let broker = Arc::clone(&broker);
+        let (advertised, listener) = (advertised.clone(), listener.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(&broker, sock).await {
+            if let Err(e) = serve_connection(&broker, sock, peer, advertised, listener).await {
                 tracing::debug!(%peer, error = %e, "connection closed");
             }
         });
     }
 }
 
-async fn serve_connection(broker: &Arc<Broker>, sock: TcpStream) -> anyhow::Result<()> {
+async fn serve_connection(
+    broker: &Arc<Broker>,
+    sock: TcpStream,
+    peer: SocketAddr,
+    advertised: NodeAddr,
+    listener: Arc<Listener>,
+) -> anyhow::Result<()> {
+    let gate = listeners::sasl_gate(&listener, peer);
+    if listener.spec().protocol.tls() {
+        let Some((tls, session)) = listeners::tls_accept(&listener, sock, peer).await else {
+            return Ok(());
+        };
+        let conn = Conn {
+            session,
+            advertised,
+        };
+        let (mut rd, mut wr) = tokio::io::split(tls);
+        return serve_stream(broker, conn, gate, &mut rd, &mut wr).await;
+    }
+    let conn = Conn {
+        session: coordinator::server::session::Session::anonymous(peer.ip()),
+        advertised,
+    };
     let (mut rd, mut wr) = sock.into_split();
-    serve_stream(broker, &mut rd, &mut wr).await
+    serve_stream(broker, conn, gate, &mut rd, &mut wr).await
 }
 
-/// Serves requests from `rd` one at a time, in order (as Kafka does per connection).
+/// Serves requests from `rd` one at a time, in order (as Kafka does per connection); with
+/// `gate`, the client authenticates first (the daemon's SASL exchange).
 pub(crate) async fn serve_stream<R, W>(
     broker: &Arc<Broker>,
+    mut conn: Conn,
+    mut gate: Option<Gate>,
     rd: &mut R,
     wr: &mut W,
 ) -> anyhow::Result<()>
@@ -342,11 +469,43 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let record = |api: &'static str, code: coordinator::ErrorCode| {
+        broker.security.metrics.record(api, code);
+    };
     loop {
-        let Some(frame) = read_frame(rd, DEFAULT_MAX_FRAME_BYTES).await? else {
+        let pending = gate.as_mut().filter(|g| !g.is_done());
+        let max = pending
+            .as_ref()
+            .map_or(DEFAULT_MAX_FRAME_BYTES, |g| g.max_frame());
+        let Some(frame) = read_frame(rd, max).await? else {
             return Ok(());
         };
-        match handle_frame(broker, frame).await {
+        let reply = match pending {
+            None => handle_frame(broker, &conn, frame).await,
+            Some(g) => match g.on_frame(&record, frame) {
+                GateOut::Pass(frame) => handle_frame(broker, &conn, frame).await,
+                GateOut::Respond(bytes) => {
+                    wr.write_all(&bytes).await?;
+                    continue;
+                }
+                GateOut::Authenticated(bytes, principal) => {
+                    conn.session.principal = principal;
+                    wr.write_all(&bytes).await?;
+                    continue;
+                }
+                GateOut::RespondAndClose(bytes, why) => {
+                    wr.write_all(&bytes).await?;
+                    wr.flush().await?;
+                    tracing::debug!(%why, "SASL authentication failed; closing connection");
+                    return Ok(());
+                }
+                GateOut::Close(why) => {
+                    tracing::debug!(%why, "closing connection before SASL authentication");
+                    return Ok(());
+                }
+            },
+        };
+        match reply {
             Reply::Send(bytes) => write_frame(wr, &bytes).await?,
             Reply::Nothing => {}
             Reply::Close(why) => {
@@ -367,7 +526,7 @@ pub(crate) enum Reply {
     Close(String),
 }
 
-async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Reply {
+async fn handle_frame(broker: &Arc<Broker>, conn: &Conn, frame: Bytes) -> Reply {
     let req = match decode_request(frame, |k| broker.supported(k)) {
         Ok(req) => req,
         Err(DecodeError::UnsupportedVersion {
@@ -389,7 +548,7 @@ async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Reply {
     let api_key = req.api_key;
     let version = req.version();
     let correlation_id = req.header.correlation_id;
-    match super::handlers::dispatch(broker, req).await {
+    match super::handlers::dispatch(broker, conn, req).await {
         Ok(Some(body)) => match encode_response(api_key, version, correlation_id, &body) {
             Ok(b) => Reply::Send(b),
             Err(e) => {

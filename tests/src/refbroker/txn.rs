@@ -8,19 +8,20 @@
 //! InitProducerId goes to any broker) are forwarded over the wire to one of the daemons
 //! (`--coordinator`, the next one when it cannot be reached) and its answer relayed: with
 //! several daemons on etcd, the daemon asked names the owner of the id's log partition.
-//! Every second each daemon is probed with Metadata; the ones that answer are listed in this
+//! Every half second each daemon is probed with Metadata; the ones that answer are listed in this
 //! broker's Metadata under the node id they give themselves.
 //!
 //! Embedded mode: answered by the in-process coordinator (see [`super::embedded`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kafka_protocol::messages::{RequestKind, ResponseKind};
-use kafka_protocol::protocol::Request;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use kafka_protocol::messages::{
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use markers::wire::{BoxedConnection, Connector};
 use tokio::sync::Mutex;
 
 use super::server::Broker;
@@ -44,16 +45,15 @@ enum Mode {
 impl TxnService {
     pub(crate) fn new(config: &Config) -> anyhow::Result<Self> {
         let mode = match &config.coordinator {
-            CoordinatorMode::Standalone { addrs, node_id } => Mode::Forward(Daemons {
-                addrs: addrs.clone(),
-                conn: Mutex::new(None),
-                next: AtomicUsize::new(0),
+            CoordinatorMode::Standalone { addrs, node_id } => Mode::Forward(Daemons::new(
+                addrs.clone(),
                 // One daemon is listed under `--coordinator-node-id` until it has been probed.
-                live: txn_log::sync::Mutex::new(match addrs.as_slice() {
+                match addrs.as_slice() {
                     [one] => vec![(*node_id, one.clone())],
                     _ => Vec::new(),
-                }),
-            }),
+                },
+                daemon_connector(config)?,
+            )),
             CoordinatorMode::Embedded => Mode::Embedded {
                 started: OnceLock::new(),
                 partitions: super::embedded::coordinator_config(config)?
@@ -97,6 +97,14 @@ impl TxnService {
         }
     }
 
+    /// The connector to the standalone daemons (`None` embedded).
+    pub(crate) fn daemon_connector(&self) -> Option<Arc<dyn Connector>> {
+        match &self.mode {
+            Mode::Forward(d) => Some(d.connector.clone()),
+            Mode::Embedded { .. } => None,
+        }
+    }
+
     /// Standalone mode with a single daemon (`--coordinator HOST:PORT`): its node id (the one
     /// it gave itself once probed, else `--coordinator-node-id`). Every transactional id is
     /// coordinated there.
@@ -126,6 +134,18 @@ impl TxnService {
         }
     }
 
+    /// Relays FindCoordinator to the standalone daemons (see [`Daemons::find_coordinator`]).
+    pub(crate) async fn find_coordinator(
+        &self,
+        req: &FindCoordinatorRequest,
+        v: i16,
+    ) -> anyhow::Result<FindCoordinatorResponse> {
+        let Mode::Forward(daemons) = &self.mode else {
+            anyhow::bail!("not forwarding");
+        };
+        daemons.find_coordinator(req, v).await
+    }
+
     /// Sends `req` to a standalone daemon and returns its answer.
     pub(crate) async fn forward<R: Request>(&self, req: &R, v: i16) -> anyhow::Result<R::Response> {
         let Mode::Forward(daemons) = &self.mode else {
@@ -138,111 +158,235 @@ impl TxnService {
 /// Bound on connecting to a daemon and on one forwarded call (a stopped daemon must not hold
 /// a client's request forever).
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the daemons are probed for the Metadata list.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// Bound on one probe, and on one daemon's answer to a FindCoordinator relayed to it (then the
+/// next daemon is asked).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the daemons are probed (Metadata) for the list of those that answer.
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The standalone daemons (`--coordinator`).
 #[derive(Debug)]
 struct Daemons {
     addrs: Vec<NodeAddr>,
-    /// The connection to the daemon asked now, with its index in `addrs`.
-    conn: Mutex<Option<(usize, KafkaConnection<TcpStream>)>>,
-    /// The index of the daemon to connect to next.
+    /// One connection per daemon; calls to one daemon go one at a time, so a stopped daemon
+    /// holds up only the calls sent to it.
+    conns: Vec<Mutex<Option<BoxedConnection>>>,
+    /// Opens them (`coordinator.security.protocol`, ...).
+    connector: Arc<dyn Connector>,
+    /// The index of the daemon to ask first.
     next: AtomicUsize,
+    /// Whether each daemon answered its last probe (true until probed).
+    answering: Vec<AtomicBool>,
     /// The daemons that answered the last probe (the previous list while none answers).
     live: txn_log::sync::Mutex<Vec<(i32, NodeAddr)>>,
 }
 
-async fn connect(addr: &NodeAddr) -> anyhow::Result<KafkaConnection<TcpStream>> {
-    let stream = tokio::time::timeout(
+/// The prefix of the keys securing the broker's connections to the daemons
+/// (`coordinator.security.protocol`, ...; `coordinator::server::outgoing`).
+pub(crate) const DAEMON_KEY_PREFIX: &str = "coordinator.";
+
+/// The connector to the daemons, from the `coordinator.*` client keys.
+pub(crate) fn daemon_connector(config: &Config) -> anyhow::Result<Arc<dyn Connector>> {
+    Ok(
+        coordinator::server::outgoing::ClientSecurity::from_keys(DAEMON_KEY_PREFIX, |k| {
+            config.settings.get(k).cloned()
+        })?
+        .with_timeout(DAEMON_TIMEOUT)
+        .connector(),
+    )
+}
+
+async fn connect(connector: &dyn Connector, addr: &NodeAddr) -> anyhow::Result<BoxedConnection> {
+    tokio::time::timeout(
         DAEMON_TIMEOUT,
-        TcpStream::connect((addr.host.as_str(), addr.port)),
+        connector.connect(&addr.host, addr.port, "refbroker"),
     )
     .await
-    .map_err(|_| anyhow::anyhow!("connecting to {}:{} timed out", addr.host, addr.port))??;
-    let _ = stream.set_nodelay(true);
-    Ok(KafkaConnection::new(stream, "refbroker"))
+    .map_err(|_| anyhow::anyhow!("connecting to {}:{} timed out", addr.host, addr.port))?
+    .map_err(anyhow::Error::from)
 }
 
 impl Daemons {
+    fn new(
+        addrs: Vec<NodeAddr>,
+        live: Vec<(i32, NodeAddr)>,
+        connector: Arc<dyn Connector>,
+    ) -> Self {
+        Self {
+            connector,
+            conns: addrs.iter().map(|_| Mutex::new(None)).collect(),
+            answering: addrs.iter().map(|_| AtomicBool::new(true)).collect(),
+            next: AtomicUsize::new(0),
+            live: txn_log::sync::Mutex::new(live),
+            addrs,
+        }
+    }
+
+    /// Every daemon's index, in the order to ask them: from the current one on, those that
+    /// answered their last probe first.
+    fn order(&self) -> Vec<usize> {
+        let n = self.addrs.len();
+        let first = self.next.load(Ordering::Relaxed) % n;
+        let (mut up, down): (Vec<usize>, Vec<usize>) = (0..n)
+            .map(|k| (first + k) % n)
+            .partition(|&i| self.answering[i].load(Ordering::Relaxed));
+        up.extend(down);
+        up
+    }
+
+    /// One call to daemon `i`, bounded by `timeout`; a failed call drops the connection.
+    async fn call<R: Request>(
+        &self,
+        i: usize,
+        req: &R,
+        v: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, CallFailure> {
+        let mut slot = self.conns[i].lock().await;
+        let mut c = match slot.take() {
+            Some(c) => c,
+            None => connect(self.connector.as_ref(), &self.addrs[i])
+                .await
+                .map_err(CallFailure::NotSent)?,
+        };
+        match tokio::time::timeout(timeout, c.call(req, v)).await {
+            Ok(Ok(r)) => {
+                *slot = Some(c);
+                Ok(r)
+            }
+            Ok(Err(e)) => Err(CallFailure::Sent(e.into())),
+            Err(_) => Err(CallFailure::Sent(anyhow::anyhow!(
+                "the coordinator daemon did not answer in time"
+            ))),
+        }
+    }
+
     /// Sends `req` to the current daemon, moving on to the next one while a daemon cannot be
     /// connected to. A call that fails after it was sent is not repeated elsewhere: its error
     /// closes the client's connection and the client retries.
     async fn forward<R: Request>(&self, req: &R, v: i16) -> anyhow::Result<R::Response> {
-        let mut guard = self.conn.lock().await;
-        for _ in 0..self.addrs.len() {
-            let (i, mut c) = match guard.take() {
-                Some(current) => current,
-                None => {
-                    let i = self.next.load(Ordering::Relaxed) % self.addrs.len();
-                    match connect(&self.addrs[i]).await {
-                        Ok(c) => (i, c),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "coordinator daemon unreachable; trying the next");
-                            self.next.store(i + 1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
+        for i in self.order() {
+            match self.call(i, req, v, DAEMON_TIMEOUT).await {
+                Ok(r) => {
+                    self.next.store(i, Ordering::Relaxed);
+                    return Ok(r);
                 }
-            };
-            return match tokio::time::timeout(DAEMON_TIMEOUT, c.call(req, v)).await {
-                Ok(Ok(r)) => {
-                    *guard = Some((i, c));
-                    Ok(r)
+                Err(CallFailure::NotSent(e)) => {
+                    tracing::warn!(error = %e, "coordinator daemon unreachable; trying the next");
                 }
-                Ok(Err(e)) => {
+                Err(CallFailure::Sent(e)) => {
                     self.next.store(i + 1, Ordering::Relaxed);
-                    Err(e.into())
+                    return Err(e);
                 }
-                Err(_) => {
-                    self.next.store(i + 1, Ordering::Relaxed);
-                    Err(anyhow::anyhow!(
-                        "the coordinator daemon did not answer in time"
-                    ))
-                }
-            };
+            }
         }
         anyhow::bail!("no coordinator daemon reachable")
     }
+
+    /// Relays a FindCoordinator (read only, so asked again of the next daemon when one fails
+    /// or is slow). A coordinator named that did not answer its last probe is answered as
+    /// COORDINATOR_NOT_AVAILABLE: a client sent to a dead daemon only backs off its
+    /// reconnects, while one told "not available" asks again soon.
+    async fn find_coordinator(
+        &self,
+        req: &FindCoordinatorRequest,
+        v: i16,
+    ) -> anyhow::Result<FindCoordinatorResponse> {
+        let mut last = anyhow::anyhow!("no coordinator daemon reachable");
+        for i in self.order() {
+            match self.call(i, req, v, PROBE_TIMEOUT).await {
+                Ok(mut r) => {
+                    self.next.store(i, Ordering::Relaxed);
+                    self.hide_silent(&mut r);
+                    return Ok(r);
+                }
+                Err(CallFailure::NotSent(e) | CallFailure::Sent(e)) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Whether the daemon at `host:port` did not answer its last probe.
+    fn silent(&self, host: &str, port: i32) -> bool {
+        self.addrs.iter().zip(&self.answering).any(|(a, ok)| {
+            a.host == host && i32::from(a.port) == port && !ok.load(Ordering::Relaxed)
+        })
+    }
+
+    fn hide_silent(&self, r: &mut FindCoordinatorResponse) {
+        let unavailable = i16::from(txn_log::ErrorCode::COORDINATOR_NOT_AVAILABLE);
+        if r.error_code == 0 && self.silent(r.host.as_str(), r.port) {
+            r.error_code = unavailable;
+            r.node_id = BrokerId(-1);
+            r.host = StrBytes::default();
+            r.port = -1;
+        }
+        for c in &mut r.coordinators {
+            if c.error_code == 0 && self.silent(c.host.as_str(), c.port) {
+                c.error_code = unavailable;
+                c.node_id = BrokerId(-1);
+                c.host = StrBytes::default();
+                c.port = -1;
+            }
+        }
+    }
 }
 
-/// Probes every daemon with Metadata each [`PROBE_INTERVAL`] and keeps the list of those that
-/// answered, under the node id each lists for its own address; ends with the broker.
+/// How a call to one daemon failed.
+enum CallFailure {
+    /// Before the request was sent (no connection): another daemon may be asked.
+    NotSent(anyhow::Error),
+    /// After: the daemon may have acted on it.
+    Sent(anyhow::Error),
+}
+
+/// Probes every daemon with Metadata each [`PROBE_INTERVAL`], all at once and each bounded by
+/// [`PROBE_TIMEOUT`], and keeps the list of those that answered, under the node id each lists
+/// for its own address; ends with the broker.
 async fn probe_daemons(broker: std::sync::Weak<Broker>) {
     use kafka_protocol::messages::MetadataRequest;
-    let Some(addrs) = broker.upgrade().and_then(|b| match &b.txn.mode {
-        Mode::Forward(d) => Some(d.addrs.clone()),
+    let Some((addrs, connector)) = broker.upgrade().and_then(|b| match &b.txn.mode {
+        Mode::Forward(d) => Some((d.addrs.clone(), d.connector.clone())),
         Mode::Embedded { .. } => None,
     }) else {
         return;
     };
-    let mut conns: Vec<Option<KafkaConnection<TcpStream>>> = addrs.iter().map(|_| None).collect();
+    let mut conns: Vec<Option<BoxedConnection>> = addrs.iter().map(|_| None).collect();
     let request = MetadataRequest::default().with_topics(Some(Vec::new()));
     loop {
-        let mut live = Vec::new();
-        for (addr, slot) in addrs.iter().zip(conns.iter_mut()) {
-            if slot.is_none() {
-                *slot = connect(addr).await.ok();
+        let probes = addrs.iter().zip(conns.iter_mut()).map(|(addr, slot)| {
+            let request = &request;
+            let connector = &connector;
+            async move {
+                let probe = async {
+                    let mut c = match slot.take() {
+                        Some(c) => c,
+                        None => connect(connector.as_ref(), addr).await.ok()?,
+                    };
+                    let m = c.call(request, 4).await.ok()?;
+                    *slot = Some(c);
+                    Some(m)
+                };
+                let m = tokio::time::timeout(PROBE_TIMEOUT, probe)
+                    .await
+                    .ok()
+                    .flatten()?;
+                m.brokers
+                    .iter()
+                    .find(|b| b.host.as_str() == addr.host && b.port == i32::from(addr.port))
+                    .map(|b| (b.node_id.0, addr.clone()))
             }
-            let Some(c) = slot.as_mut() else { continue };
-            match tokio::time::timeout(DAEMON_TIMEOUT, c.call(&request, 4)).await {
-                Ok(Ok(m)) => {
-                    let me = m
-                        .brokers
-                        .iter()
-                        .find(|b| b.host.as_str() == addr.host && b.port == i32::from(addr.port));
-                    if let Some(b) = me {
-                        live.push((b.node_id.0, addr.clone()));
-                    }
-                }
-                _ => *slot = None,
-            }
-        }
+        });
+        let answers = futures_util::future::join_all(probes).await;
         let Some(b) = broker.upgrade() else { return };
-        if let Mode::Forward(d) = &b.txn.mode
-            && !live.is_empty()
-        {
-            *d.live.lock() = live;
+        if let Mode::Forward(d) = &b.txn.mode {
+            for (ok, answer) in d.answering.iter().zip(&answers) {
+                ok.store(answer.is_some(), Ordering::Relaxed);
+            }
+            let live: Vec<(i32, NodeAddr)> = answers.into_iter().flatten().collect();
+            if !live.is_empty() {
+                *d.live.lock() = live;
+            }
         }
         drop(b);
         tokio::time::sleep(PROBE_INTERVAL).await;

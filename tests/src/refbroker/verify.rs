@@ -23,7 +23,7 @@
 //! coordinator adds the partition as it would for a TV1 client's AddPartitionsToTxn.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -33,8 +33,7 @@ use markers::verify::{
     CallError, CoordinatorNode, TxnVerifier, Verdict, VerifyTxn, codes, request_version,
     verdicts_of, verify_request,
 };
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use markers::wire::{BoxedConnection, PlaintextConnector};
 use tokio::sync::Mutex;
 
 use super::NodeAddr;
@@ -49,48 +48,92 @@ pub(crate) struct BrokerVerifier {
     /// Coordinator nodes learnt from FindCoordinator (several daemons).
     addrs: txn_log::sync::Mutex<HashMap<i32, NodeAddr>>,
     /// One connection per coordinator node asked over the wire (the Verifier sends one call
-    /// per node at a time).
-    conns: Mutex<HashMap<i32, KafkaConnection<TcpStream>>>,
+    /// per node at a time), each behind its own lock: a stopped node holds up only the calls
+    /// sent to it.
+    conns: txn_log::sync::Mutex<HashMap<i32, NodeConnection>>,
 }
+
+type NodeConnection = Arc<Mutex<Option<BoxedConnection>>>;
+
+/// How often a verify call in flight to a standalone daemon checks that the daemon still
+/// answers the broker's probes.
+const LIVENESS_CHECK: Duration = Duration::from_millis(100);
 
 impl BrokerVerifier {
     pub(crate) fn new(broker: Weak<Broker>) -> Self {
         Self {
             broker,
             addrs: txn_log::sync::Mutex::new(HashMap::new()),
-            conns: Mutex::new(HashMap::new()),
+            conns: txn_log::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    /// Calls `node` at `addr` over the wire with the verify-only request.
+    /// Calls `node` at `addr` over the wire with the verify-only request. With several
+    /// standalone daemons the call is given up as soon as `node` stops answering the broker's
+    /// probes (a stopped or dead daemon), so that the producer is told to retry
+    /// (COORDINATOR_NOT_AVAILABLE, Produce: NOT_ENOUGH_REPLICAS) and asks the new owner
+    /// instead of waiting out the call's bound.
     async fn over_wire(
         &self,
         node: i32,
         addr: &NodeAddr,
         txns: &[VerifyTxn],
+        watch_daemon: bool,
     ) -> Result<Vec<Vec<Verdict>>, CallError> {
-        let mut conns = self.conns.lock().await;
-        let mut conn = match conns.remove(&node) {
+        let slot = self.conns.lock().entry(node).or_default().clone();
+        let mut slot = slot.lock().await;
+        let mut conn = match slot.take() {
             Some(c) => c,
             None => {
-                let stream = tokio::time::timeout(
+                // The daemons' security (`coordinator.*` keys); the brokers of an embedded
+                // cluster talk plaintext to each other.
+                let connector = self
+                    .broker
+                    .upgrade()
+                    .and_then(|b| b.txn.daemon_connector())
+                    .unwrap_or_else(|| Arc::new(PlaintextConnector));
+                tokio::time::timeout(
                     CONNECT_TIMEOUT,
-                    TcpStream::connect((addr.host.as_str(), addr.port)),
+                    connector.connect(&addr.host, addr.port, "refbroker-verify"),
                 )
                 .await
                 .map_err(|_| CallError::Network(format!("connecting to node {node} timed out")))?
-                .map_err(|e| CallError::Network(format!("connecting to node {node}: {e}")))?;
-                let _ = stream.set_nodelay(true);
-                KafkaConnection::new(stream, "refbroker-verify")
+                .map_err(|e| CallError::Network(format!("node {node}: {e}")))?
             }
         };
         // The Verifier bounds the call; a call cut short drops this connection with it.
-        let response = conn
-            .call(&verify_request(txns), request_version(txns))
-            .await
-            .map_err(|e| CallError::Network(e.to_string()))?;
-        conns.insert(node, conn);
+        let request = verify_request(txns);
+        let call = conn.call(&request, request_version(txns));
+        let response = if watch_daemon {
+            tokio::select! {
+                r = call => r,
+                () = self.stops_answering(node) => {
+                    return Err(CallError::NoCoordinator {
+                        code: codes::COORDINATOR_NOT_AVAILABLE,
+                    });
+                }
+            }
+        } else {
+            call.await
+        }
+        .map_err(|e| CallError::Network(e.to_string()))?;
+        *slot = Some(conn);
         verdicts_of(txns, &response)
+    }
+
+    /// Resolves once standalone daemon `node` is no longer among those that answered the
+    /// broker's last probe.
+    async fn stops_answering(&self, node: i32) {
+        loop {
+            let answering = self
+                .broker
+                .upgrade()
+                .is_some_and(|b| b.txn.daemon_nodes().iter().any(|(id, _)| *id == node));
+            if !answering {
+                return;
+            }
+            tokio::time::sleep(LIVENESS_CHECK).await;
+        }
     }
 }
 
@@ -121,7 +164,7 @@ impl TxnVerifier for BrokerVerifier {
         }
         let r: FindCoordinatorResponse = broker
             .txn
-            .forward(&find_coordinator_request(transactional_id), 4)
+            .find_coordinator(&find_coordinator_request(transactional_id), 4)
             .await
             .map_err(|e| CallError::Network(e.to_string()))?;
         let Some(c) = r.coordinators.first() else {
@@ -168,7 +211,7 @@ impl TxnVerifier for BrokerVerifier {
                     code: codes::COORDINATOR_NOT_AVAILABLE,
                 });
             };
-            return self.over_wire(node.0, &addr, txns).await;
+            return self.over_wire(node.0, &addr, txns, false).await;
         }
         if broker.txn.single_daemon().is_some() {
             let response = broker
@@ -183,6 +226,17 @@ impl TxnVerifier for BrokerVerifier {
                 code: codes::COORDINATOR_NOT_AVAILABLE,
             });
         };
-        self.over_wire(node.0, &addr, txns).await
+        if !broker
+            .txn
+            .daemon_nodes()
+            .iter()
+            .any(|(id, _)| *id == node.0)
+        {
+            // Not answering the broker's probes: a dead or stopped daemon, asked no more.
+            return Err(CallError::NoCoordinator {
+                code: codes::COORDINATOR_NOT_AVAILABLE,
+            });
+        }
+        self.over_wire(node.0, &addr, txns, true).await
     }
 }

@@ -69,7 +69,7 @@ pub(crate) fn python_or_skip(test: &str) -> Option<PathBuf> {
 }
 
 /// The refbroker binary of this package.
-fn refbroker_bin() -> PathBuf {
+pub(crate) fn refbroker_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_REFBROKER_BIN") {
         return PathBuf::from(p);
     }
@@ -80,7 +80,7 @@ fn refbroker_bin() -> PathBuf {
 }
 
 /// The daemon binary of the coordinator package, next to this test's profile directory.
-fn daemon_bin() -> PathBuf {
+pub(crate) fn daemon_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
         return PathBuf::from(p);
     }
@@ -125,7 +125,7 @@ pub(crate) fn kafka_classpath_or_skip(test: &str) -> Option<String> {
 }
 
 /// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local_addr").port()
 }

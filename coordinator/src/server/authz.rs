@@ -1,0 +1,680 @@
+//! Authorization of the transaction APIs, as Kafka's
+//! [`KafkaApis`](https://github.com/apache/kafka/blob/4.1/core/src/main/scala/kafka/server/KafkaApis.scala)
+//! checks them, before the coordinator is called (a denied request changes no state):
+//!
+//! | API | check | denied |
+//! |---|---|---|
+//! | FindCoordinator | DESCRIBE on the TransactionalId (TRANSACTION keys) or the Group (GROUP keys), per key | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED for that key |
+//! | InitProducerId | with an id: WRITE on it; without: IDEMPOTENT_WRITE on the Cluster, or WRITE on some Topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED |
+//! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
+//! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification), then WRITE on each topic, per transaction | top-level CLUSTER_AUTHORIZATION_FAILED; per transaction as above |
+//! | AddOffsetsToTxn | WRITE on the id, then READ on the group | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED |
+//! | EndTxn | WRITE on the id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
+//! | DescribeTransactions | DESCRIBE on each id; DESCRIBE on each topic of the answer | that id TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics without DESCRIBE left out |
+//! | ListTransactions | DESCRIBE on each id listed | the id left out |
+//!
+//! The Cluster resource is named `kafka-cluster`. Without an authorizer
+//! (`authorizer.class.name` empty) everything is allowed, as in Kafka. Each denial is logged at
+//! debug level and counted in `txn_coordinator_authorization_denials_total{api,operation}`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use security::acl::{
+    AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType,
+    StandardAuthorizer,
+};
+
+use super::session::Session;
+use crate::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, DescribedTxn,
+    ErrorCode, ListTransactionsResponse,
+};
+
+/// Labels of the denial counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DenialLabels {
+    /// Kafka API name.
+    pub api: Cow<'static, str>,
+    /// The operation denied (Kafka's name, e.g. `WRITE`).
+    pub operation: Cow<'static, str>,
+}
+
+/// `txn_coordinator_authorization_denials_total{api,operation}`.
+pub type Denials = Family<DenialLabels, Counter>;
+
+/// The checks of one request: the caller and the authorizer (`None`: no authorizer).
+pub struct Authz<'a> {
+    authorizer: Option<Arc<StandardAuthorizer>>,
+    ctx: RequestContext,
+    denials: &'a Denials,
+    api: &'static str,
+}
+
+impl std::fmt::Debug for Authz<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authz")
+            .field("api", &self.api)
+            .field("principal", &self.ctx.principal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Authz<'a> {
+    /// The checks of one `api` request of `session`'s client, against `authorizer` (`None`:
+    /// everything allowed); denials are counted in `denials`.
+    pub fn new(
+        authorizer: Option<Arc<StandardAuthorizer>>,
+        session: &Session,
+        denials: &'a Denials,
+        api: &'static str,
+    ) -> Self {
+        Self {
+            authorizer,
+            ctx: RequestContext::from_ip(session.principal.clone(), session.client_host),
+            denials,
+            api,
+        }
+    }
+
+    /// Whether an authorizer is configured.
+    pub fn enabled(&self) -> bool {
+        self.authorizer.is_some()
+    }
+
+    fn deny(&self, operation: AclOperation, resource: ResourceType, name: &str) {
+        tracing::debug!(
+            principal = %self.ctx.principal,
+            host = %self.ctx.client_host,
+            api = self.api,
+            operation = operation.constant_name(),
+            resource_type = resource.constant_name(),
+            resource = name,
+            "authorization denied"
+        );
+        self.denials
+            .get_or_create(&DenialLabels {
+                api: Cow::Borrowed(self.api),
+                operation: Cow::Borrowed(operation.constant_name()),
+            })
+            .inc();
+    }
+
+    /// Whether the caller may do `operation` on the resource (always without an authorizer).
+    pub fn allowed(&self, operation: AclOperation, resource: ResourceType, name: &str) -> bool {
+        let Some(a) = &self.authorizer else {
+            return true;
+        };
+        let ok = a
+            .authorize_action(&self.ctx, &Action::new(operation, resource, name))
+            .is_allowed();
+        if !ok {
+            self.deny(operation, resource, name);
+        }
+        ok
+    }
+
+    /// Whether the caller may do `operation` on the cluster.
+    pub fn cluster(&self, operation: AclOperation) -> bool {
+        self.allowed(operation, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
+    /// Whether the caller may do `operation` on some resource of the type.
+    fn by_type(&self, operation: AclOperation, resource: ResourceType) -> bool {
+        let Some(a) = &self.authorizer else {
+            return true;
+        };
+        let ok = a
+            .authorize_by_resource_type(&self.ctx, operation, resource)
+            .is_ok_and(|r| r.is_allowed());
+        if !ok {
+            self.deny(operation, resource, "*");
+        }
+        ok
+    }
+
+    /// FindCoordinator: the error for one key of type `key_type` (0 group, 1 transaction).
+    pub fn find_coordinator_key(&self, key_type: i8, key: &str) -> Option<ErrorCode> {
+        match key_type {
+            1 if !self.allowed(AclOperation::Describe, ResourceType::TransactionalId, key) => {
+                Some(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            }
+            0 if !self.allowed(AclOperation::Describe, ResourceType::Group, key) => {
+                Some(ErrorCode::GROUP_AUTHORIZATION_FAILED)
+            }
+            _ => None,
+        }
+    }
+
+    /// InitProducerId.
+    pub fn init_producer_id(&self, transactional_id: Option<&str>) -> Result<(), ErrorCode> {
+        match transactional_id {
+            Some(id) => {
+                if self.allowed(AclOperation::Write, ResourceType::TransactionalId, id) {
+                    Ok(())
+                } else {
+                    Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                }
+            }
+            None => {
+                // Kafka does not log the IDEMPOTENT_WRITE denial when WRITE on a topic allows.
+                let idempotent = match &self.authorizer {
+                    None => true,
+                    Some(a) => a
+                        .authorize_action(
+                            &self.ctx,
+                            &Action::new(
+                                AclOperation::IdempotentWrite,
+                                ResourceType::Cluster,
+                                CLUSTER_NAME,
+                            ),
+                        )
+                        .is_allowed(),
+                };
+                if idempotent || self.by_type(AclOperation::Write, ResourceType::Topic) {
+                    Ok(())
+                } else {
+                    self.deny(
+                        AclOperation::IdempotentWrite,
+                        ResourceType::Cluster,
+                        CLUSTER_NAME,
+                    );
+                    Err(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
+                }
+            }
+        }
+    }
+
+    /// AddPartitionsToTxn: what to send to the coordinator, and what is answered without it.
+    pub fn add_partitions(&self, req: AddPartitionsToTxnRequest) -> AddPartitionsAuthz {
+        if req.version < 4 {
+            let id = req
+                .transactions
+                .first()
+                .map(|t| t.transactional_id.clone())
+                .unwrap_or_default();
+            if !self.allowed(AclOperation::Write, ResourceType::TransactionalId, &id) {
+                let resp = AddPartitionsToTxnResponse::all(
+                    &req,
+                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                );
+                return AddPartitionsAuthz::Denied(resp);
+            }
+        } else if !self.cluster(AclOperation::ClusterAction) {
+            return AddPartitionsAuthz::Denied(AddPartitionsToTxnResponse {
+                error: ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                results: Vec::new(),
+            });
+        }
+        // WRITE per topic, each topic asked once per request.
+        let mut topic_ok: HashMap<String, bool> = HashMap::new();
+        let mut answered = Vec::new();
+        let mut forwarded = Vec::new();
+        for (i, txn) in req.transactions.into_iter().enumerate() {
+            let mut denied = false;
+            for p in &txn.partitions {
+                let ok = *topic_ok.entry(p.topic.clone()).or_insert_with(|| {
+                    self.allowed(AclOperation::Write, ResourceType::Topic, &p.topic)
+                });
+                denied |= !ok;
+            }
+            if denied {
+                answered.push((
+                    i,
+                    AddPartitionsTxnResult {
+                        transactional_id: txn.transactional_id.clone(),
+                        partitions: txn
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                let e = if topic_ok.get(&p.topic) == Some(&false) {
+                                    ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                                } else {
+                                    ErrorCode::OPERATION_NOT_ATTEMPTED
+                                };
+                                (p.clone(), e)
+                            })
+                            .collect(),
+                    },
+                ));
+            } else {
+                forwarded.push((i, txn));
+            }
+        }
+        if answered.is_empty() {
+            return AddPartitionsAuthz::Allowed(AddPartitionsToTxnRequest {
+                version: req.version,
+                transactions: forwarded.into_iter().map(|(_, t)| t).collect(),
+            });
+        }
+        AddPartitionsAuthz::Partial {
+            forward: AddPartitionsToTxnRequest {
+                version: req.version,
+                transactions: forwarded.iter().map(|(_, t)| t.clone()).collect(),
+            },
+            forwarded_at: forwarded.into_iter().map(|(i, _)| i).collect(),
+            answered,
+        }
+    }
+
+    /// AddOffsetsToTxn.
+    pub fn add_offsets(&self, transactional_id: &str, group: &str) -> Result<(), ErrorCode> {
+        if !self.allowed(
+            AclOperation::Write,
+            ResourceType::TransactionalId,
+            transactional_id,
+        ) {
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if !self.allowed(AclOperation::Read, ResourceType::Group, group) {
+            Err(ErrorCode::GROUP_AUTHORIZATION_FAILED)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// EndTxn.
+    pub fn end_txn(&self, transactional_id: &str) -> Result<(), ErrorCode> {
+        if self.allowed(
+            AclOperation::Write,
+            ResourceType::TransactionalId,
+            transactional_id,
+        ) {
+            Ok(())
+        } else {
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        }
+    }
+
+    /// DescribeTransactions, before the coordinator: the ids it may describe (in order).
+    pub fn describable(&self, ids: &[String]) -> Vec<bool> {
+        ids.iter()
+            .map(|id| self.allowed(AclOperation::Describe, ResourceType::TransactionalId, id))
+            .collect()
+    }
+
+    /// DescribeTransactions, after: the answer in request order (denied ids answered
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), topics without DESCRIBE left out.
+    pub fn describe_answer(
+        &self,
+        ids: &[String],
+        allowed: &[bool],
+        described: Vec<DescribedTxn>,
+    ) -> Vec<DescribedTxn> {
+        let mut described = described.into_iter();
+        let mut topic_ok: HashMap<String, bool> = HashMap::new();
+        ids.iter()
+            .zip(allowed)
+            .map(|(id, ok)| {
+                let mut d = if *ok {
+                    described
+                        .next()
+                        .unwrap_or_else(|| DescribedTxn::error(id, ErrorCode::UNKNOWN_SERVER_ERROR))
+                } else {
+                    DescribedTxn::error(id, ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                };
+                if self.enabled() {
+                    d.partitions.retain(|p| {
+                        *topic_ok.entry(p.topic.clone()).or_insert_with(|| {
+                            self.allowed(AclOperation::Describe, ResourceType::Topic, &p.topic)
+                        })
+                    });
+                }
+                d
+            })
+            .collect()
+    }
+
+    /// ListTransactions: leaves out the ids the caller may not DESCRIBE.
+    pub fn list_answer(&self, mut resp: ListTransactionsResponse) -> ListTransactionsResponse {
+        if self.enabled() {
+            resp.transactions.retain(|t| {
+                self.allowed(
+                    AclOperation::Describe,
+                    ResourceType::TransactionalId,
+                    &t.transactional_id,
+                )
+            });
+        }
+        resp
+    }
+}
+
+/// What [`Authz::add_partitions`] decided.
+#[derive(Debug)]
+pub enum AddPartitionsAuthz {
+    /// Send this (the whole request) to the coordinator.
+    Allowed(AddPartitionsToTxnRequest),
+    /// Answer this; the coordinator is not called.
+    Denied(AddPartitionsToTxnResponse),
+    /// Some transactions are answered here (`answered`, by their index in the request), the
+    /// others go to the coordinator (`forward`; `forwarded_at` their indexes).
+    Partial {
+        /// The transactions for the coordinator.
+        forward: AddPartitionsToTxnRequest,
+        /// Their indexes in the request.
+        forwarded_at: Vec<usize>,
+        /// The transactions answered here, by index.
+        answered: Vec<(usize, AddPartitionsTxnResult)>,
+    },
+}
+
+/// Puts the coordinator's results for the forwarded transactions and the ones answered here
+/// back in request order.
+pub fn merge_add_partitions(
+    from_coordinator: AddPartitionsToTxnResponse,
+    forwarded_at: &[usize],
+    answered: Vec<(usize, AddPartitionsTxnResult)>,
+) -> AddPartitionsToTxnResponse {
+    let mut slots: Vec<(usize, AddPartitionsTxnResult)> = answered;
+    slots.extend(forwarded_at.iter().copied().zip(from_coordinator.results));
+    slots.sort_by_key(|(i, _)| *i);
+    AddPartitionsToTxnResponse {
+        error: from_coordinator.error,
+        results: slots.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AddPartitionsTxn;
+    use security::acl::{
+        AccessControlEntry, AclBinding, AclPermissionType, Principal, ResourcePattern,
+        StandardAuthorizerConfig,
+    };
+    use txn_log::{ProducerEpoch, ProducerId, TopicPartition};
+
+    fn acl(
+        rt: ResourceType,
+        name: &str,
+        prefixed: bool,
+        op: AclOperation,
+        allow: bool,
+    ) -> AclBinding {
+        let pattern = if prefixed {
+            ResourcePattern::prefixed(rt, name)
+        } else {
+            ResourcePattern::literal(rt, name)
+        };
+        let perm = if allow {
+            AclPermissionType::Allow
+        } else {
+            AclPermissionType::Deny
+        };
+        AclBinding::new(
+            pattern,
+            AccessControlEntry::new("User:ANONYMOUS", "*", op, perm),
+        )
+    }
+
+    fn authorizer(acls: &[AclBinding]) -> Option<Arc<StandardAuthorizer>> {
+        let mut a = StandardAuthorizer::new(StandardAuthorizerConfig::default());
+        a.create(acls);
+        Some(Arc::new(a))
+    }
+
+    fn session() -> Session {
+        Session::anonymous(std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    fn txn(id: &str, topics: &[&str]) -> AddPartitionsTxn {
+        AddPartitionsTxn {
+            transactional_id: id.into(),
+            producer_id: ProducerId(1),
+            producer_epoch: ProducerEpoch(0),
+            verify_only: false,
+            partitions: topics.iter().map(|t| TopicPartition::new(*t, 0)).collect(),
+        }
+    }
+
+    #[test]
+    fn no_authorizer_allows_everything() {
+        let d = Denials::default();
+        let a = Authz::new(None, &session(), &d, "EndTxn");
+        assert!(a.end_txn("t").is_ok());
+        assert!(a.init_producer_id(None).is_ok());
+        assert!(a.add_offsets("t", "g").is_ok());
+    }
+
+    #[test]
+    fn write_on_the_id_prefixed_and_deny_wins() {
+        let d = Denials::default();
+        let z = authorizer(&[
+            acl(
+                ResourceType::TransactionalId,
+                "app-",
+                true,
+                AclOperation::Write,
+                true,
+            ),
+            acl(
+                ResourceType::TransactionalId,
+                "app-secret",
+                false,
+                AclOperation::Write,
+                false,
+            ),
+        ]);
+        let a = Authz::new(z, &session(), &d, "EndTxn");
+        assert!(a.end_txn("app-1").is_ok());
+        assert_eq!(
+            a.end_txn("app-secret"),
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        );
+        assert_eq!(
+            a.end_txn("other"),
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        );
+        let denied = d
+            .get_or_create(&DenialLabels {
+                api: "EndTxn".into(),
+                operation: "WRITE".into(),
+            })
+            .get();
+        assert_eq!(denied, 2);
+    }
+
+    #[test]
+    fn init_producer_id_without_an_id() {
+        let d = Denials::default();
+        let a = Authz::new(authorizer(&[]), &session(), &d, "InitProducerId");
+        assert_eq!(
+            a.init_producer_id(None),
+            Err(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
+        );
+        let z = authorizer(&[acl(
+            ResourceType::Topic,
+            "x",
+            false,
+            AclOperation::Write,
+            true,
+        )]);
+        assert!(
+            Authz::new(z, &session(), &d, "InitProducerId")
+                .init_producer_id(None)
+                .is_ok()
+        );
+        let z = authorizer(&[acl(
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+            false,
+            AclOperation::IdempotentWrite,
+            true,
+        )]);
+        assert!(
+            Authz::new(z, &session(), &d, "InitProducerId")
+                .init_producer_id(None)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn add_partitions_v3_id_then_topics() {
+        let d = Denials::default();
+        let req = |topics: &[&str]| AddPartitionsToTxnRequest {
+            version: 3,
+            transactions: vec![txn("t", topics)],
+        };
+        let a = Authz::new(authorizer(&[]), &session(), &d, "AddPartitionsToTxn");
+        match a.add_partitions(req(&["a"])) {
+            AddPartitionsAuthz::Denied(r) => assert_eq!(
+                r.results[0].partitions[0].1,
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ),
+            other => panic!("{other:?}"),
+        }
+        let z = authorizer(&[
+            acl(
+                ResourceType::TransactionalId,
+                "t",
+                false,
+                AclOperation::Write,
+                true,
+            ),
+            acl(ResourceType::Topic, "a", false, AclOperation::Write, true),
+        ]);
+        let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
+        assert!(matches!(
+            a.add_partitions(req(&["a"])),
+            AddPartitionsAuthz::Allowed(_)
+        ));
+        match a.add_partitions(req(&["a", "b"])) {
+            AddPartitionsAuthz::Partial {
+                forward, answered, ..
+            } => {
+                assert!(forward.transactions.is_empty(), "nothing is added");
+                let errs: Vec<_> = answered[0].1.partitions.iter().map(|(_, e)| *e).collect();
+                assert_eq!(
+                    errs,
+                    vec![
+                        ErrorCode::OPERATION_NOT_ATTEMPTED,
+                        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn add_partitions_v4_needs_cluster_action_and_merges_in_order() {
+        let d = Denials::default();
+        let req = AddPartitionsToTxnRequest {
+            version: 4,
+            transactions: vec![txn("t1", &["ok"]), txn("t2", &["no"]), txn("t3", &["ok"])],
+        };
+        let a = Authz::new(authorizer(&[]), &session(), &d, "AddPartitionsToTxn");
+        match a.add_partitions(req.clone()) {
+            AddPartitionsAuthz::Denied(r) => {
+                assert_eq!(r.error, ErrorCode::CLUSTER_AUTHORIZATION_FAILED);
+                assert!(r.results.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        let z = authorizer(&[
+            acl(
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+                false,
+                AclOperation::ClusterAction,
+                true,
+            ),
+            acl(ResourceType::Topic, "ok", false, AclOperation::Write, true),
+        ]);
+        let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
+        let AddPartitionsAuthz::Partial {
+            forward,
+            forwarded_at,
+            answered,
+        } = a.add_partitions(req)
+        else {
+            panic!("partial expected");
+        };
+        assert_eq!(forwarded_at, vec![0, 2]);
+        let from = AddPartitionsToTxnResponse::all(&forward, ErrorCode::NONE);
+        let merged = merge_add_partitions(from, &forwarded_at, answered);
+        let ids: Vec<_> = merged
+            .results
+            .iter()
+            .map(|r| r.transactional_id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["t1", "t2", "t3"]);
+        assert_eq!(
+            merged.results[1].partitions[0].1,
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED
+        );
+    }
+
+    #[test]
+    fn add_offsets_checks_the_id_then_the_group() {
+        let d = Denials::default();
+        let z = authorizer(&[acl(
+            ResourceType::TransactionalId,
+            "t",
+            false,
+            AclOperation::Write,
+            true,
+        )]);
+        let a = Authz::new(z, &session(), &d, "AddOffsetsToTxn");
+        assert_eq!(
+            a.add_offsets("t", "g"),
+            Err(ErrorCode::GROUP_AUTHORIZATION_FAILED)
+        );
+        assert_eq!(
+            a.add_offsets("u", "g"),
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        );
+    }
+
+    #[test]
+    fn describe_and_list_hide_what_may_not_be_described() {
+        let d = Denials::default();
+        let z = authorizer(&[
+            acl(
+                ResourceType::TransactionalId,
+                "a",
+                false,
+                AclOperation::Describe,
+                true,
+            ),
+            acl(
+                ResourceType::Topic,
+                "seen",
+                false,
+                AclOperation::Describe,
+                true,
+            ),
+        ]);
+        let a = Authz::new(z, &session(), &d, "DescribeTransactions");
+        let ids = vec!["a".to_owned(), "b".to_owned()];
+        let allowed = a.describable(&ids);
+        assert_eq!(allowed, vec![true, false]);
+        let mut described = DescribedTxn::error("a", ErrorCode::NONE);
+        described.partitions = vec![
+            TopicPartition::new("seen", 0),
+            TopicPartition::new("hidden", 0),
+        ];
+        let out = a.describe_answer(&ids, &allowed, vec![described]);
+        assert_eq!(out[0].partitions, vec![TopicPartition::new("seen", 0)]);
+        assert_eq!(
+            out[1].error,
+            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        );
+        let listed = |id: &str| crate::ListedTxn {
+            transactional_id: id.into(),
+            producer_id: ProducerId(1),
+            state: txn_log::TxnState::Ongoing,
+        };
+        let resp = a.list_answer(ListTransactionsResponse {
+            error: ErrorCode::NONE,
+            unknown_state_filters: Vec::new(),
+            transactions: vec![listed("a"), listed("b")],
+        });
+        assert_eq!(resp.transactions, vec![listed("a")]);
+        let _ = Principal::user("x");
+    }
+}

@@ -1,0 +1,208 @@
+//! Apache Kafka's own `kafka-acls.sh` (`org.apache.kafka.tools.AclCommand`, in the
+//! `kafka-tools` 4.1 jar `tests/java/pom.xml` resolves) against the daemon with Kafka's standard
+//! authorizer: `--add` (a prefixed ALLOW, a literal DENY), `--list`, `--remove --force`, each
+//! checked through the daemon's answers to InitProducerId of `User:ANONYMOUS` (PLAINTEXT).
+//! The administrator's rights (ALTER and DESCRIBE on the cluster) are bootstrapped offline with
+//! `txn-coordinator acl add`. Skipped (and passing) without `TXN_TEST_KAFKA_CLASSPATH`, as
+//! `kafka_tools.rs`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kafka_protocol::messages as km;
+use kafka_protocol::protocol::StrBytes;
+use markers::wire::KafkaConnection;
+
+fn daemon_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("profile dir")
+        .join("txn-coordinator")
+}
+
+struct Daemon(Child, SocketAddr);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(data: &str) -> Daemon {
+    let mut child = Command::new(daemon_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data])
+        .args([
+            "--set",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--set",
+            "transaction.state.log.num.partitions=5",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start txn-coordinator (cargo build -p coordinator first)");
+    let out = child.stdout.take().expect("stdout");
+    for line in BufReader::new(out).lines() {
+        let line = line.expect("line");
+        if let Some(addr) = line.strip_prefix("txn-coordinator listening on ") {
+            return Daemon(child, addr.trim().parse().expect("addr"));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the daemon did not start");
+}
+
+fn acls_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
+    let out = Command::new("java")
+        .args([
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+        ])
+        .arg("org.apache.kafka.tools.AclCommand")
+        .args(["--bootstrap-server", bootstrap])
+        .args(args)
+        .output()
+        .expect("java");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "kafka-acls.sh {args:?}:\n{text}");
+    text
+}
+
+async fn init(addr: SocketAddr, id: &str) -> i16 {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut c = KafkaConnection::new(stream, "kafka-acls-test");
+    for _ in 0..100 {
+        let r = c
+            .call(
+                &km::InitProducerIdRequest::default()
+                    .with_transactional_id(Some(km::TransactionalId(StrBytes::from_string(
+                        id.to_owned(),
+                    ))))
+                    .with_transaction_timeout_ms(60_000),
+                4,
+            )
+            .await
+            .expect("InitProducerId");
+        if r.error_code != 14 && r.error_code != 51 {
+            return r.error_code;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("InitProducerId kept being retriable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_acls_sh_adds_lists_and_removes() {
+    let Ok(classpath) = std::env::var("TXN_TEST_KAFKA_CLASSPATH") else {
+        eprintln!(
+            "kafka_acls_sh_adds_lists_and_removes: skipped: TXN_TEST_KAFKA_CLASSPATH not set"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().to_str().expect("utf-8");
+    for op in ["Alter", "Describe"] {
+        let st = Command::new(daemon_bin())
+            .args(["acl", "add", "--principal", "User:ANONYMOUS"])
+            .args([
+                "--resource-type",
+                "Cluster",
+                "--resource-name",
+                "kafka-cluster",
+            ])
+            .args(["--operation", op, "--data-dir", data])
+            .args(["--set", "transaction.state.log.num.partitions=5"])
+            .status()
+            .expect("acl add");
+        assert!(st.success());
+    }
+    let d = start(data);
+    let bootstrap = d.1.to_string();
+    let (cp, bs) = (classpath.as_str(), bootstrap.as_str());
+
+    assert_eq!(init(d.1, "app-1").await, 53, "no ACL yet");
+    acls_sh(
+        cp,
+        bs,
+        &[
+            "--add",
+            "--allow-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--transactional-id",
+            "app-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    );
+    acls_sh(
+        cp,
+        bs,
+        &[
+            "--add",
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Write",
+            "--transactional-id",
+            "app-blocked",
+        ],
+    );
+    assert_eq!(init(d.1, "app-1").await, 0, "prefixed ALLOW");
+    assert_eq!(init(d.1, "app-blocked").await, 53, "DENY wins");
+
+    let listed = acls_sh(cp, bs, &["--list", "--transactional-id", "app-blocked"]);
+    assert!(
+        listed.contains("operation=WRITE") && listed.contains("permissionType=DENY"),
+        "{listed}"
+    );
+    let all = acls_sh(cp, bs, &["--list"]);
+    assert!(all.contains("name=app-, patternType=PREFIXED"), "{all}");
+
+    acls_sh(
+        cp,
+        bs,
+        &[
+            "--remove",
+            "--force",
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Write",
+            "--transactional-id",
+            "app-blocked",
+        ],
+    );
+    assert_eq!(init(d.1, "app-blocked").await, 0, "the DENY is gone");
+    acls_sh(
+        cp,
+        bs,
+        &[
+            "--remove",
+            "--force",
+            "--transactional-id",
+            "app-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    );
+    assert_eq!(init(d.1, "app-2").await, 53, "the ALLOW is gone");
+}

@@ -1,0 +1,206 @@
+//! Apache Kafka's own `kafka-configs.sh` (`kafka.admin.ConfigCommand`, in the `kafka_2.13` 4.1
+//! jar `tests/java/pom.xml` resolves) managing SCRAM users on the daemon: `--alter
+//! --add-config 'SCRAM-SHA-256=[iterations=4096,password=...]'`, `--describe`, `--alter
+//! --delete-config SCRAM-SHA-256`, each followed by a SCRAM-SHA-256 login on the daemon's
+//! SASL_PLAINTEXT listener (through the daemon's own SASL client connector,
+//! `coordinator::server::outgoing`): the new password works, a wrong one and the deleted
+//! credential fail. The tool talks to the PLAINTEXT listener (no authorizer: the SCRAM APIs are
+//! open, as on a Kafka cluster without one). Skipped (and passing) without
+//! `TXN_TEST_KAFKA_CLASSPATH`, as `kafka_acls.rs`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use coordinator::server::outgoing::ClientSecurity;
+use markers::wire::{ConnectError, Connector};
+
+fn daemon_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("profile dir")
+        .join("txn-coordinator")
+}
+
+/// The daemon with a PLAINTEXT and a SASL_PLAINTEXT (SCRAM-SHA-256) listener; killed on drop.
+struct Daemon {
+    child: Child,
+    plaintext: SocketAddr,
+    sasl: SocketAddr,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(data: &str) -> Daemon {
+    let mut child = Command::new(daemon_bin())
+        .args(["serve", "--data-dir", data])
+        .args([
+            "--set",
+            "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "--set",
+            "sasl.enabled.mechanisms=SCRAM-SHA-256",
+            "--set",
+            "transaction.state.log.num.partitions=5",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start txn-coordinator (cargo build -p coordinator first)");
+    let out = child.stdout.take().expect("stdout");
+    let (mut plaintext, mut sasl) = (None, None);
+    for line in BufReader::new(out).lines() {
+        let Ok(line) = line else { break };
+        if let Some(a) = line.strip_prefix("txn-coordinator listening on PLAINTEXT://") {
+            plaintext = a.trim().parse().ok();
+        }
+        if let Some(a) = line.strip_prefix("txn-coordinator listening on SASL_PLAINTEXT://") {
+            sasl = a.trim().parse().ok();
+        }
+        if let (Some(plaintext), Some(sasl)) = (plaintext, sasl) {
+            return Daemon {
+                child,
+                plaintext,
+                sasl,
+            };
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the daemon did not start");
+}
+
+fn configs_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
+    let out = Command::new("java")
+        .args([
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+        ])
+        .arg("kafka.admin.ConfigCommand")
+        .args(["--bootstrap-server", bootstrap])
+        .args(args)
+        .output()
+        .expect("java");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "kafka-configs.sh {args:?}:\n{text}");
+    text
+}
+
+/// A SCRAM-SHA-256 login as `user` with `password` on `addr`.
+async fn login(addr: SocketAddr, user: &str, password: &str) -> Result<(), ConnectError> {
+    let jaas = format!(
+        r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";"#
+    );
+    let keys = [
+        ("t.security.protocol", "SASL_PLAINTEXT".to_owned()),
+        ("t.sasl.mechanism", "SCRAM-SHA-256".to_owned()),
+        ("t.sasl.jaas.config", jaas),
+    ];
+    let connector: Arc<dyn Connector> = ClientSecurity::from_keys("t.", |k| {
+        keys.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    })
+    .expect("client keys")
+    .connector();
+    connector
+        .connect(&addr.ip().to_string(), addr.port(), "kafka-configs-test")
+        .await
+        .map(drop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
+    let Ok(classpath) = std::env::var("TXN_TEST_KAFKA_CLASSPATH") else {
+        eprintln!(
+            "kafka_configs_sh_adds_describes_and_deletes_scram_users: skipped: TXN_TEST_KAFKA_CLASSPATH not set"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = start(dir.path().to_str().expect("utf-8"));
+    let bootstrap = d.plaintext.to_string();
+    let (cp, bs) = (classpath.as_str(), bootstrap.as_str());
+    let alice = ["--entity-type", "users", "--entity-name", "alice"];
+
+    let e = login(d.sasl, "alice", "alice-secret")
+        .await
+        .expect_err("no credential yet");
+    assert!(matches!(e, ConnectError::Authentication { .. }), "{e}");
+
+    let out = configs_sh(
+        cp,
+        bs,
+        &[
+            &["--alter", "--add-config"][..],
+            &["SCRAM-SHA-256=[iterations=4096,password=alice-secret]"],
+            &alice,
+        ]
+        .concat(),
+    );
+    assert!(
+        out.contains("Completed updating config for user alice"),
+        "{out}"
+    );
+    login(d.sasl, "alice", "alice-secret")
+        .await
+        .expect("the new password logs in");
+    let e = login(d.sasl, "alice", "wrong")
+        .await
+        .expect_err("a wrong password");
+    assert!(e.to_string().contains("SASL_AUTHENTICATION_FAILED"), "{e}");
+
+    let out = configs_sh(cp, bs, &[&["--describe"][..], &alice].concat());
+    assert!(
+        out.contains(
+            "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=4096"
+        ),
+        "{out}"
+    );
+
+    // A new password replaces the old one.
+    configs_sh(
+        cp,
+        bs,
+        &[
+            &["--alter", "--add-config"][..],
+            &["SCRAM-SHA-256=[iterations=8192,password=alice-2]"],
+            &alice,
+        ]
+        .concat(),
+    );
+    login(d.sasl, "alice", "alice-2")
+        .await
+        .expect("the changed password logs in");
+    assert!(login(d.sasl, "alice", "alice-secret").await.is_err());
+
+    let out = configs_sh(
+        cp,
+        bs,
+        &[&["--alter", "--delete-config", "SCRAM-SHA-256"][..], &alice].concat(),
+    );
+    assert!(
+        out.contains("Completed updating config for user alice"),
+        "{out}"
+    );
+    let e = login(d.sasl, "alice", "alice-2")
+        .await
+        .expect_err("the credential is gone");
+    assert!(matches!(e, ConnectError::Authentication { .. }), "{e}");
+    let out = configs_sh(cp, bs, &[&["--describe"][..], &alice].concat());
+    assert!(!out.contains("SCRAM-SHA-256=iterations"), "{out}");
+}
