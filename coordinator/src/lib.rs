@@ -97,7 +97,7 @@ pub use request::{
     AddPartitionsTxn, AddPartitionsTxnResult, DescribeTransactionsRequest, DescribedTxn,
     EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse,
     ListTransactionsRequest, ListTransactionsResponse, ListedTxn, Request, Response,
-    merge_list_responses, unknown_state_filters,
+    TransactionalIdPattern, merge_list_responses, unknown_state_filters,
 };
 /// Kafka's error codes: the workspace's one error-code type, [`txn_log::ErrorCode`]
 /// (re-exported; the participant's and the marker path's errors return the same type).

@@ -176,7 +176,61 @@ pub struct ListTransactionsRequest {
     pub producer_id_filters: Vec<ProducerId>,
     /// `DurationFilter` (v1+, -1 = none): keep transactions running longer than this.
     pub duration_filter_ms: i64,
+    /// `TransactionalIdPattern` (v2+, KIP-1152): keep the ids it matches.
+    pub transactional_id_pattern: Option<TransactionalIdPattern>,
 }
+
+/// A ListTransactions `TransactionalIdPattern` (KIP-1152): a regular expression in RE2 syntax,
+/// as Kafka's RE2/J, that must match the whole transactional id. Matching takes time linear in
+/// the id, and a pattern that compiles to more than [`TransactionalIdPattern::MAX_COMPILED_BYTES`]
+/// is refused, so a request cannot make the coordinator spend unbounded time or memory.
+#[derive(Debug, Clone)]
+pub struct TransactionalIdPattern {
+    source: String,
+    regex: regex::Regex,
+}
+
+impl TransactionalIdPattern {
+    /// The largest compiled program accepted.
+    pub const MAX_COMPILED_BYTES: usize = 1 << 20;
+
+    /// Compiles `source`; [`ErrorCode::INVALID_REGULAR_EXPRESSION`] when it is not a valid
+    /// pattern or too large. The empty pattern matches every id.
+    pub fn new(source: &str) -> Result<Self, ErrorCode> {
+        // Kafka lists every id for an empty pattern, as for none.
+        let whole = if source.is_empty() {
+            "(?s:.*)".to_owned()
+        } else {
+            format!("^(?:{source})$")
+        };
+        let regex = regex::RegexBuilder::new(&whole)
+            .size_limit(Self::MAX_COMPILED_BYTES)
+            .build()
+            .map_err(|_| ErrorCode::INVALID_REGULAR_EXPRESSION)?;
+        Ok(Self {
+            source: source.to_owned(),
+            regex,
+        })
+    }
+
+    /// The pattern as the client sent it.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether `transactional_id` matches the pattern as a whole.
+    pub fn matches(&self, transactional_id: &str) -> bool {
+        self.regex.is_match(transactional_id)
+    }
+}
+
+impl PartialEq for TransactionalIdPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for TransactionalIdPattern {}
 
 /// One listed transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,4 +365,45 @@ pub fn merge_list_responses(
     out.transactions
         .sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transactional_id_pattern_matches_the_whole_id() {
+        let p = TransactionalIdPattern::new("app-[0-9]+").unwrap();
+        assert!(p.matches("app-1") && p.matches("app-42"));
+        assert!(!p.matches("app-") && !p.matches("my-app-1") && !p.matches("app-1x"));
+        // An alternation is grouped before the anchors, so each branch matches whole ids.
+        let p = TransactionalIdPattern::new("a|b").unwrap();
+        assert!(p.matches("a") && p.matches("b") && !p.matches("ab"));
+        assert_eq!(p.as_str(), "a|b");
+    }
+
+    #[test]
+    fn an_empty_pattern_matches_every_id() {
+        let p = TransactionalIdPattern::new("").unwrap();
+        assert!(p.matches("") && p.matches("anything\nat all"));
+    }
+
+    #[test]
+    fn an_invalid_or_oversized_pattern_is_invalid_regular_expression() {
+        for bad in ["(", "a{2,1}", "[z-a]", "(?<", "\\"] {
+            assert_eq!(
+                TransactionalIdPattern::new(bad).err(),
+                Some(ErrorCode::INVALID_REGULAR_EXPRESSION),
+                "{bad:?}"
+            );
+        }
+        // Backreferences and lookaround are not RE2, as in Kafka's RE2/J.
+        assert!(TransactionalIdPattern::new("(a)\\1").is_err());
+        assert!(TransactionalIdPattern::new("(?=a)").is_err());
+        // A counted repetition that would compile past the size limit.
+        assert_eq!(
+            TransactionalIdPattern::new("(\\w{1000}){1000}").err(),
+            Some(ErrorCode::INVALID_REGULAR_EXPRESSION)
+        );
+    }
 }

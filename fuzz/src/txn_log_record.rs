@@ -210,6 +210,7 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
             state_filters: Vec::new(),
             producer_id_filters: Vec::new(),
             duration_filter_ms: 0,
+            transactional_id_pattern: None,
         },
     );
     let mut req = 0u64;

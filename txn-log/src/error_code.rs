@@ -128,6 +128,8 @@ error_codes! {
     TRANSACTIONAL_ID_NOT_FOUND = 105, retriable: false;
     /// 120: transaction abortable (KIP-890).
     TRANSACTION_ABORTABLE = 120, retriable: false;
+    /// 128: invalid regular expression (ListTransactions v2 `TransactionalIdPattern`).
+    INVALID_REGULAR_EXPRESSION = 128, retriable: false;
 }
 
 impl ErrorCode {

@@ -71,6 +71,11 @@ impl Engine {
             if req.duration_filter_ms >= 0 && now.0 - r.txn_start_ms <= req.duration_filter_ms {
                 continue;
             }
+            if let Some(p) = &req.transactional_id_pattern
+                && !p.matches(id.as_str())
+            {
+                continue;
+            }
             out.transactions.push(ListedTxn {
                 transactional_id: id.to_string(),
                 producer_id: r.producer_id,

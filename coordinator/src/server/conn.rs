@@ -397,11 +397,7 @@ fn not_coordinator(version: i16, body: &RequestKind) -> Option<ResponseKind> {
                 .collect::<Vec<_>>(),
         ),
         // Owning nothing, it has nothing to list.
-        RequestKind::ListTransactions(r) => p::list_response(&crate::ListTransactionsResponse {
-            error: ErrorCode::NONE,
-            unknown_state_filters: crate::unknown_state_filters(&p::list(version, r).state_filters),
-            transactions: Vec::new(),
-        }),
+        RequestKind::ListTransactions(r) => p::list_response_owning_nothing(version, r),
         _ => return None,
     })
 }

@@ -13,7 +13,7 @@ use crate::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     AddPartitionsTxn, DescribeTransactionsRequest, DescribedTxn, EndTxnRequest, EndTxnResponse,
     ErrorCode, InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
-    ListTransactionsResponse,
+    ListTransactionsResponse, TransactionalIdPattern,
 };
 
 /// The APIs and versions this daemon serves (what ApiVersions advertises).
@@ -33,7 +33,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
     // Kafka's admin APIs for ACLs and SCRAM credentials (`kafka-acls.sh`, `kafka-configs.sh`):
     // the versions Kafka 4.1 serves.
     (ApiKey::DescribeAcls, 1, 3),
@@ -235,9 +235,17 @@ pub fn describe(r: &km::DescribeTransactionsRequest) -> DescribeTransactionsRequ
     }
 }
 
-/// ListTransactions request.
-pub fn list(version: i16, r: &km::ListTransactionsRequest) -> ListTransactionsRequest {
-    ListTransactionsRequest {
+/// ListTransactions request; INVALID_REGULAR_EXPRESSION for a v2 `TransactionalIdPattern`
+/// that does not compile.
+pub fn list(
+    version: i16,
+    r: &km::ListTransactionsRequest,
+) -> Result<ListTransactionsRequest, ErrorCode> {
+    let transactional_id_pattern = match &r.transactional_id_pattern {
+        Some(p) if version >= 2 && !p.is_empty() => Some(TransactionalIdPattern::new(p)?),
+        _ => None,
+    };
+    Ok(ListTransactionsRequest {
         state_filters: r.state_filters.iter().map(|s| s.to_string()).collect(),
         producer_id_filters: r
             .producer_id_filters
@@ -245,7 +253,8 @@ pub fn list(version: i16, r: &km::ListTransactionsRequest) -> ListTransactionsRe
             .map(|p| ProducerId(p.0))
             .collect(),
         duration_filter_ms: if version >= 1 { r.duration_filter } else { -1 },
-    }
+        transactional_id_pattern,
+    })
 }
 
 // ===== responses =====
@@ -381,6 +390,24 @@ pub fn list_response(r: &ListTransactionsResponse) -> ResponseKind {
                     .collect(),
             ),
     )
+}
+
+/// ListTransactions answered by a node that coordinates no transactional id: nothing listed,
+/// the unknown state filters echoed, and a v2 pattern that does not compile refused as the
+/// coordinator refuses it.
+pub fn list_response_owning_nothing(version: i16, r: &km::ListTransactionsRequest) -> ResponseKind {
+    let (error, unknown_state_filters) = match list(version, r) {
+        Ok(req) => (
+            ErrorCode::NONE,
+            crate::unknown_state_filters(&req.state_filters),
+        ),
+        Err(error) => (error, Vec::new()),
+    };
+    list_response(&ListTransactionsResponse {
+        error,
+        unknown_state_filters,
+        transactions: Vec::new(),
+    })
 }
 
 /// Produce: this node leads nothing; every partition gets NOT_LEADER_OR_FOLLOWER.

@@ -113,9 +113,19 @@ pub async fn handle<'a>(
             };
             p::describe_response(&a.describe_answer(&ids, &allowed, described))
         }
-        RequestKind::ListTransactions(r) => p::list_response(
-            &authz("ListTransactions").list_answer(c.list_transactions(p::list(version, &r)).await),
-        ),
+        RequestKind::ListTransactions(r) => match p::list(version, &r) {
+            Ok(req) => p::list_response(
+                &authz("ListTransactions").list_answer(c.list_transactions(req).await),
+            ),
+            Err(error) => {
+                m.record("ListTransactions", error);
+                p::list_response(&crate::ListTransactionsResponse {
+                    error,
+                    unknown_state_filters: Vec::new(),
+                    transactions: Vec::new(),
+                })
+            }
+        },
         other => return Err(other),
     })
 }

@@ -268,6 +268,7 @@ async fn list_and_describe_span_partitions_in_request_order() {
             state_filters: vec!["Empty".into(), "Bogus".into()],
             producer_id_filters: vec![],
             duration_filter_ms: -1,
+            transactional_id_pattern: None,
         })
         .await;
     assert_eq!(l.error, ErrorCode::NONE);

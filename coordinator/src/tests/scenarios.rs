@@ -1528,6 +1528,7 @@ fn s104_list_filters() {
             state_filters: states.iter().map(|s| (*s).to_owned()).collect(),
             producer_id_filters: pids.iter().map(|p| ProducerId(*p)).collect(),
             duration_filter_ms: dur,
+            transactional_id_pattern: None,
         };
         let r = merge_list_responses(&req, [fx.eng.list_transactions(now, &req)]);
         (
@@ -1563,4 +1564,26 @@ fn s104_list_filters() {
         names(&["t4", "t5"])
     );
     assert!(list(&["Dead"], &[], -1).0.is_empty());
+
+    // ListTransactions v2 (KIP-1152): the pattern matches the whole id, and ANDs with the rest.
+    let matching = |pattern: &str, states: &[&str]| {
+        let req = ListTransactionsRequest {
+            state_filters: states.iter().map(|s| (*s).to_owned()).collect(),
+            transactional_id_pattern: Some(TransactionalIdPattern::new(pattern).unwrap()),
+            duration_filter_ms: -1,
+            ..Default::default()
+        };
+        let r = merge_list_responses(&req, [fx.eng.list_transactions(now, &req)]);
+        r.transactions
+            .into_iter()
+            .map(|x| x.transactional_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(matching("t[0-2]", &[]), names(&["t0", "t1", "t2"]));
+    assert_eq!(matching("t[0-2]", &["Ongoing"]), names(&["t0", "t1"]));
+    assert!(matching("t", &[]).is_empty(), "a prefix is not a match");
+    assert!(matching("1", &[]).is_empty(), "a substring is not a match");
+    assert_eq!(matching("t1|t6", &[]), names(&["t1", "t6"]));
+    assert_eq!(matching("", &[]), all, "the empty pattern lists everything");
+    assert_eq!(matching(".*", &[]), all);
 }

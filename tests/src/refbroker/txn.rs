@@ -421,13 +421,7 @@ pub(crate) async fn dispatch(
         // broker that leads no `__transaction_state` partition answers). Forwarding would
         // list the daemon's transactions twice, once under this broker's id.
         RequestKind::ListTransactions(r) => {
-            use coordinator::server::protocol as p;
-            let req = p::list(v, &r);
-            p::list_response(&coordinator::ListTransactionsResponse {
-                error: coordinator::ErrorCode::NONE,
-                unknown_state_filters: coordinator::unknown_state_filters(&req.state_filters),
-                transactions: Vec::new(),
-            })
+            coordinator::server::protocol::list_response_owning_nothing(v, &r)
         }
         other => anyhow::bail!("request {other:?} is not served"),
     })
