@@ -34,7 +34,7 @@ async fn api_versions_every_version_and_the_kip511_fallback() {
         assert_eq!(find(ApiKey::EndTxn), Some((0, 5)));
         assert_eq!(find(ApiKey::FindCoordinator), Some((0, 6)));
         assert_eq!(find(ApiKey::DescribeTransactions), Some((0, 0)));
-        assert_eq!(find(ApiKey::ListTransactions), Some((0, 1)));
+        assert_eq!(find(ApiKey::ListTransactions), Some((0, 2)));
         // librdkafka's MsgVer2 feature needs Produce >= 3 and Fetch >= 4 advertised.
         assert!(find(ApiKey::Produce).is_some_and(|(min, max)| min <= 3 && max >= 3));
         assert!(find(ApiKey::Fetch).is_some_and(|(min, max)| min <= 4 && max >= 4));
@@ -227,6 +227,21 @@ async fn transaction_lifecycle_with_markers_to_a_fake_broker() {
     assert_eq!(r.unknown_state_filters, vec![s("Bogus")]);
     assert_eq!(r.transaction_states.len(), 1);
     assert_eq!(r.transaction_states[0].transactional_id.0.as_str(), "app");
+
+    // ListTransactions v2 (KIP-1152): a pattern matching the whole id, one that matches a
+    // part only, and one that does not compile.
+    let list_v2 = |pattern: &str| {
+        km::ListTransactionsRequest::default()
+            .with_state_filters(vec![s("CompleteAbort")])
+            .with_transactional_id_pattern(Some(s(pattern)))
+    };
+    let r = c.call(&list_v2("a.p"), 2).await.expect("list v2");
+    assert_eq!((r.error_code, r.transaction_states.len()), (0, 1));
+    let r = c.call(&list_v2("ap"), 2).await.expect("list v2");
+    assert_eq!((r.error_code, r.transaction_states.len()), (0, 0));
+    let r = c.call(&list_v2("a(p"), 2).await.expect("list v2");
+    assert_eq!(r.error_code, 128, "INVALID_REGULAR_EXPRESSION");
+    assert!(r.transaction_states.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,11 +263,11 @@ async fn other_apis_get_unsupported_version_and_the_connection_stays_usable() {
         .expect("join answered");
     assert_eq!(r.error_code, 35);
     // An advertised API at a version we do not serve: InitProducerId is 0-5, the codec knows 0-5;
-    // ListTransactions v2 exists in the codec but is not advertised.
+    // Fetch v13 exists in the codec but is not advertised (4-12).
     let r = c
-        .call(&km::ListTransactionsRequest::default(), 2)
+        .call(&km::FetchRequest::default(), 13)
         .await
-        .expect("list v2 answered");
+        .expect("fetch v13 answered");
     assert_eq!(r.error_code, 35);
     // Produce to this node: NOT_LEADER_OR_FOLLOWER per partition.
     let produce = km::ProduceRequest::default()

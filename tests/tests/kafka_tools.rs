@@ -1,7 +1,7 @@
 //! Apache Kafka's own `kafka-transactions.sh` (`org.apache.kafka.tools.TransactionsCommand`,
 //! Maven artifact `org.apache.kafka:kafka-tools` 4.1.x) against refbroker and the coordinator,
 //! in standalone mode (daemon + brokers) and embedded mode (the coordinator inside the
-//! brokers): `list` (also with `--duration-filter`), `describe`, `describe-producers`,
+//! brokers): `list` (also with `--duration-filter` and `--transactional-id-pattern`), `describe`, `describe-producers`,
 //! `find-hanging` (by `--topic` and by `--broker-id`), `abort` (the partition-level ABORT
 //! marker) and `forceTerminateTransaction`, each run as the real Java tool and its printed
 //! table checked.
@@ -394,6 +394,29 @@ fn scenario(mode: Mode) {
     let t = tool.run(&["list", "--duration-filter", "1"]).table();
     assert_eq!(t.rows_where("TransactionalId", "kt-open").len(), 1, "{t:?}");
 
+    // --transactional-id-pattern (ListTransactions v2, KIP-1152): a regular expression that
+    // must match the whole id; one that does not compile is the tool's error.
+    let t = tool
+        .run(&["list", "--transactional-id-pattern", "kt-o.*"])
+        .table();
+    assert_eq!(t.rows_where("TransactionalId", "kt-open").len(), 1, "{t:?}");
+    assert!(
+        t.rows_where("TransactionalId", "kt-late").is_empty(),
+        "{t:?}"
+    );
+    let t = tool
+        .run(&["list", "--transactional-id-pattern", "kt"])
+        .table();
+    assert!(t.rows.is_empty(), "a prefix is not a whole-id match: {t:?}");
+    // Kafka's Admin client 4.1 maps INVALID_REGULAR_EXPRESSION to no exception of its own: the
+    // tool reports the failed request and exits 1.
+    let run = tool.run(&["list", "--transactional-id-pattern", "kt-(open"]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("Failed to list transactions"),
+        "{run:?}"
+    );
+
     // ----- describe -----
     let t = tool
         .run(&["describe", "--transactional-id", "kt-open"])
@@ -628,7 +651,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
             .map(|a| (a.min_version, a.max_version))
     };
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
-    assert_eq!(range(ApiKey::ListTransactions), Some((0, 1)));
+    assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
     // transaction.version: supported 0..2 (refbroker adds the partition on a TV2 Produce) and
     // finalized at its `transaction.version` setting, 1 by default, at epoch 1, above the
     // standalone daemon's 0
@@ -827,6 +850,18 @@ fn our_cli(mode: Mode) {
         format!("kt-open {} {open_pid} Ongoing", tt.open_node),
         "{out}"
     );
+    // --transactional-id-pattern: ListTransactions v2 on every node, whole-id matches only.
+    let (code, out, err) = run(&["list", "--transactional-id-pattern", "kt-l[a-z]+"]);
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<String> = out
+        .lines()
+        .skip(1)
+        .map(|l| cells(l, 0)[0].clone())
+        .collect();
+    assert_eq!(ids, ["kt-late"], "{out}");
+    let (code, _, err) = run(&["list", "--transactional-id-pattern", "kt-(open"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("INVALID_REGULAR_EXPRESSION"), "{err}");
     // describe: Kafka's columns
     let (code, out, err) = run(&["describe", "--transactional-id", "kt-open"]);
     assert_eq!(code, Some(0), "{err}");

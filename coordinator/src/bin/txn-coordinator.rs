@@ -51,6 +51,9 @@ enum Command {
             value_name = "MS"
         )]
         duration_ms: Option<i64>,
+        /// Only transactional ids this regular expression (RE2 syntax) matches as a whole.
+        #[arg(long = "transactional-id-pattern", value_name = "REGEX")]
+        transactional_id_pattern: Option<String>,
     },
     /// Describe one transactional id (DescribeTransactions).
     Describe {
@@ -401,14 +404,18 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             states,
             producer_ids,
             duration_ms,
+            transactional_id_pattern,
         } => {
             let mut c = AdminClient::connect(&target.bootstrap_server)
                 .await
                 .map_err(fail)?;
-            let rows = c
-                .list(&states, &producer_ids, duration_ms)
-                .await
-                .map_err(fail)?;
+            let filters = admin::ListFilters {
+                states,
+                producer_ids,
+                duration_ms,
+                transactional_id_pattern,
+            };
+            let rows = c.list(&filters).await.map_err(fail)?;
             print!("{}", admin::render_rows(&rows, fmt_of(target.json), false));
             Ok(())
         }

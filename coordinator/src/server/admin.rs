@@ -47,6 +47,20 @@ impl std::fmt::Debug for AdminClient {
     }
 }
 
+/// The filters of [`AdminClient::list`], as `kafka-transactions.sh list` has them; every one
+/// left empty lists everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilters {
+    /// Only these states.
+    pub states: Vec<String>,
+    /// Only these producer ids.
+    pub producer_ids: Vec<i64>,
+    /// Only transactions running longer than this (ms).
+    pub duration_ms: Option<i64>,
+    /// Only ids this regular expression matches as a whole (ListTransactions v2, KIP-1152).
+    pub transactional_id_pattern: Option<String>,
+}
+
 /// One row of `list` / `describe` / `find-hanging` (its JSON names are Kafka's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -157,18 +171,25 @@ impl AdminClient {
         Ok((r.node_id.0, (addr != self.me).then_some(addr)))
     }
 
-    /// ListTransactions v1 with filters.
-    pub async fn list(
-        &mut self,
-        states: &[String],
-        producer_ids: &[i64],
-        duration_ms: Option<i64>,
-    ) -> anyhow::Result<Vec<TxnRow>> {
+    /// ListTransactions with filters: v1, or v2 when a transactional id pattern is given.
+    pub async fn list(&mut self, filters: &ListFilters) -> anyhow::Result<Vec<TxnRow>> {
         let req = km::ListTransactionsRequest::default()
-            .with_state_filters(states.iter().map(|x| s(x)).collect())
-            .with_producer_id_filters(producer_ids.iter().map(|p| km::ProducerId(*p)).collect())
-            .with_duration_filter(duration_ms.unwrap_or(-1));
-        let r = self.conn.call(&req, 1).await?;
+            .with_state_filters(filters.states.iter().map(|x| s(x)).collect())
+            .with_producer_id_filters(
+                filters
+                    .producer_ids
+                    .iter()
+                    .map(|p| km::ProducerId(*p))
+                    .collect(),
+            )
+            .with_duration_filter(filters.duration_ms.unwrap_or(-1))
+            .with_transactional_id_pattern(filters.transactional_id_pattern.as_deref().map(s));
+        let version = if filters.transactional_id_pattern.is_some() {
+            2
+        } else {
+            1
+        };
+        let r = self.conn.call(&req, version).await?;
         anyhow::ensure!(
             r.error_code == 0,
             "ListTransactions failed: {}",
@@ -186,7 +207,7 @@ impl AdminClient {
             let Ok(conn) = self.to(&addr).await else {
                 continue;
             };
-            match tokio::time::timeout(Duration::from_secs(10), conn.call(&req, 1)).await {
+            match tokio::time::timeout(Duration::from_secs(10), conn.call(&req, version)).await {
                 Ok(Ok(r)) if r.error_code == 0 => {
                     states.extend(r.transaction_states.into_iter().map(|t| (node, t)));
                 }
@@ -265,9 +286,12 @@ impl AdminClient {
     /// timeout. A Prepare* one means its markers are not delivered: the LSO of its partitions
     /// is stuck until they are.
     pub async fn find_hanging(&mut self) -> anyhow::Result<Vec<TxnRow>> {
-        let states: Vec<String> = OPEN_STATES.iter().map(|x| (*x).to_owned()).collect();
+        let states = OPEN_STATES.iter().map(|x| (*x).to_owned()).collect();
         let ids: Vec<String> = self
-            .list(&states, &[], None)
+            .list(&ListFilters {
+                states,
+                ..ListFilters::default()
+            })
             .await?
             .into_iter()
             .map(|r| r.transactional_id)
@@ -603,7 +627,12 @@ impl AdminClient {
         let mut pids: Vec<i64> = candidates.iter().map(|c| c.producer_id).collect();
         pids.sort_unstable();
         pids.dedup();
-        let listed = self.list(&[], &pids, None).await?;
+        let listed = self
+            .list(&ListFilters {
+                producer_ids: pids,
+                ..ListFilters::default()
+            })
+            .await?;
         let ids: Vec<String> = listed.iter().map(|r| r.transactional_id.clone()).collect();
         let described: Vec<TxnRow> = if ids.is_empty() {
             Vec::new()

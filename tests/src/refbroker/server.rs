@@ -272,7 +272,7 @@ impl Broker {
             // Standalone: no transactional id is coordinated here, so the list is empty (the
             // Admin client asks every broker in Metadata; the daemons answer for theirs). The
             // daemon's versions.
-            ApiKey::ListTransactions => (0, 1),
+            ApiKey::ListTransactions => (0, 2),
             ApiKey::DescribeProducers => (0, 0),
             _ => return None,
         };
