@@ -257,11 +257,14 @@ impl Engine {
         next.state = target;
         next.partitions = BTreeSet::new();
         next.txn_last_update_ms = self.now.0;
+        // The last epoch stays what the Prepare* record says, as in Kafka's `prepareComplete`:
+        // 32766 after a client's EndTxn (the last epoch it used), -1 after a coordinator-side
+        // abort, which is how a late commit of the old producer is recognised (KAFKA-20785,
+        // KAFKA-20090).
         if r.next_producer_id.is_some() {
             next.prev_producer_id = r.producer_id;
             next.producer_id = r.next_producer_id;
             next.next_producer_id = ProducerId::NONE;
-            next.last_producer_epoch = r.producer_epoch;
             next.producer_epoch = ProducerEpoch(0);
         }
         let work = MarkerWork {

@@ -277,8 +277,14 @@ impl Engine {
     }
 
     /// Kafka's `prepareFenceProducerEpoch` + `endTransaction(ABORT, isFromClient = false)`:
-    /// one PrepareAbort record with the epoch bumped once (trunk behaviour, also for TV2) and
-    /// last epoch -1. The PrepareEpochFence state is pending-only and never persisted.
+    /// one PrepareAbort record with the epoch bumped once (trunk behaviour, also for TV2, see
+    /// KAFKA-19367) and last epoch -1. The PrepareEpochFence state is pending-only and never
+    /// persisted.
+    ///
+    /// Under TV2, as a client's EndTxn, an abort from an exhausted epoch (≥ 32766) also names the
+    /// next producer id, and its completion moves to (next id, 0) (KAFKA-20090): the bumped
+    /// epoch 32767 is never handed to a client. With no id to hand out it writes nothing: an
+    /// InitProducerId gets COORDINATOR_LOAD_IN_PROGRESS, the reaper tries again next round.
     pub(super) fn fence_and_abort(
         &mut self,
         id: &TransactionalId,
@@ -295,6 +301,21 @@ impl Engine {
         next.state = TxnState::PrepareAbort;
         next.txn_last_update_ms = self.now.0;
         next.client_txn_version = self.config.transaction_version;
+        if next.client_txn_version.bumps_epoch_per_txn()
+            && is_epoch_exhausted(current.producer_epoch)
+        {
+            let Some(pid) = self.allocate_pid() else {
+                if let Some(to) = to {
+                    let e = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
+                    self.respond(
+                        to,
+                        Response::InitProducerId(InitProducerIdResponse::error(e)),
+                    );
+                }
+                return;
+            };
+            next.next_producer_id = pid;
+        }
         self.begin_one(
             id,
             next,

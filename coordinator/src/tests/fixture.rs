@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogError, LogOp, LogPartition, ProducerEpoch, ProducerId,
-    ProducerIdBlock, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
+    ProducerIdBlock, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState, codec,
 };
 
 use crate::*;
@@ -87,6 +87,23 @@ pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition
     }
 }
 
+/// What a log partition holding `records` at coordinator epoch `ce` loads: every record and the
+/// epoch are encoded as the logs store them (`txn_log::codec`, which the sled and etcd logs use)
+/// and decoded again as their `load` does.
+pub(crate) fn through_log(
+    partition: LogPartition,
+    ce: CoordinatorEpoch,
+    records: &[(TransactionalId, TxnRecord)],
+) -> LoadedPartition {
+    let epoch = codec::encode_epoch(&codec::epoch_key(partition), ce).expect("epoch encodes");
+    let stored = records.iter().map(|(id, r)| {
+        let key = codec::record_key(partition, id);
+        let value = codec::encode_record(&key, r).expect("record encodes");
+        Ok((key, value))
+    });
+    codec::decode_partition(partition, Some(&epoch), stored).expect("log decodes")
+}
+
 pub(crate) struct Fx {
     pub(crate) eng: Engine,
     pub(crate) alloc: ProducerIdAllocator,
@@ -120,10 +137,8 @@ impl Fx {
         })
         .expect("valid");
         let mut eng = Engine::new(LogPartition(0), config, alloc.clone());
-        let loaded = LoadedPartition {
-            coordinator_epoch: Some(CoordinatorEpoch(0)),
-            records: records.into_iter().map(|(id, r)| (tid(id), r)).collect(),
-        };
+        let records: Vec<_> = records.into_iter().map(|(id, r)| (tid(id), r)).collect();
+        let loaded = through_log(LogPartition(0), CoordinatorEpoch(0), &records);
         eng.handle_load(Millis(0), CoordinatorEpoch(0), loaded);
         let mut fx = Self {
             eng,
@@ -253,6 +268,11 @@ impl Fx {
 
     /// Reports markers done for every WriteMarkers in `evs`.
     pub(crate) fn markers_done(&mut self, evs: &[Ev]) -> Vec<Ev> {
+        self.markers_finished(evs, MarkerOutcome::Completed)
+    }
+
+    /// Reports `outcome` for every WriteMarkers in `evs`.
+    pub(crate) fn markers_finished(&mut self, evs: &[Ev], outcome: MarkerOutcome) -> Vec<Ev> {
         for e in evs {
             if let Ev::Markers {
                 id,
@@ -272,7 +292,7 @@ impl Fx {
                         coordinator_epoch: CoordinatorEpoch(*ce),
                         log_partition: LogPartition(0),
                         result: *result,
-                        outcome: MarkerOutcome::Completed,
+                        outcome,
                         dropped_partitions: Vec::new(),
                     },
                 );
@@ -302,25 +322,21 @@ impl Fx {
         self.effects()
     }
 
-    /// Failover: a new engine (same allocator) loads the durable records at `ce`.
+    /// Failover: a new engine (same allocator) loads the durable records at `ce`, as they come
+    /// back from the log's encoding ([`through_log`]), so a field the encoding drops is lost
+    /// here as it would be on a real failover.
     pub(crate) fn reload(&mut self, ce: i32) -> Vec<Ev> {
         let records: Vec<_> = self
             .eng
             .records()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let mut eng = Engine::new(
-            LogPartition(0),
-            self.eng.config().clone(),
-            self.alloc.clone(),
-        );
+        let partition = self.eng.partition();
+        let mut eng = Engine::new(partition, self.eng.config().clone(), self.alloc.clone());
         eng.handle_load(
             Millis(self.now),
             CoordinatorEpoch(ce),
-            LoadedPartition {
-                coordinator_epoch: Some(CoordinatorEpoch(ce)),
-                records,
-            },
+            through_log(partition, CoordinatorEpoch(ce), &records),
         );
         self.eng = eng;
         self.effects()

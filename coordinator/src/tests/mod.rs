@@ -1,8 +1,11 @@
 //! Engine tests: exact-effect handler tests, the scenario catalogue (S-numbers of the
-//! the scenarios of Kafka's `TransactionCoordinatorTest` and `TransactionStateManagerTest` that apply here, numbered S1-S1xx; each test's doc comment says what it checks) and a randomized model test. All run with `--no-default-features`.
+//! the scenarios of Kafka's `TransactionCoordinatorTest` and `TransactionStateManagerTest` that apply here, numbered S1-S1xx; each test's doc comment says what it checks), a randomized model test, and Apache Kafka's coordinator bugs as regression scenarios
+//! (`kafka_bugs`, one test per JIRA case). All run with `--no-default-features`, except the
+//! KAFKA-19999 scenario, which needs the participant of `markers` (`--features embed`).
 
 mod fixture;
 mod handlers;
+mod kafka_bugs;
 mod model;
 mod parking;
 mod scenarios;
