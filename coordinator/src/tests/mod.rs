@@ -1,5 +1,5 @@
-//! Engine tests: exact-effect handler tests, the scenario catalogue (S-numbers of the
-//! the scenarios of Kafka's `TransactionCoordinatorTest` and `TransactionStateManagerTest` that apply here, numbered S1-S1xx; each test's doc comment says what it checks), a randomized model test, and Apache Kafka's coordinator bugs as regression scenarios
+//! Engine tests: exact-effect handler tests, the scenario catalogue (the
+//! scenarios of Kafka's `TransactionCoordinatorTest` and `TransactionStateManagerTest` that apply here, numbered S1-S1xx; each test's doc comment says what it checks), a randomized model test, and Apache Kafka's coordinator bugs as regression scenarios
 //! (`kafka_bugs`, one test per JIRA case). All run with `--no-default-features`, except the
 //! KAFKA-19999 scenario, which needs the participant of `markers` (`--features embed`).
 
