@@ -653,7 +653,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
     assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
     // transaction.version: supported 0..2 (refbroker adds the partition on a TV2 Produce) and
-    // finalized at its `transaction.version` setting, 1 by default, at epoch 1, above the
+    // finalized at its `transaction.version` setting, 2 by default (Kafka 4.x's), at epoch 1, above the
     // standalone daemon's 0
     let sf = &v.supported_features;
     assert_eq!(
@@ -668,7 +668,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
             .iter()
             .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
             .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 1, 1)]
+        [("transaction.version".to_owned(), 2, 2)]
     );
 
     // which partitions node 1 leads

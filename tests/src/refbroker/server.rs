@@ -338,8 +338,8 @@ impl Broker {
 pub(crate) const MAX_TRANSACTION_VERSION: i16 = 2;
 
 /// The `transaction.version` refbroker finalizes when no `--set transaction.version` is
-/// given.
-pub(crate) const DEFAULT_TRANSACTION_VERSION: i16 = 1;
+/// given: 2, Apache Kafka 4.x's default.
+pub(crate) const DEFAULT_TRANSACTION_VERSION: i16 = 2;
 
 /// The epoch of refbroker's finalized features: above the standalone daemon's
 /// (`coordinator::server::protocol::FINALIZED_FEATURES_EPOCH`, 0), so clients follow the
