@@ -308,3 +308,44 @@ async fn idle_connections_are_closed_and_busy_ones_are_not() {
         .await
         .expect("a busy connection is served");
 }
+
+/// A stdout nobody reads (the script that started the daemon took its address line and closed
+/// the pipe) does not stop the daemon: here the pipe is closed before the daemon prints at all,
+/// so every address line fails to print, and the daemon still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_does_not_stop_the_daemon() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        probe.local_addr().expect("addr").port()
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--set", "transaction.state.log.num.partitions=2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn txn-coordinator");
+    drop(child.stdout.take());
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut answered = None;
+    for _ in 0..200 {
+        if let Ok(stream) = TcpStream::connect(addr).await {
+            let mut c = markers::wire::KafkaConnection::new(stream, "closed-stdout");
+            if let Ok(r) = c.call(&init_req(Some("closed-stdout"), 60_000), 4).await {
+                answered = Some(r.error_code);
+                if r.error_code == 0 {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let alive = child.try_wait().expect("try_wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(alive, "the daemon exited once its stdout was closed");
+    assert_eq!(answered, Some(0), "InitProducerId answered");
+}

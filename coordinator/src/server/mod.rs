@@ -361,7 +361,9 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;
         let maddr = l.local_addr()?;
-        println!("txn-coordinator metrics on http://{maddr}/metrics");
+        announce(&format!(
+            "txn-coordinator metrics on http://{maddr}/metrics"
+        ));
         let (c, log2, reg) = (coordinator.clone(), log.clone(), registry.clone());
         let refresh = move || {
             c.refresh_marker_gauges();
@@ -491,9 +493,9 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 }
                 loaded = true;
                 // Tests and scripts read this line to learn the bound port.
-                println!("txn-coordinator listening on {bound}");
+                announce(&format!("txn-coordinator listening on {bound}"));
                 for (_, b, _, l) in &bound_listeners {
-                    println!("txn-coordinator listening on {}://{b}", l.spec.name());
+                    announce(&format!("txn-coordinator listening on {}://{b}", l.spec.name()));
                 }
                 tracing::info!(%bound, listeners = bound_listeners.len(), "serving");
             }
@@ -655,6 +657,14 @@ async fn shutdown_signal() {
         () = ctrl_c => tracing::info!("SIGINT received"),
         () = term => tracing::info!("SIGTERM received"),
     }
+}
+
+/// Prints one of the lines scripts read on stdout (the bound addresses). A stdout nobody reads
+/// any more (a script that took the first line and closed the pipe) loses the line; it must not
+/// stop the daemon, as `println!` would by panicking.
+fn announce(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -374,12 +374,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {addr} (listener {})", l.spec().name()))?;
         let local = tcp.local_addr()?;
-        let advertised = match &l.spec().advertised {
-            Some((host, port)) => NodeAddr {
+        // The address clients are told: `advertised.listeners`; else, for the listener of
+        // `--listen`, this node's `--cluster` entry (a proxy in front of the broker, as the fault
+        // harness runs it, is what the other nodes and clients reach); else the bound address.
+        let own_cluster_entry = config
+            .listen
+            .and_then(|_| config.cluster.get(&config.node_id).cloned());
+        let advertised = match (&l.spec().advertised, own_cluster_entry) {
+            (Some((host, port)), _) => NodeAddr {
                 host: host.clone(),
                 port: *port,
             },
-            None => NodeAddr {
+            (None, Some(entry)) => entry,
+            (None, None) => NodeAddr {
                 host: if local.ip().is_unspecified() {
                     "127.0.0.1".to_owned()
                 } else {
