@@ -460,7 +460,7 @@ async fn embedded_mode_serves_transaction_version_2() {
     assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
     assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));
     assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));
-    assert_eq!(range(ApiKey::ListTransactions), Some((0, 1)));
+    assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
 
     let md = c
         .call(&MetadataRequest::default().with_topics(None), 12)
