@@ -246,7 +246,7 @@ impl MarkerTransport for KafkaWireTransport {
                         s.retry_at = Some(Instant::now() + self.backoff(s.failures));
                         return Err(TransportError::Connect {
                             node_id,
-                            reason: "connect timed out".into(),
+                            reason: "connect and ApiVersions timed out".into(),
                         });
                     }
                 }
