@@ -164,6 +164,20 @@ async fn every_api_at_every_version() {
             );
         }
         wait_state(&mut c, &id, "CompleteCommit").await;
+        // The markers went as WriteTxnMarkers v2 (the fake lists it) with the transaction's
+        // version: TV2 from EndTxn v5, TV0 below.
+        let tvs: Vec<i8> = broker
+            .markers()
+            .iter()
+            .flat_map(|r| r.markers.iter())
+            .filter(|m| m.producer_id.0 == pid)
+            .map(|m| m.transaction_version)
+            .collect();
+        let want = if v >= 5 { 2 } else { 0 };
+        assert!(
+            !tvs.is_empty() && tvs.iter().all(|&t| t == want),
+            "EndTxn v{v}: marker transaction versions {tvs:?}"
+        );
     }
     let d0 = describe(&mut c, "ver-0").await;
     assert_eq!(d0.error_code, 0);

@@ -4,7 +4,8 @@
 //! The marker writer speaks `WriteTxnMarkers` (one request per broker, many transactions and
 //! partitions in it). For a broker applying markers to its own partitions, this module does the
 //! conversion once: the request becomes one `(TopicPartition, Marker)` per partition, with the
-//! marker's [`TxnVersion`] (which `WriteTxnMarkers` v1 on the wire cannot carry), and the
+//! marker's [`TxnVersion`] (`WriteTxnMarkers` v2's `TransactionVersion`; v1 cannot carry it),
+//! and the
 //! broker's typed answers ([`ApplyError`]) become the response's error codes, which the writer
 //! then reads with Kafka's rules (retry, done, fenced). The same functions serve a broker's wire
 //! `WriteTxnMarkers` handler: [`markers_of`] then [`response_of`], or [`apply_request`].
@@ -99,15 +100,19 @@ pub trait MarkerApplier: Send + Sync {
 }
 
 /// One `(partition, marker)` per partition of every marker of `request`, in request order.
-/// `txn_versions` is parallel to `request.markers` (what the in-process transport hands over);
-/// a missing one is TV0, as on the wire.
+/// Each marker's transaction version is `txn_versions[i]` (parallel to `request.markers`, what
+/// the in-process transport hands over) if given, else the marker's `transaction_version`
+/// field: what a v2 request carries (KIP-1228), 0 (TV0) when decoded from v1.
 pub fn markers_of(
     request: &WriteTxnMarkersRequest,
     txn_versions: &[TxnVersion],
 ) -> Vec<(TopicPartition, Marker)> {
     let mut out = Vec::new();
     for (i, m) in request.markers.iter().enumerate() {
-        let txn_version = txn_versions.get(i).copied().unwrap_or(TxnVersion::V0);
+        let txn_version = txn_versions
+            .get(i)
+            .copied()
+            .unwrap_or(TxnVersion(m.transaction_version));
         let marker = Marker {
             producer_id: ProducerId(m.producer_id.0),
             producer_epoch: ProducerEpoch(m.producer_epoch),
@@ -172,7 +177,7 @@ pub fn response_of(
 
 /// Applies `request` through `applier` and answers it: [`markers_of`], then
 /// [`MarkerApplier::apply_markers`], then [`response_of`]. Also what a broker's wire
-/// `WriteTxnMarkers` handler can call (with no `txn_versions`).
+/// `WriteTxnMarkers` handler can call (with no `txn_versions`: the request's own fields).
 #[cfg(feature = "net")]
 pub async fn apply_request(
     applier: &dyn MarkerApplier,
@@ -315,6 +320,31 @@ mod tests {
                 (11, "a".into(), 2, ErrorCode::UNKNOWN_SERVER_ERROR),
             ]
         );
+    }
+
+    /// Without `txn_versions` (a broker's wire handler), each marker's version is the
+    /// request's `transaction_version` (v2; 0 when decoded from v1); given ones win.
+    #[test]
+    fn the_request_field_gives_the_version_when_none_is_handed_over() {
+        let mut r = request();
+        r.markers[0].transaction_version = 2;
+        r.markers[1].transaction_version = 1;
+        let tvs: Vec<TxnVersion> = markers_of(&r, &[])
+            .iter()
+            .map(|(_, m)| m.txn_version)
+            .collect();
+        assert_eq!(
+            tvs,
+            [
+                TxnVersion::V2,
+                TxnVersion::V2,
+                TxnVersion::V2,
+                TxnVersion::V1
+            ]
+        );
+        let given = markers_of(&r, &[TxnVersion::V0]);
+        assert_eq!(given[0].1.txn_version, TxnVersion::V0);
+        assert_eq!(given[3].1.txn_version, TxnVersion::V1);
     }
 
     #[test]

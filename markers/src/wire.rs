@@ -458,6 +458,75 @@ mod tests {
         );
     }
 
+    /// WriteTxnMarkers v2 (KIP-1228, vendored patch): `TransactionVersion` travels at v2 only;
+    /// at v1 it is left out (the field is ignorable) and decodes as 0.
+    #[test]
+    fn write_txn_markers_v2_carries_the_transaction_version_and_v1_ignores_it() {
+        use kafka_protocol::messages::write_txn_markers_request::{
+            WritableTxnMarker, WritableTxnMarkerTopic,
+        };
+        use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest};
+        let request = |tv: i8| {
+            WriteTxnMarkersRequest::default().with_markers(vec![
+                WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(42))
+                    .with_producer_epoch(7)
+                    .with_transaction_result(true)
+                    .with_coordinator_epoch(3)
+                    .with_transaction_version(tv)
+                    .with_topics(vec![
+                        WritableTxnMarkerTopic::default()
+                            .with_name(TopicName(StrBytes::from_static_str("t")))
+                            .with_partition_indexes(vec![0, 5]),
+                    ]),
+            ])
+        };
+        let frame_of = |r: &WriteTxnMarkersRequest, version: i16| {
+            let mut buf = BytesMut::new();
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(9);
+            encode_request_header_into_buffer(&mut buf, &header).expect("header");
+            r.encode(&mut buf, version).expect("body");
+            assert_eq!(r.compute_size(version).expect("size"), {
+                let mut body = BytesMut::new();
+                r.encode(&mut body, version).expect("body");
+                body.len()
+            });
+            buf.freeze()
+        };
+        let decoded = |frame: Bytes| match decode_request(frame, all).expect("decodes").body {
+            RequestKind::WriteTxnMarkers(r) => r,
+            other => panic!("{other:?}"),
+        };
+        let tv2 = request(2);
+        let v2 = frame_of(&tv2, 2);
+        let v1 = frame_of(&tv2, 1);
+        assert_eq!(v2.len(), v1.len() + 1, "one int8 more at v2");
+        let back = decoded(v2);
+        assert_eq!(back, tv2);
+        assert_eq!(back.markers[0].transaction_version, 2);
+        let back = decoded(v1);
+        assert_eq!(back.markers[0].transaction_version, 0);
+        assert_eq!(back, request(0));
+        // Versions outside 1-2 are refused, on both sides.
+        assert!(tv2.encode(&mut BytesMut::new(), 3).is_err());
+        assert_eq!(
+            ApiKey::WriteTxnMarkers.valid_versions(),
+            VersionRange { min: 1, max: 2 }
+        );
+        // The answer's body is the same at v1 and v2.
+        use kafka_protocol::messages::WriteTxnMarkersResponse;
+        let answer = WriteTxnMarkersResponse::default();
+        for version in [1, 2] {
+            let mut b = BytesMut::new();
+            answer.encode(&mut b, version).expect("encode");
+            let back = WriteTxnMarkersResponse::decode(&mut b.freeze(), version).expect("decode");
+            assert_eq!(back, answer);
+        }
+    }
+
     #[test]
     fn short_and_unknown_frames_are_typed_errors() {
         assert!(matches!(

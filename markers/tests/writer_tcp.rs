@@ -1,16 +1,18 @@
-//! The marker writer over real loopback TCP: fake brokers speaking `WriteTxnMarkers` v1 and
-//! `Metadata` through `markers::wire`, the Kafka-wire transport and the Metadata resolver.
+//! The marker writer over real loopback TCP: fake brokers speaking `ApiVersions`,
+//! `WriteTxnMarkers` (v1, or v1-2 as Kafka 4.2) and `Metadata` through `markers::wire`, the
+//! Kafka-wire transport and the Metadata resolver.
 #![cfg(feature = "net")]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, MetadataResponse, RequestKind, ResponseKind, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestKind, ResponseKind, TopicName,
     WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
@@ -24,7 +26,7 @@ use tokio::sync::mpsc;
 use txn_log::sync::Mutex;
 use txn_log::{
     CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
-    TransactionalId, TxnResult,
+    TransactionalId, TxnResult, TxnVersion,
 };
 
 /// Per-marker answer: `(node, pid, topic, partition) -> code`.
@@ -46,14 +48,43 @@ struct Broker {
     drop_next: Mutex<u64>,
     connections: Mutex<u64>,
     requests: Mutex<Vec<WriteTxnMarkersRequest>>,
+    /// The version of each of `requests`.
+    versions: Mutex<Vec<i16>>,
+    /// The highest `WriteTxnMarkers` version listed and accepted (2, as Kafka 4.2, unless set).
+    write_txn_markers_max: Mutex<i16>,
     script: Mutex<Box<Script>>,
 }
 
-fn supported(k: ApiKey) -> Option<VersionRange> {
-    match k {
-        ApiKey::WriteTxnMarkers => Some(VersionRange { min: 1, max: 1 }),
-        ApiKey::Metadata => Some(VersionRange { min: 0, max: 13 }),
-        _ => None,
+impl Broker {
+    fn supported(&self, k: ApiKey) -> Option<VersionRange> {
+        match k {
+            ApiKey::WriteTxnMarkers => Some(VersionRange {
+                min: 1,
+                max: *self.write_txn_markers_max.lock(),
+            }),
+            ApiKey::Metadata => Some(VersionRange { min: 0, max: 13 }),
+            ApiKey::ApiVersions => Some(VersionRange { min: 0, max: 3 }),
+            _ => None,
+        }
+    }
+
+    fn api_versions(&self) -> ApiVersionsResponse {
+        let keys = [
+            ApiKey::WriteTxnMarkers,
+            ApiKey::Metadata,
+            ApiKey::ApiVersions,
+        ]
+        .into_iter()
+        .filter_map(|k| {
+            self.supported(k).map(|r| {
+                ApiVersion::default()
+                    .with_api_key(k as i16)
+                    .with_min_version(r.min)
+                    .with_max_version(r.max)
+            })
+        })
+        .collect();
+        ApiVersionsResponse::default().with_api_keys(keys)
     }
 }
 
@@ -68,6 +99,8 @@ async fn start(node: i32, cluster: Arc<Cluster>) -> Arc<Broker> {
         drop_next: Mutex::new(0),
         connections: Mutex::new(0),
         requests: Mutex::new(Vec::new()),
+        versions: Mutex::new(Vec::new()),
+        write_txn_markers_max: Mutex::new(2),
         script: Mutex::new(Box::new(|_, _, _, _| codes::NONE)),
     });
     let b = broker.clone();
@@ -92,12 +125,14 @@ async fn serve(mut sock: tokio::net::TcpStream, b: Arc<Broker>, cluster: Arc<Clu
         let Ok(Some(frame)) = read_frame(&mut sock, 1 << 20).await else {
             return;
         };
-        let req = decode_request(frame, supported).expect("well-formed request");
+        let req = decode_request(frame, |k| b.supported(k)).expect("well-formed request");
         let (api_key, version, correlation_id) =
             (req.api_key, req.version(), req.header.correlation_id);
         let body = match req.body {
+            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(b.api_versions()),
             RequestKind::WriteTxnMarkers(w) => {
                 b.requests.lock().push(w.clone());
+                b.versions.lock().push(version);
                 {
                     let mut left = b.drop_next.lock();
                     if *left > 0 {
@@ -166,6 +201,10 @@ fn tp(topic: &str, p: i32) -> TopicPartition {
 }
 
 fn req(txn: &str, pid: i64, parts: &[TopicPartition]) -> TxnMarkerRequest {
+    req_tv(txn, pid, parts, TxnVersion::V0)
+}
+
+fn req_tv(txn: &str, pid: i64, parts: &[TopicPartition], tv: TxnVersion) -> TxnMarkerRequest {
     TxnMarkerRequest {
         transactional_id: TransactionalId::new(txn).expect("id"),
         producer_id: ProducerId(pid),
@@ -174,7 +213,7 @@ fn req(txn: &str, pid: i64, parts: &[TopicPartition]) -> TxnMarkerRequest {
         log_partition: LogPartition(3),
         result: TxnResult::Abort,
         partitions: parts.to_vec(),
-        txn_version: txn_log::TxnVersion::V0,
+        txn_version: tv,
     }
 }
 
@@ -325,6 +364,56 @@ async fn tcp_broker_down_then_back() {
         assert_eq!(c1.outcome, MarkerOutcome::Completed);
         assert_eq!(c2.outcome, MarkerOutcome::Completed);
         assert_ne!(c1.transactional_id, c2.transactional_id);
+        assert!(rx.try_recv().is_err());
+    })
+    .await;
+}
+
+/// KIP-1228: the transport asks each broker's ApiVersions on connecting and sends
+/// `WriteTxnMarkers` v2, with each marker's transaction version, to a broker that lists v2,
+/// and v1 (no such field) to one that lists only v1.
+#[tokio::test]
+async fn tcp_v2_with_transaction_version_to_a_v2_broker_v1_to_a_v1_broker() {
+    bounded(async {
+        let cluster = Arc::new(Cluster::default());
+        // t-0 led by broker 1 (lists WriteTxnMarkers 1-2), t-1 by broker 2 (lists 1-1).
+        cluster.topics.lock().insert("t".into(), vec![1, 2]);
+        let b1 = start(1, cluster.clone()).await;
+        let b2 = start(2, cluster.clone()).await;
+        *b2.write_txn_markers_max.lock() = 1;
+        let (w, mut rx) = writer(b1.port);
+        w.submit(req_tv("a", 1, &[tp("t", 0), tp("t", 1)], TxnVersion::V2))
+            .await
+            .expect("submit");
+        w.submit(req_tv("b", 2, &[tp("t", 0), tp("t", 1)], TxnVersion::V1))
+            .await
+            .expect("submit");
+        for _ in 0..2 {
+            let c = rx.recv().await.expect("completion");
+            assert_eq!(c.outcome, MarkerOutcome::Completed);
+        }
+        let sent = |b: &Broker| -> Vec<(i16, i64, i8)> {
+            let versions = b.versions.lock().clone();
+            let requests = b.requests.lock().clone();
+            assert_eq!(versions.len(), requests.len());
+            let mut out: Vec<(i16, i64, i8)> = versions
+                .iter()
+                .zip(&requests)
+                .flat_map(|(&v, r)| {
+                    r.markers
+                        .iter()
+                        .map(move |m| (v, m.producer_id.0, m.transaction_version))
+                })
+                .collect();
+            out.sort_unstable();
+            out
+        };
+        assert_eq!(
+            sent(&b1),
+            vec![(2, 1, 2), (2, 2, 1)],
+            "v2, versions carried"
+        );
+        assert_eq!(sent(&b2), vec![(1, 1, 0), (1, 2, 0)], "v1, no field: 0");
         assert!(rx.try_recv().is_err());
     })
     .await;

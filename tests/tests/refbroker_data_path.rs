@@ -183,6 +183,19 @@ async fn marker(
     commit: bool,
     partitions: &[(&str, i32)],
 ) -> Vec<i16> {
+    marker_tv(c, 1, 0, pid, epoch, commit, partitions).await
+}
+
+/// [`marker`] as WriteTxnMarkers `version` with `TransactionVersion` `tv` (sent at v2 only).
+async fn marker_tv(
+    c: &mut Conn,
+    version: i16,
+    tv: i8,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    partitions: &[(&str, i32)],
+) -> Vec<i16> {
     use kafka_protocol::messages::write_txn_markers_request::{
         WritableTxnMarker, WritableTxnMarkerTopic,
     };
@@ -200,9 +213,10 @@ async fn marker(
             .with_producer_epoch(epoch)
             .with_transaction_result(commit)
             .with_topics(topics)
-            .with_coordinator_epoch(1),
+            .with_coordinator_epoch(1)
+            .with_transaction_version(tv),
     ]);
-    let resp = c.call(&req, 1).await.expect("write markers");
+    let resp = c.call(&req, version).await.expect("write markers");
     resp.markers[0]
         .topics
         .iter()
@@ -277,7 +291,11 @@ async fn api_versions_and_metadata_advertise_what_librdkafka_needs() {
     };
     assert!(range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 4));
     assert!(range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 3));
-    assert_eq!(range(ApiKey::WriteTxnMarkers), Some((1, 1)));
+    assert_eq!(
+        range(ApiKey::WriteTxnMarkers),
+        Some((1, 2)),
+        "KIP-1228's v2"
+    );
     assert!(range(ApiKey::InitProducerId).is_some());
 
     let md = c
@@ -407,6 +425,40 @@ async fn transactions_markers_and_read_committed_survive_a_restart() {
     assert_eq!(
         f.error, 1,
         "offset beyond the log end is OFFSET_OUT_OF_RANGE"
+    );
+}
+
+/// KIP-1228 on the wire: the broker hands a v2 marker's `TransactionVersion` to the
+/// participant. Data at epoch 0: a TV2 marker at epoch 0 is refused (INVALID_PRODUCER_EPOCH),
+/// at 1 accepted; a TV1 marker at the data's epoch is accepted, and so is a v1 marker (no field).
+#[tokio::test]
+async fn a_v2_marker_carries_its_transaction_version_to_the_epoch_rule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = start(dir.path());
+    let mut c = connect(&b).await;
+    let open = |pid: i64| batch(Some((pid, 0, 0)), true, 1, "open");
+    assert_eq!(produce(&mut c, 1, open(8000), Some("tx")).await.0, 0);
+    assert_eq!(
+        marker_tv(&mut c, 2, 2, 8000, 0, true, &[("t", 1)]).await,
+        vec![47],
+        "TV2 at the data's epoch"
+    );
+    assert_eq!(
+        marker_tv(&mut c, 2, 2, 8000, 1, true, &[("t", 1)]).await,
+        vec![0],
+        "TV2 at epoch + 1"
+    );
+    assert_eq!(produce(&mut c, 1, open(8001), Some("tx")).await.0, 0);
+    assert_eq!(
+        marker_tv(&mut c, 2, 1, 8001, 0, true, &[("t", 1)]).await,
+        vec![0],
+        "TV1 at the data's epoch"
+    );
+    assert_eq!(produce(&mut c, 1, open(8002), Some("tx")).await.0, 0);
+    assert_eq!(
+        marker_tv(&mut c, 1, 2, 8002, 0, true, &[("t", 1)]).await,
+        vec![0],
+        "v1 carries no version: TV0's rule"
     );
 }
 

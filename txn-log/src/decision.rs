@@ -25,7 +25,8 @@ pub struct TxnMarkerRequest {
     pub result: TxnResult,
     /// Participant partitions (duplicates are ignored; empty completes at once).
     pub partitions: Vec<TopicPartition>,
-    /// Client transaction version (0, 1, 2). `WriteTxnMarkers` v1 cannot carry it; it is
+    /// Client transaction version (0, 1, 2): each marker's `TransactionVersion` in
+    /// `WriteTxnMarkers` v2 (KIP-1228), sent to brokers that list v2; v1 cannot carry it. Also
     /// handed to in-process participants alongside the request.
     pub txn_version: TxnVersion,
 }

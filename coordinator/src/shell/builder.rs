@@ -170,8 +170,9 @@ impl CoordinatorBuilder {
     }
 
     /// A broker of a cluster hosting the coordinator: markers for partitions this node
-    /// (`local_node_id`) leads go to `applier` in process, the others as `WriteTxnMarkers` v1
-    /// over the wire ([`KafkaWireTransport`]) to the leaders `resolver` names.
+    /// (`local_node_id`) leads go to `applier` in process, the others as `WriteTxnMarkers` (v2
+    /// where the broker lists it, else v1) over the wire ([`KafkaWireTransport`]) to the
+    /// leaders `resolver` names.
     pub fn markers_routed(
         self,
         local_node_id: i32,
@@ -187,8 +188,9 @@ impl CoordinatorBuilder {
         self.markers(resolver, Arc::new(transport))
     }
 
-    /// Markers go to the leaders `resolver` names as `WriteTxnMarkers` v1 over Kafka's wire
-    /// protocol ([`KafkaWireTransport`]): a coordinator hosted apart from the data.
+    /// Markers go to the leaders `resolver` names as `WriteTxnMarkers` (v2 where the broker
+    /// lists it, else v1) over Kafka's wire protocol ([`KafkaWireTransport`]): a coordinator
+    /// hosted apart from the data.
     pub fn markers_over_wire(
         self,
         resolver: Arc<dyn LeaderResolver>,

@@ -387,8 +387,10 @@ async fn serve_fake(
     }
 }
 
-/// The fake broker's answer to `body` (Metadata, FindCoordinator, WriteTxnMarkers; `None`
-/// for anything else), as node 1 at `me`.
+/// The fake broker's answer to `body` (ApiVersions, Metadata, FindCoordinator,
+/// WriteTxnMarkers; `None` for anything else), as node 1 at `me`. It lists WriteTxnMarkers
+/// 1-2, as Kafka 4.2 does, so the daemon's marker writer sends v2 (with each marker's
+/// transaction version).
 pub fn fake_answer(
     body: RequestKind,
     v: i16,
@@ -397,6 +399,20 @@ pub fn fake_answer(
 ) -> Option<ResponseKind> {
     {
         let body = match body {
+            RequestKind::ApiVersions(_) => {
+                let api = |k: ApiKey, min: i16, max: i16| {
+                    km::api_versions_response::ApiVersion::default()
+                        .with_api_key(k as i16)
+                        .with_min_version(min)
+                        .with_max_version(max)
+                };
+                ResponseKind::ApiVersions(km::ApiVersionsResponse::default().with_api_keys(vec![
+                    api(ApiKey::Metadata, 0, 12),
+                    api(ApiKey::ApiVersions, 0, 3),
+                    api(ApiKey::FindCoordinator, 0, 6),
+                    api(ApiKey::WriteTxnMarkers, 1, 2),
+                ]))
+            }
             RequestKind::Metadata(r) => {
                 let names: Vec<String> = match &r.topics {
                     None => TOPICS.iter().map(|t| (*t).to_owned()).collect(),

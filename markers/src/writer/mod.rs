@@ -43,7 +43,8 @@ pub use resolver::{
 #[cfg(feature = "net")]
 pub use transport::{
     InProcessTransport, KafkaWireTransport, LocalMarkerHandler, MarkerTransport, RoutingTransport,
-    TransportError, WRITE_TXN_MARKERS_VERSION, WireTransportConfig,
+    TransportError, WRITE_TXN_MARKERS_MAX_VERSION, WRITE_TXN_MARKERS_MIN_VERSION,
+    WireTransportConfig, write_txn_markers_version,
 };
 
 pub use txn_log::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};

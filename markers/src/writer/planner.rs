@@ -145,10 +145,10 @@ pub enum Effect {
         broker: BrokerEndpoint,
         /// Correlates the answer.
         request_id: RequestId,
-        /// The request (`WriteTxnMarkers` v1).
+        /// The request, each marker's `transaction_version` set to its decision's version
+        /// (sent on the wire at `WriteTxnMarkers` v2 only; v1 leaves the field out).
         request: WriteTxnMarkersRequest,
-        /// The transaction version of each marker, parallel to `request.markers` (v1 has no
-        /// field for it; in-process participants use it).
+        /// The same transaction versions, parallel to `request.markers`.
         txn_versions: Vec<TxnVersion>,
     },
 }
@@ -845,6 +845,7 @@ fn marker_entry(r: &TxnMarkerRequest, tps: &BTreeSet<TopicPartition>) -> Writabl
         .with_transaction_result(r.result.is_commit())
         .with_topics(topics)
         .with_coordinator_epoch(r.coordinator_epoch.0)
+        .with_transaction_version(r.txn_version.0)
 }
 
 /// Builds the answer to `request` with `code_for(producer_id, topic, partition)` per partition:

@@ -110,6 +110,10 @@ impl Harness {
                         vec![TxnVersion::V2; request.markers.len()],
                         "every marker's decision is TV2"
                     );
+                    assert!(
+                        request.markers.iter().all(|m| m.transaction_version == 2),
+                        "and the request's fields say so (what v2 sends)"
+                    );
                     sends.push(Sent {
                         node: broker.node_id,
                         id: request_id,
@@ -817,4 +821,40 @@ mod prop {
             prop_assert_eq!(h.p.stats().pending_partitions, 0);
         }
     }
+}
+
+/// The version sent to a broker: the highest both list, v1 when the broker lists no more (or
+/// nothing, or answers with an error).
+#[cfg(feature = "net")]
+#[test]
+fn write_txn_markers_version_follows_the_brokers_api_versions() {
+    use kafka_protocol::messages::ApiKey;
+    use kafka_protocol::messages::ApiVersionsResponse;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+
+    use super::write_txn_markers_version;
+    let listing = |max: i16| {
+        ApiVersionsResponse::default().with_api_keys(vec![
+            ApiVersion::default()
+                .with_api_key(ApiKey::Metadata as i16)
+                .with_max_version(12),
+            ApiVersion::default()
+                .with_api_key(ApiKey::WriteTxnMarkers as i16)
+                .with_min_version(1)
+                .with_max_version(max),
+        ])
+    };
+    assert_eq!(write_txn_markers_version(&listing(1)), 1, "Kafka 4.0/4.1");
+    assert_eq!(write_txn_markers_version(&listing(2)), 2, "Kafka 4.2");
+    assert_eq!(write_txn_markers_version(&listing(5)), 2, "newer: ours");
+    assert_eq!(write_txn_markers_version(&listing(0)), 1, "pre-4.0: v1");
+    assert_eq!(
+        write_txn_markers_version(&ApiVersionsResponse::default()),
+        1
+    );
+    assert_eq!(
+        write_txn_markers_version(&listing(2).with_error_code(35)),
+        1,
+        "an error answer lists nothing usable"
+    );
 }

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+};
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -15,8 +18,30 @@ use txn_log::sync::Mutex;
 use super::BrokerEndpoint;
 use crate::wire::{BoxedConnection, CallError, Connector, PlaintextConnector};
 
-/// The `WriteTxnMarkers` version sent on the wire (the only one kafka-protocol 0.18 has).
-pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The lowest `WriteTxnMarkers` version the wire transport sends (Kafka 4.0 removed v0): to a
+/// broker that does not list a higher one.
+pub const WRITE_TXN_MARKERS_MIN_VERSION: i16 = 1;
+
+/// The highest `WriteTxnMarkers` version the wire transport sends: v2 (Kafka 4.2, KIP-1228)
+/// carries each marker's transaction version.
+pub const WRITE_TXN_MARKERS_MAX_VERSION: i16 = 2;
+
+/// The `WriteTxnMarkers` version to send to a broker that answered ApiVersions with
+/// `answer`: the highest both sides have, [`WRITE_TXN_MARKERS_MIN_VERSION`] when the broker
+/// lists none above it (or the answer carries an error).
+pub fn write_txn_markers_version(answer: &ApiVersionsResponse) -> i16 {
+    if answer.error_code != 0 {
+        return WRITE_TXN_MARKERS_MIN_VERSION;
+    }
+    answer
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::WriteTxnMarkers as i16)
+        .map_or(WRITE_TXN_MARKERS_MIN_VERSION, |k| {
+            k.max_version
+                .clamp(WRITE_TXN_MARKERS_MIN_VERSION, WRITE_TXN_MARKERS_MAX_VERSION)
+        })
+}
 
 /// Why a request got no answer. Every variant makes the writer retry the request's partitions
 /// after backoff with a fresh leader lookup.
@@ -75,7 +100,8 @@ pub trait MarkerTransport: Send + Sync {
     ) -> Result<WriteTxnMarkersResponse, TransportError>;
 
     /// As [`write_markers`](Self::write_markers), with the transaction version of each marker
-    /// (parallel to `request.markers`), which `WriteTxnMarkers` v1 cannot carry. The writer
+    /// (parallel to `request.markers`; the writer also sets each marker's
+    /// `transaction_version`, which only `WriteTxnMarkers` v2 carries on the wire). The writer
     /// calls this one; the default ignores the versions.
     async fn write_markers_versioned(
         &self,
@@ -115,13 +141,17 @@ impl Default for WireTransportConfig {
 #[derive(Debug, Default)]
 struct Slot {
     endpoint: Option<(String, u16)>,
-    conn: Option<BoxedConnection>,
+    /// The connection and the `WriteTxnMarkers` version its broker listed.
+    conn: Option<(BoxedConnection, i16)>,
     failures: u32,
     retry_at: Option<Instant>,
 }
 
-/// `WriteTxnMarkers` v1 over Kafka's wire protocol: one connection per broker, reused,
-/// re-established after a failure with exponential reconnect backoff.
+/// `WriteTxnMarkers` over Kafka's wire protocol: one connection per broker, reused,
+/// re-established after a failure with exponential reconnect backoff. On each new connection
+/// the transport first asks ApiVersions (as Kafka's `NetworkClient` does; within
+/// [`WireTransportConfig::connect_timeout`], together with the connect) and then sends v2 if
+/// the broker lists it, with each marker's transaction version, v1 otherwise.
 #[derive(Debug)]
 pub struct KafkaWireTransport {
     config: WireTransportConfig,
@@ -146,6 +176,28 @@ impl KafkaWireTransport {
 
     fn slot(&self, node_id: i32) -> Arc<tokio::sync::Mutex<Slot>> {
         self.slots.lock().entry(node_id).or_default().clone()
+    }
+
+    /// Connects to `broker` and asks its versions: the connection and the `WriteTxnMarkers`
+    /// version to send on it.
+    async fn open(&self, broker: &BrokerEndpoint) -> Result<(BoxedConnection, i16), String> {
+        let mut conn = self
+            .connector
+            .connect(&broker.host, broker.port, &self.config.client_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        // v0: every Kafka broker answers it, and the answer lists the API versions.
+        let answer = conn
+            .call(&ApiVersionsRequest::default(), 0)
+            .await
+            .map_err(|e| format!("ApiVersions failed: {e}"))?;
+        let version = write_txn_markers_version(&answer);
+        tracing::debug!(
+            node_id = broker.node_id,
+            version,
+            "WriteTxnMarkers version negotiated"
+        );
+        Ok((conn, version))
     }
 
     fn backoff(&self, failures: u32) -> Duration {
@@ -176,39 +228,33 @@ impl MarkerTransport for KafkaWireTransport {
         }
         // Taken out for the call: if the call is dropped half-way, the connection (with a
         // half-read answer) is dropped with it and the next call reconnects.
-        let mut conn = match s.conn.take() {
+        let (mut conn, version) = match s.conn.take() {
             Some(conn) => conn,
             None => {
                 if let Some(at) = s.retry_at {
                     tokio::time::sleep_until(at).await;
                 }
-                let connect =
-                    self.connector
-                        .connect(&broker.host, broker.port, &self.config.client_id);
-                match tokio::time::timeout(self.config.connect_timeout, connect).await {
+                match tokio::time::timeout(self.config.connect_timeout, self.open(broker)).await {
                     Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => {
+                    Ok(Err(reason)) => {
                         s.failures += 1;
                         s.retry_at = Some(Instant::now() + self.backoff(s.failures));
-                        return Err(TransportError::Connect {
-                            node_id,
-                            reason: e.to_string(),
-                        });
+                        return Err(TransportError::Connect { node_id, reason });
                     }
                     Err(_) => {
                         s.failures += 1;
                         s.retry_at = Some(Instant::now() + self.backoff(s.failures));
                         return Err(TransportError::Connect {
                             node_id,
-                            reason: "connect timed out".into(),
+                            reason: "connect and ApiVersions timed out".into(),
                         });
                     }
                 }
             }
         };
-        match conn.call(&request, WRITE_TXN_MARKERS_VERSION).await {
+        match conn.call(&request, version).await {
             Ok(response) => {
-                s.conn = Some(conn);
+                s.conn = Some((conn, version));
                 s.failures = 0;
                 s.retry_at = None;
                 Ok(response)
@@ -225,6 +271,20 @@ impl MarkerTransport for KafkaWireTransport {
                 })
             }
         }
+    }
+
+    /// Sends `request` with each marker's `transaction_version` set from `txn_versions` (where
+    /// given): what v2 carries; v1 leaves it out.
+    async fn write_markers_versioned(
+        &self,
+        broker: &BrokerEndpoint,
+        mut request: WriteTxnMarkersRequest,
+        txn_versions: Vec<TxnVersion>,
+    ) -> Result<WriteTxnMarkersResponse, TransportError> {
+        for (marker, version) in request.markers.iter_mut().zip(&txn_versions) {
+            marker.transaction_version = version.0;
+        }
+        self.write_markers(broker, request).await
     }
 }
 

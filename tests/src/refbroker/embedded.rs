@@ -15,7 +15,7 @@
 //!                 ├─ LeaderResolver: ClusterResolver (the fixed placement rule)
 //!                 └─ builder's markers_routed:
 //!                       ├─ this node  → MarkerApplier(LocalMarkers) → handlers::apply_markers
-//!                       └─ other nodes → KafkaWireTransport (WriteTxnMarkers v1 over TCP)
+//!                       └─ other nodes → KafkaWireTransport (WriteTxnMarkers v2 over TCP)
 //! ```
 //!
 //! On sled each node loads the `__transaction_state` partitions the fixed placement rule gives

@@ -106,7 +106,7 @@ pub(crate) async fn dispatch(
         RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
             match sec::write_txn_markers(&authz("WriteTxnMarkers"), &r) {
                 Some(denied) => denied,
-                None => write_txn_markers(broker, &r, &[]).await,
+                None => write_txn_markers(broker, &r).await,
             },
         ),
         RequestKind::DescribeProducers(mut r) => {
@@ -1049,14 +1049,13 @@ async fn list_offsets(broker: &Broker, r: &ListOffsetsRequest, v: i16) -> ListOf
 // ===== WriteTxnMarkers =====
 
 /// Answers a WriteTxnMarkers request: the library's conversion ([`markers::apply`]) around
-/// [`apply_markers`]. `txn_versions` (parallel to the markers; missing = TV0) comes from the
-/// in-process transport; WriteTxnMarkers v1 on the wire cannot carry it.
+/// [`apply_markers`]. Each marker's transaction version is the request's `TransactionVersion`
+/// (v2, KIP-1228; 0, TV0's rule, when the request came as v1).
 pub(crate) async fn write_txn_markers(
     broker: &Broker,
     r: &WriteTxnMarkersRequest,
-    txn_versions: &[txn_log::TxnVersion],
 ) -> WriteTxnMarkersResponse {
-    let results = apply_markers(broker, markers::apply::markers_of(r, txn_versions)).await;
+    let results = apply_markers(broker, markers::apply::markers_of(r, &[])).await;
     markers::apply::response_of(r, &results)
 }
 

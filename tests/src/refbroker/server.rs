@@ -263,7 +263,9 @@ impl Broker {
             ApiKey::LeaveGroup => (0, 4),
             ApiKey::SyncGroup => (0, 5),
             ApiKey::ApiVersions => (0, 4),
-            ApiKey::WriteTxnMarkers => (1, 1),
+            // v2 (Kafka 4.2, KIP-1228): the marker's transaction version, which the handler
+            // hands to the participant's epoch rule.
+            ApiKey::WriteTxnMarkers => (1, 2),
             ApiKey::TxnOffsetCommit => (0, 3),
             ApiKey::InitProducerId => (0, 4),
             ApiKey::AddPartitionsToTxn => (0, 3),

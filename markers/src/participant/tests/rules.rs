@@ -269,6 +269,78 @@ fn tv0_markers_need_an_epoch_at_least_the_current_one() {
     append(&mut p, txn(6, 0, 1));
 }
 
+/// KIP-1228: the `TransactionVersion` a `WriteTxnMarkers` v2 request carries selects the
+/// epoch rule. Data of an open transaction at epoch 5: a TV2 marker must come with a bumped
+/// epoch (5 refused with INVALID_PRODUCER_EPOCH, 6 accepted); a TV1 marker at 5 is accepted.
+/// Decoded from v1 (no field), the same request is TV0/TV1's rule.
+#[test]
+fn the_wire_transaction_version_selects_the_marker_epoch_rule() {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    // Through the wire at `version`, then the library's conversion (no side channel).
+    let on_the_wire = |epoch: i16, tv: i8, version: i16| -> Marker {
+        let request = WriteTxnMarkersRequest::default().with_markers(vec![
+            WritableTxnMarker::default()
+                .with_producer_id(kafka_protocol::messages::ProducerId(PID.0))
+                .with_producer_epoch(epoch)
+                .with_coordinator_epoch(0)
+                .with_transaction_result(true)
+                .with_transaction_version(tv)
+                .with_topics(vec![
+                    WritableTxnMarkerTopic::default()
+                        .with_name(TopicName(StrBytes::from_static_str("t")))
+                        .with_partition_indexes(vec![0]),
+                ]),
+        ]);
+        let mut buf = BytesMut::new();
+        request.encode(&mut buf, version).expect("encode");
+        let decoded = WriteTxnMarkersRequest::decode(&mut buf.freeze(), version).expect("decode");
+        let entries = crate::apply::markers_of(&decoded, &[]);
+        assert_eq!(entries.len(), 1);
+        entries[0].1
+    };
+    let open = || {
+        let mut p = state();
+        append(&mut p, txn(5, 0, 1));
+        p
+    };
+
+    // TV2 at the data's epoch: refused, nothing written.
+    let mut p = open();
+    let m = on_the_wire(5, 2, 2);
+    assert_eq!(m.txn_version, TxnVersion::V2);
+    let e = p.check_marker(&m).unwrap_err();
+    assert!(matches!(
+        e,
+        MarkerError::InvalidProducerEpoch {
+            txn_version: TxnVersion::V2,
+            txn_open: true,
+            ..
+        }
+    ));
+    assert_eq!(e.code(), ErrorCode::INVALID_PRODUCER_EPOCH);
+    // TV2 at epoch + 1: accepted, the transaction ends.
+    let done = apply(&mut p, on_the_wire(6, 2, 2)).unwrap();
+    assert_eq!(done.completed.map(|t| t.result), Some(TxnResult::Commit));
+
+    // TV1 at the data's epoch: accepted.
+    let mut p = open();
+    let m = on_the_wire(5, 1, 2);
+    assert_eq!(m.txn_version, TxnVersion::V1);
+    let done = apply(&mut p, m).unwrap();
+    assert_eq!(done.completed.map(|t| t.result), Some(TxnResult::Commit));
+
+    // The same TV2 marker sent at v1 loses its version: TV0, accepted at the data's epoch.
+    let mut p = open();
+    let m = on_the_wire(5, 2, 1);
+    assert_eq!(m.txn_version, TxnVersion::V0);
+    assert!(apply(&mut p, m).is_ok());
+}
+
 /// S102: entry epoch 5, coordinator epoch 3.
 #[test]
 fn s102_participant_fencing() {
