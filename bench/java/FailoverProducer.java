@@ -53,6 +53,11 @@ public final class FailoverProducer {
 
     private static void event(String name, String what, Throwable e) {
         String msg = e == null ? "" : (e.getClass().getSimpleName() + ": " + e.getMessage());
+        // The client wraps what the broker said (e.g. a batch's retriable error) as the cause.
+        if (e != null && e.getCause() != null && e.getCause() != e) {
+            msg += " (cause " + e.getCause().getClass().getSimpleName() + ": "
+                + e.getCause().getMessage() + ")";
+        }
         out("event " + name + " " + System.currentTimeMillis() + " " + what + " "
             + msg.replace('\n', ' '));
     }

@@ -619,6 +619,19 @@ impl PartitionState {
             .validate_marker(&marker)
             .map_err(AppendError::StaleMarker)?;
         self.check_offsets(offset, 0)?;
+        // The transaction a pending verification asked about may be the one this marker
+        // ends: its answer can no longer be trusted (Kafka clears it the same way). Under TV2
+        // the marker carries the bumped epoch, the one the producer's next transaction runs
+        // at: a verification at that epoch (or a later one) asked about that next transaction,
+        // which this marker does not end, so it stays.
+        let next_txn_guard = marker.txn_version.bumps_epoch_per_txn()
+            && self
+                .verifications
+                .get(&marker.producer_id)
+                .is_some_and(|v| v.guard.producer_epoch() >= marker.producer_epoch);
+        if !next_txn_guard {
+            self.verifications.remove(&marker.producer_id);
+        }
         let completed = self.apply_marker(
             marker.producer_id,
             marker.producer_epoch,
@@ -647,9 +660,6 @@ impl PartitionState {
         timestamp_ms: i64,
     ) -> Option<CompletedTxn> {
         self.next_offset = offset + 1;
-        // The transaction a pending verification asked about may be the one this marker
-        // ends: its answer can no longer be trusted (Kafka clears it the same way).
-        self.verifications.remove(&producer_id);
         let e = self
             .producers
             .entry(producer_id)
@@ -727,6 +737,9 @@ impl PartitionState {
                         reason: "a transaction marker must carry a producer id",
                     }));
                 }
+                // A replayed marker carries no transaction version: any verification of the
+                // producer is cleared, the TV0/TV1 rule of `complete_marker`.
+                self.verifications.remove(&header.producer_id);
                 self.apply_marker(
                     header.producer_id,
                     header.producer_epoch,

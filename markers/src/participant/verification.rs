@@ -124,13 +124,22 @@ mod tests {
     }
 
     fn marker(p: &mut PartitionState, epoch: i16, result: TxnResult) -> MarkerApplied {
+        marker_of(p, epoch, result, TxnVersion::V1)
+    }
+
+    fn marker_of(
+        p: &mut PartitionState,
+        epoch: i16,
+        result: TxnResult,
+        txn_version: TxnVersion,
+    ) -> MarkerApplied {
         let pending = p
             .check_marker(&Marker {
                 producer_id: PID,
                 producer_epoch: ProducerEpoch(epoch),
                 coordinator_epoch: CoordinatorEpoch(1),
                 result,
-                txn_version: TxnVersion::V1,
+                txn_version,
             })
             .expect("marker accepted");
         let at = p.next_offset();
@@ -216,6 +225,42 @@ mod tests {
         assert_eq!(e.code(), 48);
         assert_eq!(p.open_transaction_count(), 0);
         assert_eq!(p.last_stable_offset(), p.next_offset());
+    }
+
+    /// TV2: the producer's next transaction runs at the epoch its last marker carries (the
+    /// coordinator bumped it at EndTxn), and its first Produce can be verified before that
+    /// marker lands here. The marker does not end the transaction the guard asked about, so
+    /// the guard stays current and the batch is appended; a TV2 marker of a newer epoch than
+    /// the guard's, or any TV1 marker (test above), clears it.
+    #[test]
+    fn a_tv2_marker_keeps_the_guard_of_the_next_transaction_at_its_epoch() {
+        let mut p = verifying();
+        let g0 = p
+            .start_verification(&txn(0, 0), 0)
+            .unwrap()
+            .expect("verify");
+        append(&mut p, &txn(0, 0), Some(g0));
+        // The next transaction's first batch, epoch 1, asks before the commit marker lands.
+        let g1 = p
+            .start_verification(&txn(1, 0), 5)
+            .unwrap()
+            .expect("verify");
+        let applied = marker_of(&mut p, 1, TxnResult::Commit, TxnVersion::V2);
+        assert!(
+            applied.completed.is_some(),
+            "the epoch-0 transaction is committed"
+        );
+        assert_eq!(p.verification_guard(PID), Some(g1));
+        append(&mut p, &txn(1, 0), Some(g1));
+        assert_eq!(p.open_transaction_count(), 1);
+
+        // A guard of an older epoch than a TV2 marker's asked about what the marker ended.
+        let mut q = verifying();
+        q.start_verification(&txn(0, 0), 0)
+            .unwrap()
+            .expect("verify");
+        marker_of(&mut q, 1, TxnResult::Abort, TxnVersion::V2);
+        assert_eq!(q.verification_guard(PID), None);
     }
 
     #[test]
