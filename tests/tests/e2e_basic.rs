@@ -1,4 +1,4 @@
-//! End-to-end scenario 1 (issue 6): a transactional producer commits and aborts a mix of
+//! End-to-end scenario 1: a transactional producer commits and aborts a mix of
 //! transactions spanning 4 partitions led by 2 brokers; a read_committed consumer sees exactly
 //! the committed messages, in order, once; read_uncommitted sees all of them.
 //!

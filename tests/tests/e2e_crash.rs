@@ -1,4 +1,4 @@
-//! End-to-end scenario 4 (issue 6): coordinator crash. A transactional producer runs a stream
+//! End-to-end scenario 4: coordinator crash. A transactional producer runs a stream
 //! of commits over 3 partitions; after a few, the process hosting its coordinator (the daemon
 //! in standalone mode, the broker FindCoordinator names in embedded mode) is SIGKILLed and
 //! restarted with the same arguments and data dir. The client completes its run; every

@@ -1,4 +1,4 @@
-//! End-to-end scenario 3 (issue 6): zombie fencing. Producer A commits one transaction, begins
+//! End-to-end scenario 3: zombie fencing. Producer A commits one transaction, begins
 //! a second and writes to it; producer B with the same transactional.id initialises and so
 //! fences A. Nothing A sends afterwards is acknowledged or becomes visible, A's open
 //! transaction is aborted, and B's commit is visible.

@@ -1,4 +1,4 @@
-//! End-to-end scenario 5 (issue 6): transaction timeout. Producer A begins a transaction,
+//! End-to-end scenario 5: transaction timeout. Producer A begins a transaction,
 //! writes to every partition, then stalls past its `transaction.timeout.ms`. Producer B
 //! commits after A's writes. The reaper aborts A, so a read_committed consumer gets past A's
 //! records to B's within timeout + reaper interval (plus slack for process start-up), A's

@@ -1,4 +1,4 @@
-//! End-to-end scenario 2 (issue 6): consume-transform-produce with
+//! End-to-end scenario 2: consume-transform-produce with
 //! `send_offsets_to_transaction`. A transformer (group subscribe, read_committed) turns every
 //! input record `v` into `out-v`, committing its output and its input offsets in one
 //! transaction. It is SIGKILLed while a transaction is open and restarted with the same

@@ -1,4 +1,4 @@
-//! The fault harness in cluster mode (issue 14): three etcd members, three daemons
+//! The fault harness in cluster mode: three etcd members, three daemons
 //! (1001-1003) sharing the transaction log in etcd with a 2 s lease, each behind its own
 //! proxy, three refbrokers pointed at all of them; W1 + W2 + W3 + W5 + W6 under every fault
 //! of the single-daemon run (the daemon faults hit a daemon picked at random; half the pauses

@@ -1,4 +1,4 @@
-//! Stable-toolchain randomized decoding of produce record batches (issue 9): random bytes and
+//! Stable-toolchain randomized decoding of produce record batches: random bytes and
 //! mutations of valid transactional / control batches go through
 //! `markers::participant::BatchHeader::parse`, `LogBatch::read_all`, kafka-protocol's
 //! `RecordBatchDecoder` (`decode_batch_info`, `decode_all`) and the fault clients'

@@ -1,4 +1,4 @@
-//! Disk faults at the library level (issue 9): a failing durability step poisons the log;
+//! Disk faults at the library level: a failing durability step poisons the log;
 //! the coordinator shell then answers COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR, and nothing
 //! that is not durable is ever acknowledged. Driven through `coordinator::shell::Coordinator`
 //! over `MemTxnLog` (fault injection, durable snapshot) and `SledTxnLog` (`fail_next_sync`).

@@ -1,4 +1,4 @@
-//! The hanging transaction of KIP-890 part 1 (issue 16, scenario TV1), and the broker-side
+//! The hanging transaction of KIP-890 part 1 (scenario TV1), and the broker-side
 //! verification that prevents it.
 //!
 //! A TV1 producer writes to a partition in its transaction; its next Produce to the same

@@ -1,4 +1,4 @@
-//! KAFKA-17754 reproducer (issue 9; found by Jepsen in its Bufstream 0.1.0 analysis): an EndTxn is held in
+//! KAFKA-17754 reproducer (found by Jepsen in its Bufstream 0.1.0 analysis): an EndTxn is held in
 //! the network while the client's retry of it succeeds over a new connection, and the client
 //! starts its next transaction. The stale EndTxn then reaches the coordinator. The abort form
 //! is below; the last test is the commit form, which makes an aborted value visible under TV1.
@@ -161,7 +161,7 @@ async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1(
     }
 }
 
-/// The form a 240 s TV1 round of `txn-faults` met (issue 18, seed 3933688674795772055): the
+/// The form a 240 s TV1 round of `txn-faults` met (seed 3933688674795772055): the
 /// stale abort lands while T2 is open, and T2 then adds a second partition. Under TV1 the
 /// stale abort ends T2 on partition 0; the add of partition 1 starts a new transaction, and
 /// the client's commit of "T2" succeeds although its first value was aborted: an

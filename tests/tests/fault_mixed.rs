@@ -1,4 +1,4 @@
-//! Mixed-fault run (issue 9): the daemon and three refbrokers behind fault proxies, W1 + W2 +
+//! Mixed-fault run: the daemon and three refbrokers behind fault proxies, W1 + W2 +
 //! W3 + W5 + W6 under kills, pauses, partitions, delays and held requests; then the checker.
 //! Prints the seed (replay with `TXN_FAULT_SEED=N`).
 

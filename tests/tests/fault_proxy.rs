@@ -1,4 +1,4 @@
-//! The fault proxy on its own (issue 9): loopback only; holding one request class lets later
+//! The fault proxy on its own: loopback only; holding one request class lets later
 //! requests pass and still delivers the held one after its client left; dropped responses
 //! close the connection after the request reached the server; blackhole and down.
 

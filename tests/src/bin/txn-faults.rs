@@ -1,4 +1,4 @@
-//! `txn-faults`: a long fault run (issue 9; see docs/reliability.md).
+//! `txn-faults`: a long fault run (see docs/reliability.md).
 //!
 //! ```text
 //! txn-faults [--secs N] [--seed S] [--producers N] [--shared N] [--consumers N]
@@ -10,7 +10,7 @@
 //! W1 + W2 + W3 + W5 + W6 under every fault for `--secs` (default 300) per round, checks the
 //! history, and stops at the first invalid round. Exit status 1 if an anomaly was found.
 //!
-//! `--cluster`: cluster mode (issue 14): three etcd members (`etcd` on the PATH or
+//! `--cluster`: cluster mode: three etcd members (`etcd` on the PATH or
 //! `TXN_ETCD_BIN`), three daemons 1001-1003 on the etcd log (2 s lease, 12 log partitions)
 //! behind their own proxies, the refbrokers pointed at all three; the nemesis also kills and
 //! pauses etcd members, and its daemon faults hit a daemon picked at random. Each round and

@@ -8,7 +8,7 @@
 //!  refbroker ► proxy_c ──► daemon            (forwarded coordinator requests)
 //! ```
 //!
-//! Cluster mode ([`EtcdOptions`], issue 14): etcd members and several daemons sharing their
+//! Cluster mode ([`EtcdOptions`]): etcd members and several daemons sharing their
 //! log in etcd, each daemon behind its own proxy (its advertised listener), the refbrokers
 //! pointed at all of them (`--coordinator proxy_c1,proxy_c2,...`). The daemons reach etcd
 //! directly (etcd faults are process faults: SIGKILL / SIGSTOP of a member).

@@ -1,4 +1,4 @@
-//! Fault injection and a history checker (issue 9; see `docs/reliability.md`).
+//! Fault injection and a history checker (see `docs/reliability.md`).
 //!
 //! - [`proxy`]: a loopback TCP proxy that delays, drops, blackholes and holds one request
 //!   class (reordering), controlled at runtime;

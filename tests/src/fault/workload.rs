@@ -322,7 +322,7 @@ impl Setup {
     /// The daemon stops before the partitions are read, so that every Complete* in its trail
     /// was issued before the read began: a transaction decided later (a reaper abort, a held
     /// EndTxn delivered after healing) would otherwise be judged against a log read before its
-    /// markers were written (issue 18). An invalid run keeps its data directories and logs.
+    /// markers were written. An invalid run keeps its data directories and logs.
     pub async fn finish(self, h: History, opts: &RunOptions) -> anyhow::Result<RunResult> {
         {
             let mut c = self.cluster.lock().await;
