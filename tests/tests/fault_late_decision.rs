@@ -1,4 +1,4 @@
-//! Issue 18: the I10 anomaly of a long fault run ("CompleteAbort durable while w3-out-0 holds
+//! The I10 anomaly of a long fault run ("CompleteAbort durable while w3-out-0 holds
 //! no ABORT marker") was the harness reading the partitions before every transaction was
 //! decided. A W3 transaction still open when the workload ended (its EndTxn(abort) held by
 //! the proxy, or abandoned and left to the reaper) was aborted after the read of W3's output,

@@ -956,7 +956,7 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
     }
 
-    /// Issue 18: a decision made after a partition's read began is not judged from that read
+    /// The I10 false alarm of `fault_late_decision`: a decision made after a partition's read began is not judged from that read
     /// (its markers may lie past the high watermark the read stopped at); one made before
     /// still is.
     #[test]
