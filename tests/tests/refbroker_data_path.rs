@@ -762,3 +762,53 @@ async fn a_torn_tail_is_truncated_on_restart_and_appends_continue_after_it() {
     let f = fetch(&mut c, 0, 0, false).await;
     assert_eq!(values(&f), ["kept-0", "kept-1", "next-0"]);
 }
+
+/// A script that reads the first "listening" line and closes the pipe must not kill the broker
+/// (`println!` panics once stdout is closed; the bench smoke run lost its broker that way).
+#[tokio::test]
+async fn a_closed_stdout_does_not_stop_the_broker() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        probe.local_addr().expect("addr").port()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_refbroker"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.path())
+        .args(["--topics", "t:1", "--embedded-coordinator"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn refbroker");
+    drop(child.stdout.take());
+    let mut answered = None;
+    for _ in 0..200 {
+        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)).await {
+            let mut c = KafkaConnection::new(stream, "closed-stdout");
+            if let Ok(r) = c.call(&ApiVersionsRequest::default(), 3).await {
+                answered = Some(r.error_code);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // a second connection after the broker has long announced its listeners
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = match TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(stream) => KafkaConnection::new(stream, "closed-stdout")
+            .call(&ApiVersionsRequest::default(), 3)
+            .await
+            .map(|r| r.error_code)
+            .ok(),
+        Err(_) => None,
+    };
+    let alive = child.try_wait().expect("try_wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(alive, "the broker exited once its stdout was closed");
+    assert_eq!(
+        (answered, again),
+        (Some(0), Some(0)),
+        "ApiVersions answered"
+    );
+}

@@ -661,8 +661,8 @@ async fn shutdown_signal() {
 
 /// Prints one of the lines scripts read on stdout (the bound addresses). A stdout nobody reads
 /// any more (a script that took the first line and closed the pipe) loses the line; it must not
-/// stop the daemon, as `println!` would by panicking.
-fn announce(line: &str) {
+/// stop the server, as `println!` would by panicking. The refbroker announces through it too.
+pub fn announce(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
+use coordinator::server::announce;
 use coordinator::server::listeners::{self, Listener};
 use coordinator::server::sasl_auth::{Gate, GateOut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ResponseKind};
@@ -401,9 +402,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     let (first_local, first_advertised) = (bound_listeners[0].1, bound_listeners[0].2.clone());
     let broker = Broker::open_secured(config, first_advertised, security, sasl).await?;
-    println!("refbroker listening on {first_local}");
+    announce(&format!("refbroker listening on {first_local}"));
     for (_, local, _, l) in &bound_listeners {
-        println!("refbroker listening on {}://{local}", l.spec().name());
+        announce(&format!(
+            "refbroker listening on {}://{local}",
+            l.spec().name()
+        ));
     }
     tracing::info!(node = broker.config.node_id, %first_local, "refbroker listening");
     let mut accepting = tokio::task::JoinSet::new();
