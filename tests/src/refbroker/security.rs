@@ -11,7 +11,7 @@
 //!
 //! | API | needs | denied |
 //! |---|---|---|
-//! | Produce | with a transactional id: WRITE on it; then WRITE on each topic | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the topic's partitions TOPIC_AUTHORIZATION_FAILED |
+//! | Produce | transactional records: an id in the header and WRITE on it; then WRITE on each topic | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the topic's partitions TOPIC_AUTHORIZATION_FAILED |
 //! | Fetch | READ on each topic | TOPIC_AUTHORIZATION_FAILED per partition |
 //! | ListOffsets, Metadata | DESCRIBE on each topic | TOPIC_AUTHORIZATION_FAILED per partition / topic; Metadata of every topic leaves it out |
 //! | JoinGroup, SyncGroup, Heartbeat, LeaveGroup | READ on the group | GROUP_AUTHORIZATION_FAILED |
@@ -203,19 +203,24 @@ impl Security {
 
 // ===== the broker APIs' checks =====
 
-/// Produce: WRITE on the transactional id of a transactional request, then WRITE on each
-/// topic. Removes the denied topics from `r` and returns their answers.
+/// Produce, as Kafka's `KafkaApis.handleProduceRequest`: a request carrying transactional
+/// records (the first batch of a partition has the transactional flag) needs a transactional id
+/// in its header and WRITE on it, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+/// (also without an authorizer: transactional records without an id are refused); then WRITE on
+/// each topic. Removes the denied topics from `r` and returns their answers.
 pub(crate) fn produce(
     a: &Authz<'_>,
     r: &mut km::ProduceRequest,
 ) -> Vec<km::produce_response::TopicProduceResponse> {
     use km::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-    let txn_denied = r
-        .transactional_id
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .filter(|t| !t.is_empty())
-        .is_some_and(|t| !a.allowed(AclOperation::Write, ResourceType::TransactionalId, &t));
+    let txn_denied = has_transactional_records(r)
+        && r.transactional_id.as_ref().is_none_or(|t| {
+            !a.allowed(
+                AclOperation::Write,
+                ResourceType::TransactionalId,
+                t.0.as_str(),
+            )
+        });
     let mut ok = HashMap::new();
     let mut denied = Vec::new();
     r.topic_data.retain(|t| {
@@ -248,6 +253,23 @@ pub(crate) fn produce(
         false
     });
     denied
+}
+
+/// Whether the first batch of some partition of `r` is transactional (Kafka's
+/// `RequestUtils.hasTransactionalRecords`): bit 4 of the attributes of a magic-2 batch header.
+fn has_transactional_records(r: &km::ProduceRequest) -> bool {
+    const MAGIC_AT: usize = 16;
+    const ATTRIBUTES_AT: usize = 21;
+    const TRANSACTIONAL_FLAG: u8 = 0x10;
+    r.topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_deref())
+        .any(|b| {
+            b.len() > ATTRIBUTES_AT + 1
+                && b[MAGIC_AT] == 2
+                && b[ATTRIBUTES_AT + 1] & TRANSACTIONAL_FLAG != 0
+        })
 }
 
 /// Fetch: READ on each topic. Removes the denied topics from `r` and returns their answers.
@@ -640,10 +662,23 @@ mod tests {
                     .map(|t| {
                         TopicProduceData::default()
                             .with_name(name(t))
-                            .with_partition_data(vec![PartitionProduceData::default()])
+                            .with_partition_data(vec![
+                                PartitionProduceData::default()
+                                    .with_records(Some(batch_header(true))),
+                            ])
                     })
                     .collect(),
             )
+    }
+
+    /// The first 61 bytes of a magic-2 batch, with the transactional flag or without.
+    fn batch_header(transactional: bool) -> bytes::Bytes {
+        let mut b = vec![0u8; 61];
+        b[16] = 2;
+        if transactional {
+            b[22] = 0x10;
+        }
+        b.into()
     }
 
     #[test]
@@ -683,6 +718,33 @@ mod tests {
         );
         let mut r = produce_request(Some("other"), &["no"]);
         assert!(produce(&open, &mut r).is_empty());
+        assert_eq!(r.topic_data.len(), 1);
+    }
+
+    #[test]
+    fn transactional_records_need_an_id_in_the_header_and_the_id_decides() {
+        let d = Denials::default();
+        let a = checks(&[allow(ResourceType::Topic, "ok", AclOperation::Write)], &d);
+        let open = Authz::new(
+            None,
+            &Session::anonymous(std::net::Ipv4Addr::LOCALHOST.into()),
+            &d,
+            "test",
+        );
+        // Transactional records without an id: refused, with an authorizer or without.
+        for checks in [&a, &open] {
+            let mut r = produce_request(None, &["ok"]);
+            let denied = produce(checks, &mut r);
+            assert!(r.topic_data.is_empty());
+            assert_eq!(
+                denied[0].partition_responses[0].error_code,
+                code(ResponseError::TransactionalIdAuthorizationFailed)
+            );
+        }
+        // An id in the header of non-transactional records is not checked (Kafka's rule).
+        let mut r = produce_request(Some("not-mine"), &["ok"]);
+        r.topic_data[0].partition_data[0].records = Some(batch_header(false));
+        assert!(produce(&a, &mut r).is_empty());
         assert_eq!(r.topic_data.len(), 1);
     }
 
