@@ -24,10 +24,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use security::acl::{
-    AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType,
-    StandardAuthorizer,
-};
+use security::acl::{AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType};
 
 use super::session::Session;
 use crate::{
@@ -47,9 +44,10 @@ pub struct DenialLabels {
 /// `txn_coordinator_authorization_denials_total{api,operation}`.
 pub type Denials = Family<DenialLabels, Counter>;
 
-/// The checks of one request: the caller and the authorizer (`None`: no authorizer).
+/// The checks of one request: the caller and the authorizer (`None`: no authorizer). Any
+/// [`Authorizer`] does: Kafka's ACLs ([`security::acl::StandardAuthorizer`]) or a broker's own.
 pub struct Authz<'a> {
-    authorizer: Option<Arc<StandardAuthorizer>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
     ctx: RequestContext,
     denials: &'a Denials,
     api: &'static str,
@@ -68,7 +66,7 @@ impl<'a> Authz<'a> {
     /// The checks of one `api` request of `session`'s client, against `authorizer` (`None`:
     /// everything allowed); denials are counted in `denials`.
     pub fn new(
-        authorizer: Option<Arc<StandardAuthorizer>>,
+        authorizer: Option<Arc<dyn Authorizer>>,
         session: &Session,
         denials: &'a Denials,
         api: &'static str,
@@ -106,16 +104,20 @@ impl<'a> Authz<'a> {
 
     /// Whether the caller may do `operation` on the resource (always without an authorizer).
     pub fn allowed(&self, operation: AclOperation, resource: ResourceType, name: &str) -> bool {
-        let Some(a) = &self.authorizer else {
-            return true;
-        };
-        let ok = a
-            .authorize_action(&self.ctx, &Action::new(operation, resource, name))
-            .is_allowed();
+        let ok = self.permits(operation, resource, name);
         if !ok {
             self.deny(operation, resource, name);
         }
         ok
+    }
+
+    /// [`Self::allowed`] without logging or counting a denial.
+    fn permits(&self, operation: AclOperation, resource: ResourceType, name: &str) -> bool {
+        self.authorizer.as_ref().is_none_or(|a| {
+            a.authorize(&self.ctx, &[Action::new(operation, resource, name)])
+                .first()
+                .is_some_and(|r| r.is_allowed())
+        })
     }
 
     /// Whether the caller may do `operation` on the cluster.
@@ -162,19 +164,11 @@ impl<'a> Authz<'a> {
             }
             None => {
                 // Kafka does not log the IDEMPOTENT_WRITE denial when WRITE on a topic allows.
-                let idempotent = match &self.authorizer {
-                    None => true,
-                    Some(a) => a
-                        .authorize_action(
-                            &self.ctx,
-                            &Action::new(
-                                AclOperation::IdempotentWrite,
-                                ResourceType::Cluster,
-                                CLUSTER_NAME,
-                            ),
-                        )
-                        .is_allowed(),
-                };
+                let idempotent = self.permits(
+                    AclOperation::IdempotentWrite,
+                    ResourceType::Cluster,
+                    CLUSTER_NAME,
+                );
                 if idempotent || self.by_type(AclOperation::Write, ResourceType::Topic) {
                     Ok(())
                 } else {
@@ -384,7 +378,7 @@ mod tests {
     use crate::AddPartitionsTxn;
     use security::acl::{
         AccessControlEntry, AclBinding, AclPermissionType, Principal, ResourcePattern,
-        StandardAuthorizerConfig,
+        StandardAuthorizer, StandardAuthorizerConfig,
     };
     use txn_log::{ProducerEpoch, ProducerId, TopicPartition};
 
@@ -411,7 +405,7 @@ mod tests {
         )
     }
 
-    fn authorizer(acls: &[AclBinding]) -> Option<Arc<StandardAuthorizer>> {
+    fn authorizer(acls: &[AclBinding]) -> Option<Arc<dyn Authorizer>> {
         let mut a = StandardAuthorizer::new(StandardAuthorizerConfig::default());
         a.create(acls);
         Some(Arc::new(a))
