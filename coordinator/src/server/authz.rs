@@ -6,8 +6,8 @@
 //! |---|---|---|
 //! | FindCoordinator | DESCRIBE on the TransactionalId (TRANSACTION keys) or the Group (GROUP keys), per key | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED for that key |
 //! | InitProducerId | with an id: WRITE on it; without: IDEMPOTENT_WRITE on the Cluster, or WRITE on some Topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED |
-//! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
-//! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification), then WRITE on each topic, per transaction | top-level CLUSTER_AUTHORIZATION_FAILED; per transaction as above |
+//! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic (never on an internal topic: `__consumer_offsets`, `__transaction_state`, `__share_group_state`) | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
+//! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification); topics not checked | top-level CLUSTER_AUTHORIZATION_FAILED |
 //! | AddOffsetsToTxn | WRITE on the id, then READ on the group | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED |
 //! | EndTxn | WRITE on the id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 //! | DescribeTransactions | DESCRIBE on each id; DESCRIBE on each topic of the answer | that id TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics without DESCRIBE left out |
@@ -31,6 +31,14 @@ use crate::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, DescribedTxn,
     ErrorCode, ListTransactionsResponse,
 };
+
+/// Kafka's internal topics (`Topic.INTERNAL_TOPICS`): AddPartitionsToTxn from a client never
+/// adds them.
+const INTERNAL_TOPICS: [&str; 3] = [
+    crate::CONSUMER_OFFSETS_TOPIC,
+    "__transaction_state",
+    "__share_group_state",
+];
 
 /// Labels of the denial counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -198,13 +206,17 @@ impl<'a> Authz<'a> {
                 );
                 return AddPartitionsAuthz::Denied(resp);
             }
-        } else if !self.cluster(AclOperation::ClusterAction) {
+        } else if self.cluster(AclOperation::ClusterAction) {
+            // A broker's verification: its topics are not checked (Kafka's KafkaApis).
+            return AddPartitionsAuthz::Allowed(req);
+        } else {
             return AddPartitionsAuthz::Denied(AddPartitionsToTxnResponse {
                 error: ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
                 results: Vec::new(),
             });
         }
-        // WRITE per topic, each topic asked once per request.
+        // WRITE per topic, each topic asked once per request. Kafka's internal topics are never
+        // a client's to add, whatever the ACLs (and without an authorizer).
         let mut topic_ok: HashMap<String, bool> = HashMap::new();
         let mut answered = Vec::new();
         let mut forwarded = Vec::new();
@@ -212,7 +224,8 @@ impl<'a> Authz<'a> {
             let mut denied = false;
             for p in &txn.partitions {
                 let ok = *topic_ok.entry(p.topic.clone()).or_insert_with(|| {
-                    self.allowed(AclOperation::Write, ResourceType::Topic, &p.topic)
+                    !INTERNAL_TOPICS.contains(&p.topic.as_str())
+                        && self.allowed(AclOperation::Write, ResourceType::Topic, &p.topic)
                 });
                 denied |= !ok;
             }
@@ -580,27 +593,55 @@ mod tests {
             acl(ResourceType::Topic, "ok", false, AclOperation::Write, true),
         ]);
         let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
-        let AddPartitionsAuthz::Partial {
-            forward,
-            forwarded_at,
-            answered,
-        } = a.add_partitions(req)
-        else {
-            panic!("partial expected");
+        let AddPartitionsAuthz::Allowed(forward) = a.add_partitions(req) else {
+            panic!("a broker's verification is not checked per topic");
         };
-        assert_eq!(forwarded_at, vec![0, 2]);
-        let from = AddPartitionsToTxnResponse::all(&forward, ErrorCode::NONE);
-        let merged = merge_add_partitions(from, &forwarded_at, answered);
-        let ids: Vec<_> = merged
-            .results
-            .iter()
-            .map(|r| r.transactional_id.as_str())
-            .collect();
-        assert_eq!(ids, vec!["t1", "t2", "t3"]);
-        assert_eq!(
-            merged.results[1].partitions[0].1,
-            ErrorCode::TOPIC_AUTHORIZATION_FAILED
-        );
+        assert_eq!(forward.transactions.len(), 3);
+    }
+
+    #[test]
+    fn add_partitions_never_adds_an_internal_topic_for_a_client() {
+        let d = Denials::default();
+        let req = |version: i16| AddPartitionsToTxnRequest {
+            version,
+            transactions: vec![txn("t", &["a", "__consumer_offsets"])],
+        };
+        for a in [
+            Authz::new(None, &session(), &d, "AddPartitionsToTxn"),
+            Authz::new(
+                authorizer(&[
+                    acl(
+                        ResourceType::TransactionalId,
+                        "t",
+                        false,
+                        AclOperation::Write,
+                        true,
+                    ),
+                    acl(ResourceType::Topic, "*", false, AclOperation::All, true),
+                ]),
+                &session(),
+                &d,
+                "AddPartitionsToTxn",
+            ),
+        ] {
+            let AddPartitionsAuthz::Partial { answered, .. } = a.add_partitions(req(3)) else {
+                panic!("an internal topic is refused");
+            };
+            let errs: Vec<_> = answered[0].1.partitions.iter().map(|(_, e)| *e).collect();
+            assert_eq!(
+                errs,
+                vec![
+                    ErrorCode::OPERATION_NOT_ATTEMPTED,
+                    ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                ]
+            );
+        }
+        // A broker's verification (v4+) is not a client's: not checked per topic.
+        let a = Authz::new(None, &session(), &d, "AddPartitionsToTxn");
+        assert!(matches!(
+            a.add_partitions(req(4)),
+            AddPartitionsAuthz::Allowed(_)
+        ));
     }
 
     #[test]
