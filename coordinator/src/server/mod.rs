@@ -6,7 +6,7 @@ pub mod authz;
 mod backend;
 mod brokers;
 mod conn;
-mod http;
+pub mod http;
 mod keepalive;
 pub mod listeners;
 #[cfg(feature = "etcd")]
@@ -14,7 +14,7 @@ pub mod membership;
 pub mod outgoing;
 #[cfg(feature = "etcd")]
 pub mod peers;
-mod process;
+pub mod process;
 pub mod protocol;
 pub mod sasl_auth;
 pub mod security_apis;

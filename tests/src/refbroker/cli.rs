@@ -148,6 +148,13 @@ pub struct Args {
     /// A tuning or coordinator key (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", allow_hyphen_values = true)]
     pub set: Vec<String>,
+    /// Serve /metrics (Prometheus), /health and /ready on HOST:PORT, as the daemon's flag.
+    #[arg(
+        long = "metrics-listen",
+        value_name = "HOST:PORT",
+        allow_hyphen_values = true
+    )]
+    pub metrics_listen: Option<String>,
 }
 
 /// Parses the command line (without the program name). `--help` comes back as an error
@@ -227,7 +234,16 @@ impl Args {
                 .with_context(|| format!("--set {v:?} is not KEY=VALUE"))?;
             settings.insert(k.to_owned(), val.to_owned());
         }
-        check(
+        let metrics_listen = match &self.metrics_listen {
+            Some(v) => Some(
+                v.to_socket_addrs()
+                    .with_context(|| format!("--metrics-listen: cannot resolve {v:?}"))?
+                    .next()
+                    .with_context(|| format!("--metrics-listen: {v:?} resolves to nothing"))?,
+            ),
+            None => None,
+        };
+        let mut config = check(
             listen,
             data_dir,
             topics,
@@ -238,7 +254,9 @@ impl Args {
             coordinator_node_id,
             offsets_partitions,
             settings,
-        )
+        )?;
+        config.metrics_listen = metrics_listen;
+        Ok(config)
     }
 }
 
@@ -317,6 +335,7 @@ fn check(
         coordinator,
         offsets_partitions,
         settings,
+        metrics_listen: None,
     })
 }
 
