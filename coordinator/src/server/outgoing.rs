@@ -31,7 +31,8 @@ use security::sasl::{ClientCredentials, Mechanism};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::listeners::{RateLimit, SecurityProtocol};
+use super::listeners::{ListenerSpec, RateLimit, SecurityProtocol, listener_key};
+use super::settings::Settings;
 use super::tls::{pem_certificates, private_key};
 
 /// The client keys, each under the prefix (`broker.security.protocol`).
@@ -181,6 +182,29 @@ impl ClientSecurity {
             sasl,
             timeout: HANDSHAKE_TIMEOUT,
             failures: Arc::new(RateLimit::default()),
+        })
+    }
+
+    /// The client side of listener `spec`, for this daemon's probes of the other daemons on
+    /// it (a Kafka broker's inter-broker client): TLS with the listener's own truststore (to
+    /// check the peer), keystore (the client certificate, sent when the peer asks for one) and
+    /// `ssl.endpoint.identification.algorithm`, each read as the listener reads its keys
+    /// (`listener.name.<listener>.` first). No SASL: a probe asks only ApiVersions, which a
+    /// SASL listener answers before authentication.
+    pub fn for_listener_probe(settings: &Settings, spec: &ListenerSpec) -> anyhow::Result<Self> {
+        let name = spec.name();
+        let protocol = if spec.protocol.tls() {
+            SecurityProtocol::Ssl
+        } else {
+            SecurityProtocol::Plaintext
+        };
+        Self::from_keys("", |k| match k {
+            "security.protocol" => Some(protocol.name().to_owned()),
+            "ssl.key.password" | "sasl.mechanism" | "sasl.jaas.config" => None,
+            k => listener_key(settings, name, k).map(str::to_owned),
+        })
+        .with_context(|| {
+            format!("probing the other daemons on listener {name} (inter.broker.listener.name)")
         })
     }
 

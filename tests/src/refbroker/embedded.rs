@@ -29,6 +29,7 @@ use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use coordinator::server::membership::{self, Member, Membership};
+use coordinator::server::peers::Probe;
 use coordinator::server::protocol as p;
 use coordinator::server::{DaemonLog, LogBackend};
 use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
@@ -206,7 +207,13 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
                     listeners: Vec::new(),
                 })
                 .ok_or_else(|| anyhow::anyhow!("this node's address is unknown"))?;
-            Some(membership::start(&settings, me, coordinator.clone()).await?)
+            // The nodes of a cluster reach each other over plain TCP (their cluster
+            // addresses), the probes too.
+            let probe = Probe {
+                listener: "PLAINTEXT".to_owned(),
+                connector: Arc::new(markers::wire::PlaintextConnector),
+            };
+            Some(membership::start(&settings, me, coordinator.clone(), probe).await?)
         }
         LogBackend::Sled => {
             let mine: Vec<u32> = (0..n)
