@@ -384,6 +384,10 @@ pub(crate) fn check_key(key: &str, value: &str) -> Result<bool, SettingsError> {
         "ssl.endpoint.identification.algorithm" => {
             super::outgoing::check_value(base, value).map_err(|e| bad(key, value, e))?;
         }
+        super::outgoing::INTER_BROKER_MECHANISM => {
+            super::outgoing::check_value("sasl.mechanism", value)
+                .map_err(|e| bad(key, value, e))?;
+        }
         "ssl.keystore.type" | "ssl.truststore.type" => {
             if !value.trim().eq_ignore_ascii_case("PEM") {
                 return Err(bad(

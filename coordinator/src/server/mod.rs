@@ -251,7 +251,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             let inter_broker = listeners::inter_broker_listener(&settings, &specs)?;
             Some(peers::Probe {
                 listener: inter_broker.name().to_owned(),
-                connector: outgoing::ClientSecurity::for_listener_probe(&settings, inter_broker)?
+                connector: outgoing::ClientSecurity::inter_broker(&settings, inter_broker, false)?
                     .connector(),
             })
         }

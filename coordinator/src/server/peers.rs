@@ -13,7 +13,7 @@
 //!
 //! The probes go to each member's inter-broker listener (`inter.broker.listener.name`, as
 //! Kafka's brokers talk to each other) with that listener's TLS settings as a client
-//! ([`super::outgoing::ClientSecurity::for_listener_probe`]); on a SASL listener the
+//! ([`super::outgoing::ClientSecurity::inter_broker`]); on a SASL listener the
 //! ApiVersions comes before any SASL exchange, as Kafka allows, so a probe never
 //! authenticates. A probe whose TLS handshake fails (an untrusted or misnamed certificate)
 //! counts as unanswered, and the log says why.

@@ -457,6 +457,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "the listener the daemons of an etcd cluster probe each other on, with its TLS settings as a client (none: the first listener)",
     ),
     (
+        "sasl.mechanism.inter.broker.protocol",
+        "",
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512: how the nodes of a refbroker cluster authenticate to each other on a SASL inter-broker listener (the daemons' probes do not authenticate)",
+    ),
+    (
         "ssl.keystore.type",
         "PEM",
         "format of ssl.keystore.location: PEM only",
