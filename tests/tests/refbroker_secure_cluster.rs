@@ -325,3 +325,33 @@ async fn a_transaction_spanning_two_sasl_ssl_brokers_commits() {
         assert_eq!(values, vec![format!("v-p{p}")], "t-{p} on node {leader}");
     }
 }
+
+/// A node alone talks to no other node: a SASL_SSL listener without the inter-broker keys
+/// (no truststore, no `sasl.mechanism.inter.broker.protocol`) starts.
+#[test]
+fn a_node_alone_needs_no_inter_broker_keys() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (_, keystore) = pki(dir.path());
+    let mut args: Vec<String> = [
+        "--data-dir",
+        &dir.path().join("b").display().to_string(),
+        "--topics",
+        "t:1",
+        "--embedded-coordinator",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for kv in [
+        "listeners=SASL_SSL://127.0.0.1:0".to_owned(),
+        format!("ssl.keystore.location={}", keystore.display()),
+        "txn.scram.credentials=SCRAM-SHA-512=[name=app,password=app-secret]".to_owned(),
+    ] {
+        args.extend(["--set".to_owned(), kv]);
+    }
+    BrokerProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_refbroker")),
+        &args,
+        Duration::from_secs(30),
+    )
+    .expect("refbroker starts");
+}

@@ -39,7 +39,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::VersionRange;
 use markers::apply::{ApplyError, MarkerApplier};
 use markers::participant::Marker;
-use markers::wire::Connector;
+use markers::wire::{Connector, PlaintextConnector};
 use markers::writer::{
     BrokerEndpoint, LeaderLookup, LeaderResolver, ResolveError, WireTransportConfig,
 };
@@ -191,10 +191,15 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
         ..WireTransportConfig::default()
     };
     // The nodes talk to each other (markers, KIP-890 verification) on the inter-broker
-    // listener, with its security as a client, as Kafka's brokers do.
+    // listener, with its security as a client, as Kafka's brokers do. A node alone leads every
+    // partition: nothing crosses nodes, and its listener needs no client settings.
     let specs = broker.security.specs(broker.config.listen)?;
     let listener = listeners::inter_broker_listener(&settings, &specs)?;
-    let inter_broker = ClientSecurity::inter_broker(&settings, listener, true)?.connector();
+    let inter_broker: Arc<dyn Connector> = if broker.cluster.nodes().len() > 1 {
+        ClientSecurity::inter_broker(&settings, listener, true)?.connector()
+    } else {
+        Arc::new(PlaintextConnector)
+    };
     let n = config.transaction_state_log_num_partitions;
     let mut builder = Coordinator::builder(config, log.as_txn_log())
         .markers_routed(
