@@ -114,6 +114,7 @@ pub mod server;
 pub mod server {
     pub mod authz;
     pub mod protocol;
+    pub mod rate_limit;
     pub mod session;
 }
 #[cfg(feature = "embed")]

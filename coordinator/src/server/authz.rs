@@ -14,8 +14,9 @@
 //! | ListTransactions | DESCRIBE on each id listed | the id left out |
 //!
 //! The Cluster resource is named `kafka-cluster`. Without an authorizer
-//! (`authorizer.class.name` empty) everything is allowed, as in Kafka. Each denial is logged at
-//! debug level and counted in `txn_coordinator_authorization_denials_total{api,operation}`.
+//! (`authorizer.class.name` empty) everything is allowed, as in Kafka. Each denial is logged
+//! (info level at most once a second, the rest at debug) and counted in
+//! `txn_coordinator_authorization_denials_total{api,operation}`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use security::acl::{AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType};
 
+use super::rate_limit::RateLimit;
 use super::session::Session;
 use crate::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, DescribedTxn,
@@ -49,8 +51,21 @@ pub struct DenialLabels {
     pub operation: Cow<'static, str>,
 }
 
-/// `txn_coordinator_authorization_denials_total{api,operation}`.
-pub type Denials = Family<DenialLabels, Counter>;
+/// The denials of a server: `txn_coordinator_authorization_denials_total{api,operation}` and
+/// their log line (at most one a second at info level, as Kafka's authorizer logger writes
+/// its denials; the rest at debug). Clones share both.
+#[derive(Debug, Clone, Default)]
+pub struct Denials {
+    counts: Family<DenialLabels, Counter>,
+    log: Arc<RateLimit>,
+}
+
+impl Denials {
+    /// The counter family, to register in a Prometheus registry.
+    pub fn family(&self) -> &Family<DenialLabels, Counter> {
+        &self.counts
+    }
+}
 
 /// The checks of one request: the caller and the authorizer (`None`: no authorizer). Any
 /// [`Authorizer`] does: Kafka's ACLs ([`security::acl::StandardAuthorizer`]) or a broker's own.
@@ -93,19 +108,34 @@ impl<'a> Authz<'a> {
     }
 
     fn deny(&self, operation: AclOperation, resource: ResourceType, name: &str) {
-        tracing::debug!(
-            principal = %self.ctx.principal,
-            host = %self.ctx.client_host,
-            api = self.api,
-            operation = operation.constant_name(),
-            resource_type = resource.constant_name(),
-            resource = name,
-            "authorization denied"
-        );
+        let (principal, host) = (&self.ctx.principal, &self.ctx.client_host);
+        let (operation_name, resource_type) = (operation.constant_name(), resource.constant_name());
+        match self.denials.log.allow() {
+            Some(suppressed) => tracing::info!(
+                %principal,
+                %host,
+                api = self.api,
+                operation = operation_name,
+                resource_type,
+                resource = name,
+                suppressed,
+                "authorization denied"
+            ),
+            None => tracing::debug!(
+                %principal,
+                %host,
+                api = self.api,
+                operation = operation_name,
+                resource_type,
+                resource = name,
+                "authorization denied"
+            ),
+        }
         self.denials
+            .counts
             .get_or_create(&DenialLabels {
                 api: Cow::Borrowed(self.api),
-                operation: Cow::Borrowed(operation.constant_name()),
+                operation: Cow::Borrowed(operation_name),
             })
             .inc();
     }
@@ -477,6 +507,7 @@ mod tests {
             Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         );
         let denied = d
+            .family()
             .get_or_create(&DenialLabels {
                 api: "EndTxn".into(),
                 operation: "WRITE".into(),

@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use txn_log::sync::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -22,6 +21,7 @@ use security::sasl::{
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::rate_limit::RateLimit;
 use super::session::{self, Session};
 use super::settings::{Settings, SettingsError};
 use super::{Context, conn, sasl_auth, tls};
@@ -671,34 +671,6 @@ impl ListenerMetrics {
     }
 }
 
-/// At most one warning a second for failed authentications; the others go to debug.
-#[derive(Debug, Default)]
-pub struct RateLimit {
-    last_second: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl RateLimit {
-    /// `Some(suppressed since the last warning)` when a warning may be logged now.
-    pub fn allow(&self) -> Option<u64> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.last_second.load(Ordering::Relaxed);
-        if last != now
-            && self
-                .last_second
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            Some(self.suppressed.swap(0, Ordering::Relaxed))
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            None
-        }
-    }
-}
-
 /// A listener ready to accept: its spec, TLS acceptor and SASL mechanisms. Made by [`build`];
 /// a server accepts on it with [`tls_accept`] and [`sasl_gate`].
 pub struct Listener {
@@ -956,12 +928,5 @@ mod tests {
         );
         assert_eq!(listener_key(&s, "SSL", "ssl.client.auth"), Some("required"));
         assert_eq!(prefixed_key(&s, "SSL", "ssl.client.auth"), None);
-    }
-
-    #[test]
-    fn rate_limit_lets_one_through_a_second() {
-        let r = RateLimit::default();
-        assert_eq!(r.allow(), Some(0));
-        assert_eq!(r.allow(), None);
     }
 }

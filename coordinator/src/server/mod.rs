@@ -16,6 +16,7 @@ pub mod outgoing;
 pub mod peers;
 pub mod process;
 pub mod protocol;
+pub mod rate_limit;
 pub mod sasl_auth;
 pub mod security_apis;
 pub mod security_store;
@@ -357,7 +358,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         .register(
             "authorization_denials",
             "Requests (or parts of requests) denied by the authorizer, by API and operation",
-            denials.clone(),
+            denials.family().clone(),
         );
     listener_metrics.register(&mut registry);
     registry.register_collector(Box::new(process::ProcessCollector));

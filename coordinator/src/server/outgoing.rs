@@ -31,7 +31,8 @@ use security::sasl::{ClientCredentials, Mechanism};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::listeners::{ListenerSpec, RateLimit, SecurityProtocol, listener_key};
+use super::listeners::{ListenerSpec, SecurityProtocol, listener_key};
+use super::rate_limit::RateLimit;
 use super::settings::Settings;
 use super::tls::{pem_certificates, private_key};
 
