@@ -218,7 +218,9 @@ fn record(state: TxnState, parts: &[(&str, i32)]) -> TxnRecord {
         next_producer_id: ProducerId(-1),
         producer_epoch: ProducerEpoch(3),
         last_producer_epoch: ProducerEpoch(2),
-        next_producer_epoch: ProducerEpoch(-1),
+        session_producer_epoch: ProducerEpoch(-1),
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 60_000,
         state,
         partitions: parts
@@ -257,10 +259,10 @@ pub fn txn_log_record() -> Vec<(&'static str, Vec<u8>)> {
     ] {
         let key = codec::record_key(p0, &TransactionalId::new(id).unwrap());
         let value = codec::encode_record(&key, &record(state, parts)).unwrap();
-        // The payload alone, for sealed mode: tag 3 = kind R, version 1.
+        // The payload alone, for sealed mode: tag 6 = kind R, version 2.
         let payload = value[6..value.len() - 4].to_vec();
         sealed_entries.push(StoredEntry {
-            tag: 3,
+            tag: 6,
             key: key.clone(),
             value: payload,
         });

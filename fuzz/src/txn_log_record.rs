@@ -12,7 +12,7 @@ use txn_log::{CoordinatorEpoch, LogError, LogPartition, ProducerIdBlock, TopicPa
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry {
     /// In sealed mode, which envelope the harness wraps `value` in: kind `[R, E, P][tag % 3]`,
-    /// version `tag / 3 % 4` (1 is the current version of every kind). Ignored in raw mode.
+    /// version `tag / 3 % 4` (2 is the current version of records, 1 of the other kinds). Ignored in raw mode.
     pub tag: u8,
     /// The stored key.
     pub key: Vec<u8>,
@@ -260,6 +260,8 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
                 transaction_timeout_ms: 60_000,
                 producer_id: r.producer_id,
                 producer_epoch: r.producer_epoch,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             }),
         );
         send(
@@ -270,6 +272,8 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
                 transaction_timeout_ms: 60_000,
                 producer_id: txn_log::ProducerId::NONE,
                 producer_epoch: txn_log::ProducerEpoch::NONE,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             }),
         );
     }

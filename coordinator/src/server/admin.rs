@@ -959,7 +959,9 @@ pub async fn dump_partitions(
                     producer_id: r.producer_id.0,
                     producer_epoch: r.producer_epoch.0,
                     last_producer_epoch: r.last_producer_epoch.0,
-                    next_producer_epoch: r.next_producer_epoch.0,
+                    session_producer_id: r.session_producer_id.0,
+                    session_producer_epoch: r.session_producer_epoch.0,
+                    two_phase_commit: r.two_phase_commit,
                     prev_producer_id: r.prev_producer_id.0,
                     next_producer_id: r.next_producer_id.0,
                     state: r.state.name(),
@@ -988,7 +990,9 @@ struct DumpedRecord {
     producer_id: i64,
     producer_epoch: i16,
     last_producer_epoch: i16,
-    next_producer_epoch: i16,
+    session_producer_id: i64,
+    session_producer_epoch: i16,
+    two_phase_commit: bool,
     prev_producer_id: i64,
     next_producer_id: i64,
     state: &'static str,
@@ -1018,7 +1022,9 @@ mod tests {
             next_producer_id: ProducerId(6),
             producer_epoch: ProducerEpoch(2),
             last_producer_epoch: ProducerEpoch(1),
-            next_producer_epoch: ProducerEpoch(9),
+            session_producer_epoch: ProducerEpoch(9),
+            session_producer_id: ProducerId(5),
+            two_phase_commit: true,
             timeout_ms: 60_000,
             state: TxnState::Ongoing,
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
@@ -1031,7 +1037,7 @@ mod tests {
             .await
             .expect("append");
         let out = dump_partitions(&log, 1, Format::Json).await.expect("dump");
-        // One key per TxnRecord field (12), plus partition, coordinator epoch and id.
+        // One key per TxnRecord field (14), plus partition, coordinator epoch and id.
         for field in [
             "\"partition\":0",
             "\"coordinatorEpoch\":3",
@@ -1041,7 +1047,9 @@ mod tests {
             "\"nextProducerId\":6",
             "\"producerEpoch\":2",
             "\"lastProducerEpoch\":1",
-            "\"nextProducerEpoch\":9",
+            "\"sessionProducerId\":5",
+            "\"sessionProducerEpoch\":9",
+            "\"twoPhaseCommit\":true",
             "\"txnTimeoutMs\":60000",
             "\"state\":\"Ongoing\"",
             "\"partitions\":[\"t-0\"]",
@@ -1051,7 +1059,7 @@ mod tests {
         ] {
             assert!(out.contains(field), "{field} missing: {out}");
         }
-        assert_eq!(out.matches(':').count(), 15, "{out}");
+        assert_eq!(out.matches(':').count(), 17, "{out}");
     }
 
     #[test]
