@@ -279,7 +279,12 @@ async fn init_producer_id_v6_two_phase_commit() {
         .call(&init_2pc(false), 6)
         .await
         .expect("init");
-    assert_eq!((r.error_code, r.producer_id.0), (53, -1));
+    assert_eq!(
+        (r.error_code, r.producer_id.0),
+        (53, -1),
+        "{r:?}\n{}",
+        off.stderr()
+    );
     drop(off);
 
     let broker = FakeBroker::start().await;
@@ -330,7 +335,7 @@ async fn init_producer_id_v6_two_phase_commit() {
         (0, pid, 1, pid, 0)
     );
     let r = c.call(&end_req("xa", pid, 0, true), 5).await.expect("end");
-    assert_eq!(r.error_code, 47, "the old producer is fenced");
+    assert_eq!(r.error_code, 90, "the old producer is PRODUCER_FENCED");
     let r = c.call(&end_req("xa", pid, 1, true), 5).await.expect("end");
     assert_eq!(
         (r.error_code, r.producer_id.0, r.producer_epoch),

@@ -155,8 +155,8 @@ pub fn init_producer_id(version: i16, r: &km::InitProducerIdRequest) -> InitProd
         transaction_timeout_ms: r.transaction_timeout_ms,
         producer_id: ProducerId(r.producer_id.0),
         producer_epoch: ProducerEpoch(r.producer_epoch),
-        enable_2pc: false,
-        keep_prepared_txn: false,
+        enable_2pc: r.enable_2_pc,
+        keep_prepared_txn: r.keep_prepared_txn,
     }
 }
 
@@ -579,6 +579,17 @@ mod tests {
             assert_eq!(name, format!("{k:?}"));
         }
         assert_eq!(api_name(ApiKey::JoinGroup), "JoinGroup");
+    }
+
+    #[test]
+    fn init_producer_id_v6_carries_the_two_phase_commit_flags() {
+        let r = km::InitProducerIdRequest::default()
+            .with_enable_2_pc(true)
+            .with_keep_prepared_txn(true);
+        let req = init_producer_id(6, &r);
+        assert!(req.enable_2pc && req.keep_prepared_txn);
+        let req = init_producer_id(5, &km::InitProducerIdRequest::default());
+        assert!(!req.enable_2pc && !req.keep_prepared_txn);
     }
 
     #[test]
