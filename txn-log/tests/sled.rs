@@ -342,7 +342,7 @@ fn corruption_is_reported_with_the_key() {
     let cases: Vec<(&str, Box<Mutation>)> = vec![
         ("payload byte", Box::new(|v: &mut Vec<u8>| v[8] ^= 0x40)),
         ("kind byte", Box::new(|v: &mut Vec<u8>| v[0] ^= 0x01)),
-        ("version byte", Box::new(|v: &mut Vec<u8>| v[1] = 2)),
+        ("version byte", Box::new(|v: &mut Vec<u8>| v[1] = 9)),
         ("length field", Box::new(|v: &mut Vec<u8>| v[5] ^= 0x01)),
         (
             "length field high byte",
