@@ -268,7 +268,8 @@ async fn init_2pc_ok(
 /// KIP-939 over the wire: InitProducerId v6 with `Enable2Pc` is refused (53) unless
 /// `transaction.two.phase.commit.enable`; with it, `KeepPreparedTxn` answers the open
 /// transaction's pair beside the new session's, and the session's EndTxn v5 commits it
-/// (markers at the epoch it hands out); a retried commit is success.
+/// (markers at the epoch it hands out); a retried commit is success; `txn-coordinator
+/// force-terminate` aborts a kept transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_producer_id_v6_two_phase_commit() {
     let off_dir = tempfile::tempdir().expect("tmp");
@@ -354,6 +355,44 @@ async fn init_producer_id_v6_two_phase_commit() {
         .await
         .expect("retry");
     assert_eq!((r.error_code, r.producer_epoch), (0, 2), "a retried commit");
+
+    // A prepared transaction kept again, then aborted by `force-terminate` (Kafka's tool sends
+    // the same InitProducerId without the flags).
+    let r = c
+        .call(&add_req_v3("xa", pid, 2, &[("t", 1)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 1, 0)]);
+    let r = init_2pc_ok(&mut c, true).await;
+    assert_eq!(
+        (
+            r.error_code,
+            r.ongoing_txn_producer_id.0,
+            r.ongoing_txn_producer_epoch
+        ),
+        (0, pid, 2)
+    );
+    let addr = d.addr.to_string();
+    let (st, _, err) = run_cli(&[
+        "force-terminate",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "xa",
+    ]);
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        describe(&mut c, "xa").await.transaction_state.as_str(),
+        "CompleteAbort"
+    );
+    assert!(
+        broker
+            .markers()
+            .iter()
+            .flat_map(|m| m.markers.iter())
+            .any(|m| m.producer_id.0 == pid && !m.transaction_result),
+        "abort markers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

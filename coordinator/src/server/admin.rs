@@ -340,9 +340,17 @@ impl AdminClient {
                 row.state
             );
         }
+        // A two-phase-commit id (KIP-939) shows Kafka's "no timeout", i32::MAX, which an
+        // InitProducerId without Enable2Pc may not ask for: Kafka's Admin sends its request
+        // timeout there, we send the producer's default transaction timeout.
+        let timeout_ms = if row.timeout_ms == i32::MAX {
+            60_000
+        } else {
+            row.timeout_ms.max(1)
+        };
         let req = km::InitProducerIdRequest::default()
             .with_transactional_id(Some(km::TransactionalId(s(id))))
-            .with_transaction_timeout_ms(row.timeout_ms.max(1));
+            .with_transaction_timeout_ms(timeout_ms);
         let (_, owner) = self.coordinator_of(id).await?;
         let started = Instant::now();
         loop {
