@@ -216,7 +216,7 @@ impl Engine {
         };
         assert_transition(id, cur.state, target);
         let after = if tv2 {
-            (session.0, ProducerEpoch(session.1.0 + 1))
+            (session.0, ProducerEpoch(session.1.0.saturating_add(1)))
         } else {
             session
         };
@@ -358,6 +358,7 @@ impl Engine {
             };
             next.session_producer_id = ProducerId::NONE;
             next.session_producer_epoch = ProducerEpoch::NONE;
+            next.next_producer_id = ProducerId::NONE;
         } else if r.next_producer_id.is_some() {
             next.prev_producer_id = r.producer_id;
             next.producer_id = r.next_producer_id;
