@@ -109,11 +109,14 @@ pub use txn_log::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
 
 #[cfg(feature = "daemon")]
 pub mod server;
-/// The daemon's Kafka protocol surface, without the daemon (feature `daemon` adds the rest of
-/// the module: the wire server, its settings and admin commands).
+/// The daemon's Kafka protocol surface and Kafka's authorization checks of the transaction APIs
+/// (`authz`, over any `security::acl::Authorizer`), without the daemon (feature `daemon` adds the
+/// rest of the module: the wire server, its settings and admin commands).
 #[cfg(all(feature = "embed", not(feature = "daemon")))]
 pub mod server {
+    pub mod authz;
     pub mod protocol;
+    pub mod session;
 }
 #[cfg(feature = "embed")]
 pub mod shell;
@@ -127,6 +130,12 @@ pub use kafka_protocol;
 /// `txn_log::TxnLog`, `markers::writer::{LeaderResolver, MarkerTransport, LocalMarkerHandler}`).
 #[cfg(feature = "embed")]
 pub use async_trait::async_trait;
+
+/// Principals, Kafka's ACL types and the [`security::acl::Authorizer`] trait that
+/// [`server::authz::Authz`] checks requests with: a broker implements it to bring its own
+/// authorization, or uses Kafka's [`security::acl::StandardAuthorizer`].
+#[cfg(feature = "embed")]
+pub use security;
 
 /// The metric types of [`shell::Metrics`]: register them with
 /// [`shell::Metrics::register`] in a `prometheus_client::registry::Registry`.

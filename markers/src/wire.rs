@@ -329,8 +329,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KafkaConnection<S> {
     }
 
     /// The underlying stream, borrowed (e.g. to wait for the peer to close it between calls).
-    pub fn get_ref(&self) -> &S {
-        &self.stream
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.stream
     }
 
     /// The underlying stream.

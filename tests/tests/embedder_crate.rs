@@ -7,7 +7,8 @@
 //! the daemon's crates, that the re-exports are enough to implement our traits, and that the
 //! public API alone hosts a coordinator the way `coordinator/examples/embed_minimal.rs` does
 //! (`Coordinator::builder`, markers applied in process to a participant partition, no test
-//! double) and commits a transaction through it: the LSO moves past the COMMIT marker.
+//! double) and commits a transaction through it: the LSO moves past the COMMIT marker. Its
+//! requests are authorized first with a broker-made `Authorizer` through `server::authz`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -118,6 +119,10 @@ fn a_crate_outside_the_workspace_gets_the_bounded_decoders_and_the_embed_feature
     );
     assert!(
         stdout.contains("refused the 14-byte frame"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("authorized first: User:bob may not use alice-orders"),
         "{stdout}\n{stderr}"
     );
     assert!(

@@ -560,3 +560,123 @@ async fn embedded_mode_serves_transaction_version_2() {
         assert_eq!(aborted, vec![pid], "round 1 is aborted on partition {p}");
     }
 }
+
+/// One `GET /metrics` over HTTP/1.1: the body.
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("metrics port");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+        .await
+        .expect("answer in time")
+        .expect("answer");
+    out.split_once("\r\n\r\n").expect("HTTP head").1.to_owned()
+}
+
+/// The value of the sample `name` in a Prometheus text page.
+fn sample(page: &str, name: &str) -> u64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{page}"))
+}
+
+#[tokio::test]
+async fn the_verifier_counts_its_calls_on_metrics() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (port, metrics) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--listen".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--data-dir".to_owned(),
+        dir.path().to_str().expect("utf-8").to_owned(),
+        "--topics".to_owned(),
+        "t:2".to_owned(),
+        "--embedded-coordinator".to_owned(),
+        "--metrics-listen".to_owned(),
+        format!("127.0.0.1:{metrics}"),
+        "--set".to_owned(),
+        "transaction.state.log.num.partitions=1".to_owned(),
+    ]
+    .to_vec();
+    let _broker = BrokerProcess::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
+        &args,
+        Duration::from_secs(30),
+    )
+    .expect("refbroker starts");
+    let page = scrape(metrics).await;
+    assert_eq!(sample(&page, "refbroker_verification_calls_total"), 0);
+    assert!(page.contains("process_cpu_seconds_total"), "{page}");
+
+    let mut c = connect(port).await;
+    let mut init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(sb("m"))))
+        .with_transaction_timeout_ms(30_000);
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let mut pid = (0, 0);
+    let e = until_ok!("InitProducerId", {
+        let r = c.call(&init, 4).await.expect("init");
+        pid = (r.producer_id.0, r.producer_epoch);
+        r.error_code
+    });
+    assert_eq!(e, 0);
+    let (pid, epoch) = pid;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(sb("m")))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(sb("t")))
+                .with_partitions(vec![0]),
+        ]);
+    let e = until_ok!("AddPartitionsToTxn", {
+        let r = c.call(&add, 3).await.expect("add partitions");
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    });
+    assert_eq!(e, 0);
+    // Partition 0 was added: verified. Partition 1 was not: refused (a TV1 produce, v9).
+    let produce = |partition: i32| {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(sb("m"))))
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(sb("t")))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(txn_batch(pid, epoch, 0, &["v"]))),
+                    ]),
+            ])
+    };
+    let r = c.call(&produce(0), 9).await.expect("produce");
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let r = c.call(&produce(1), 9).await.expect("produce");
+    assert_ne!(r.responses[0].partition_responses[0].error_code, 0);
+
+    let page = scrape(metrics).await;
+    assert_eq!(
+        sample(&page, "refbroker_verification_calls_total"),
+        2,
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "refbroker_verification_partitions_verified_total"),
+        1
+    );
+    assert_eq!(
+        sample(&page, "refbroker_verification_partitions_refused_total"),
+        1
+    );
+    assert_eq!(sample(&page, "refbroker_verification_adds_sent_total"), 0);
+}

@@ -225,6 +225,11 @@ struct Target {
     /// The coordinator to ask.
     #[arg(long = "bootstrap-server", default_value = server::DEFAULT_LISTEN)]
     bootstrap_server: String,
+    /// Client security, as Kafka's tools take it: a properties file with security.protocol,
+    /// ssl.truststore.location, ssl.keystore.location, ssl.endpoint.identification.algorithm,
+    /// sasl.mechanism and sasl.jaas.config (PEM stores only). None: PLAINTEXT.
+    #[arg(long = "command-config", value_name = "FILE")]
+    command_config: Option<PathBuf>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -371,6 +376,28 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
+/// The admin connection `target` names, with the security of its `--command-config`.
+async fn connect(target: &Target) -> Result<AdminClient, (u8, String)> {
+    let security = match &target.command_config {
+        Some(path) => {
+            let (security, ignored) =
+                admin::command_config(path).map_err(|e| (2, format!("{e:#}")))?;
+            for key in ignored {
+                eprintln!(
+                    "warning: --command-config {}: {key} is not read (only the security keys are)",
+                    path.display()
+                );
+            }
+            security
+        }
+        None => server::outgoing::ClientSecurity::from_keys("", |_| None)
+            .map_err(|e| (2, format!("{e:#}")))?,
+    };
+    AdminClient::connect(&target.bootstrap_server, security)
+        .await
+        .map_err(|e| (1, format!("{e:#}")))
+}
+
 fn fmt_of(json: bool) -> Format {
     if json { Format::Json } else { Format::Table }
 }
@@ -406,9 +433,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             duration_ms,
             transactional_id_pattern,
         } => {
-            let mut c = AdminClient::connect(&target.bootstrap_server)
-                .await
-                .map_err(fail)?;
+            let mut c = connect(&target).await?;
             let filters = admin::ListFilters {
                 states,
                 producer_ids,
@@ -423,9 +448,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             target,
             transactional_id,
         } => {
-            let mut c = AdminClient::connect(&target.bootstrap_server)
-                .await
-                .map_err(fail)?;
+            let mut c = connect(&target).await?;
             let mut rows = Vec::new();
             for (id, r) in c.describe(&[transactional_id]).await.map_err(fail)? {
                 match r {
@@ -443,9 +466,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             broker_id,
             max_transaction_timeout,
         } => {
-            let mut c = AdminClient::connect(&target.bootstrap_server)
-                .await
-                .map_err(fail)?;
+            let mut c = connect(&target).await?;
             if topic.is_some() || broker_id.is_some() {
                 let rows = c
                     .find_hanging_on_partitions(
@@ -474,9 +495,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
             transactional_id,
             timeout_ms,
         } => {
-            let mut c = AdminClient::connect(&target.bootstrap_server)
-                .await
-                .map_err(fail)?;
+            let mut c = connect(&target).await?;
             let row = c
                 .abort_within(
                     &transactional_id,
@@ -503,9 +522,7 @@ async fn run(what: Run) -> Result<(), (u8, String)> {
                         .to_owned(),
                 ));
             };
-            let mut c = AdminClient::connect(&target.bootstrap_server)
-                .await
-                .map_err(fail)?;
+            let mut c = connect(&target).await?;
             let row = c
                 .abort_partition(&topic, partition, start_offset)
                 .await

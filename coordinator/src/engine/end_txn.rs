@@ -150,11 +150,10 @@ impl Engine {
             (CompleteAbort, Abort, true) | (CompleteCommit, Commit, true) => {
                 self.respond(to, ok(cur.producer_id, cur.producer_epoch))
             }
-            // KAFKA-20785: a commit at the retry epoch after a coordinator-side (timeout) abort,
-            // recognisable by the fence's last epoch -1, is PRODUCER_FENCED.
-            (CompleteAbort, Commit, true) if cur.last_producer_epoch == ProducerEpoch::NONE => {
-                self.respond(to, reply(ErrorCode::PRODUCER_FENCED))
-            }
+            // KAFKA-20785: a commit at a retry epoch (a bump, or the rotation at overflow) of an
+            // aborted transaction is PRODUCER_FENCED, whoever aborted: the commit lost a race
+            // with a coordinator-side abort, or is a late request of a producer that aborted.
+            (CompleteAbort, Commit, true) => self.respond(to, reply(ErrorCode::PRODUCER_FENCED)),
             _ => self.respond(to, reply(ErrorCode::INVALID_TXN_STATE)),
         }
     }
@@ -342,8 +341,7 @@ impl Engine {
         next.txn_last_update_ms = self.now.0;
         // The last epoch stays what the Prepare* record says, as in Kafka's `prepareComplete`:
         // 32766 after a client's EndTxn (the last epoch it used), -1 after a coordinator-side
-        // abort, which is how a late commit of the old producer is recognised (KAFKA-20785,
-        // KAFKA-20090).
+        // abort (KAFKA-20090).
         if let Some((pid, epoch)) = r.session() {
             // A kept transaction ended by a session with another producer id (`end_kept`):
             // the id is the session's from now on; under TV2 its last epoch is the one its

@@ -1,16 +1,19 @@
 //! Admin commands (like `kafka-transactions.sh`), speaking the Kafka protocol to a running
 //! coordinator, and `dump-log`, which decodes the sled log offline.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::StrBytes;
-use markers::wire::KafkaConnection;
+use markers::wire::{BoxedConnection, Connector};
 use serde::Serialize;
-use tokio::net::TcpStream;
 use txn_log::{LogPartition, SledConfig, SledTxnLog, TxnLog, TxnRecord};
+
+use super::outgoing::{CLIENT_KEYS, ClientSecurity};
 
 /// How long `abort` waits by default for the fenced id to become idle (ms).
 pub const DEFAULT_ABORT_TIMEOUT_MS: u64 = 60_000;
@@ -34,11 +37,13 @@ pub enum Format {
 /// that are not coordinators are skipped), and an id's requests go to its coordinator
 /// (FindCoordinator), as Kafka's Admin client does.
 pub struct AdminClient {
-    conn: KafkaConnection<TcpStream>,
-    /// The bootstrap daemon's address (`ip:port`).
-    me: String,
+    /// Opens the connections, with the security of `--command-config`.
+    connector: Arc<dyn Connector>,
+    conn: BoxedConnection,
+    /// The addresses (`ip:port`, and the `host:port` given) of the bootstrap daemon.
+    me: Vec<String>,
     /// Connections to the other coordinators, by address.
-    others: std::collections::BTreeMap<String, KafkaConnection<TcpStream>>,
+    others: BTreeMap<String, BoxedConnection>,
 }
 
 impl std::fmt::Debug for AdminClient {
@@ -100,34 +105,147 @@ fn err_name(code: i16) -> String {
         .map_or_else(|| code.to_string(), str::to_owned)
 }
 
+/// The client id of the admin commands' requests.
+const CLIENT_ID: &str = "txn-coordinator-admin";
+
+/// Bound on opening one connection (TCP, TLS handshake, SASL exchange).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens a connection to `addr` (`HOST:PORT`) through `connector`.
+async fn open(connector: &dyn Connector, addr: &str) -> anyhow::Result<BoxedConnection> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| {
+            Some((
+                h.trim_start_matches('[').trim_end_matches(']'),
+                p.parse().ok()?,
+            ))
+        })
+        .with_context(|| format!("{addr} is not HOST:PORT"))?;
+    tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(host, port, CLIENT_ID))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("connecting to {addr}: no connection within {CONNECT_TIMEOUT:?}")
+        })?
+        .map_err(anyhow::Error::new)
+}
+
+/// Parses a Java properties file as Kafka's tools read `--command-config`: `key=value` (or
+/// `key: value`, `key value`) lines, `#` and `!` comments, a trailing `\` continuing a line,
+/// and `\` escaping the next character (`\t`, `\n`, `\r`, `\f` as in Java).
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut lines = text.lines();
+    while let Some(first) = lines.next() {
+        let mut line = first.trim_start().to_owned();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        // An odd number of trailing backslashes continues the line.
+        while line.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1 {
+            line.pop();
+            match lines.next() {
+                Some(next) => line.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let (key, value) = split_property(&line);
+        out.insert(key, value);
+    }
+    out
+}
+
+/// One logical line: the key up to the first unescaped `=`, `:` or white space, then the
+/// value after the separator, both unescaped.
+fn split_property(line: &str) -> (String, String) {
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '=' | ':' | ' ' | '\t' | '\u{c}' => break,
+            _ => i += 1,
+        }
+    }
+    let end = i.min(chars.len());
+    let mut j = end;
+    while j < chars.len() && matches!(chars[j], ' ' | '\t' | '\u{c}') {
+        j += 1;
+    }
+    if j < chars.len() && matches!(chars[j], '=' | ':') {
+        j += 1;
+        while j < chars.len() && matches!(chars[j], ' ' | '\t' | '\u{c}') {
+            j += 1;
+        }
+    }
+    let unescape = |s: &[char]| {
+        let mut out = String::new();
+        let mut it = s.iter();
+        while let Some(&c) = it.next() {
+            if c == '\\' {
+                match it.next() {
+                    Some('t') => out.push('\t'),
+                    Some('n') => out.push('\n'),
+                    Some('r') => out.push('\r'),
+                    Some('f') => out.push('\u{c}'),
+                    Some(&other) => out.push(other),
+                    None => {}
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    (unescape(&chars[..end]), unescape(&chars[j..]))
+}
+
+/// The security of the admin commands' connections from `--command-config` `path`: Kafka's
+/// client keys ([`super::outgoing::CLIENT_KEYS`]: `security.protocol`,
+/// `ssl.truststore.location`, `sasl.jaas.config`, ...), without a prefix. Also the keys it
+/// does not read (for a warning: Kafka's tools take every client key).
+pub fn command_config(path: &Path) -> anyhow::Result<(ClientSecurity, Vec<String>)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--command-config: cannot read {}", path.display()))?;
+    let props = parse_properties(&text);
+    let ignored = props
+        .keys()
+        .filter(|k| !CLIENT_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let security = ClientSecurity::from_keys("", |k| props.get(k).cloned())
+        .with_context(|| format!("--command-config {}", path.display()))?;
+    Ok((security, ignored))
+}
+
 impl AdminClient {
-    /// Connects to `addr` (`HOST:PORT`).
-    pub async fn connect(addr: &str) -> anyhow::Result<Self> {
-        let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
-            .await
-            .with_context(|| format!("connecting to {addr}: timed out"))?
-            .with_context(|| format!("connecting to {addr}"))?;
-        let me = stream
-            .peer_addr()
-            .map_or_else(|_| addr.to_owned(), |a| a.to_string());
+    /// Connects to `addr` (`HOST:PORT`) with `security` (for every connection the commands
+    /// open).
+    pub async fn connect(addr: &str, security: ClientSecurity) -> anyhow::Result<Self> {
+        let connector = security.connector();
+        let conn = open(connector.as_ref(), addr).await?;
+        let mut me = vec![addr.to_owned()];
+        if let Ok(resolved) = tokio::net::lookup_host(addr).await {
+            me.extend(resolved.map(|a| a.to_string()));
+        }
         Ok(Self {
-            conn: KafkaConnection::new(stream, "txn-coordinator-admin"),
+            connector,
+            conn,
             me,
-            others: std::collections::BTreeMap::new(),
+            others: BTreeMap::new(),
         })
     }
 
+    /// Whether `addr` (`host:port`) is the bootstrap daemon's.
+    fn is_me(&self, addr: &str) -> bool {
+        self.me.iter().any(|m| m == addr)
+    }
+
     /// A connection to `addr`, made on first use.
-    async fn to(&mut self, addr: &str) -> anyhow::Result<&mut KafkaConnection<TcpStream>> {
+    async fn to(&mut self, addr: &str) -> anyhow::Result<&mut BoxedConnection> {
         if !self.others.contains_key(addr) {
-            let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
-                .await
-                .with_context(|| format!("connecting to {addr}: timed out"))?
-                .with_context(|| format!("connecting to {addr}"))?;
-            self.others.insert(
-                addr.to_owned(),
-                KafkaConnection::new(stream, "txn-coordinator-admin"),
-            );
+            let conn = open(self.connector.as_ref(), addr).await?;
+            self.others.insert(addr.to_owned(), conn);
         }
         self.others.get_mut(addr).context("connection just made")
     }
@@ -146,7 +264,7 @@ impl AdminClient {
         let mut others = Vec::new();
         for b in &r.brokers {
             let addr = format!("{}:{}", b.host, b.port);
-            if addr == self.me {
+            if self.is_me(&addr) {
                 me = b.node_id.0;
             } else {
                 others.push((b.node_id.0, addr));
@@ -168,7 +286,7 @@ impl AdminClient {
             err_name(r.error_code)
         );
         let addr = format!("{}:{}", r.host, r.port);
-        Ok((r.node_id.0, (addr != self.me).then_some(addr)))
+        Ok((r.node_id.0, (!self.is_me(&addr)).then_some(addr)))
     }
 
     /// ListTransactions with filters: v1, or v2 when a transactional id pattern is given.
@@ -450,7 +568,7 @@ impl AdminClient {
         start_offset: i64,
     ) -> anyhow::Result<HangingRow> {
         let (_, leader) = self.leader_of(topic, partition).await?;
-        let conn = if leader == self.me {
+        let conn = if self.is_me(&leader) {
             &mut self.conn
         } else {
             self.to(&leader).await?
@@ -552,8 +670,7 @@ impl AdminClient {
                 .map(|b| format!("{}:{}", b.host, b.port))
         };
         // (leader address) -> [(topic, partition)]
-        let mut by_leader: std::collections::BTreeMap<String, Vec<(String, i32)>> =
-            std::collections::BTreeMap::new();
+        let mut by_leader: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
         for t in &md.topics {
             let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
                 continue;
@@ -597,7 +714,7 @@ impl AdminClient {
                 }
             }
             let req = km::DescribeProducersRequest::default().with_topics(topics);
-            let r = if addr == self.me {
+            let r = if self.is_me(&addr) {
                 self.conn.call(&req, 0).await?
             } else {
                 self.to(&addr).await?.call(&req, 0).await?
@@ -900,7 +1017,7 @@ pub async fn dump_log(dir: &Path, partitions: u32, format: Format) -> anyhow::Re
     let log = tokio::task::spawn_blocking(move || SledTxnLog::open(SledConfig::new(d)))
         .await?
         .with_context(|| format!("opening {} (is the daemon still running?)", dir.display()))?;
-    let log = std::sync::Arc::new(log);
+    let log = Arc::new(log);
     let out = dump_partitions(log.as_ref(), partitions, format).await;
     let l2 = log.clone();
     tokio::task::spawn_blocking(move || l2.shutdown()).await?;
@@ -1018,6 +1135,31 @@ mod tests {
         CoordinatorEpoch, LogEntry, MemTxnLog, ProducerEpoch, ProducerId, TopicPartition,
         TransactionalId, TxnState,
     };
+
+    #[test]
+    fn properties_parse_as_java_reads_them() {
+        let text = "# comment\n! also a comment\n\n  security.protocol = SASL_SSL\n\
+                    ssl.truststore.location:C\\:\\\\certs\\\\ca.pem\n\
+                    sasl.jaas.config=org.Module required \\\n    username=\"a\" password=\"b\";\n\
+                    client.id admin tool\n\
+                    empty=\n";
+        let p = parse_properties(text);
+        assert_eq!(
+            p.get("security.protocol").map(String::as_str),
+            Some("SASL_SSL")
+        );
+        assert_eq!(
+            p.get("ssl.truststore.location").map(String::as_str),
+            Some("C:\\certs\\ca.pem")
+        );
+        assert_eq!(
+            p.get("sasl.jaas.config").map(String::as_str),
+            Some("org.Module required username=\"a\" password=\"b\";")
+        );
+        assert_eq!(p.get("client.id").map(String::as_str), Some("admin tool"));
+        assert_eq!(p.get("empty").map(String::as_str), Some(""));
+        assert_eq!(p.len(), 5, "{p:?}");
+    }
 
     #[tokio::test]
     async fn dump_json_has_every_persisted_field() {

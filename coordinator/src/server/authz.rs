@@ -6,8 +6,8 @@
 //! |---|---|---|
 //! | FindCoordinator | DESCRIBE on the TransactionalId (TRANSACTION keys) or the Group (GROUP keys), per key | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED for that key |
 //! | InitProducerId | with an id: WRITE on it, and TWO_PHASE_COMMIT on it too when `Enable2Pc` is set (KIP-939); without: IDEMPOTENT_WRITE on the Cluster, or WRITE on some Topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED |
-//! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
-//! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification), then WRITE on each topic, per transaction | top-level CLUSTER_AUTHORIZATION_FAILED; per transaction as above |
+//! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic (never on an internal topic: `__consumer_offsets`, `__transaction_state`, `__share_group_state`) | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
+//! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification); topics not checked | top-level CLUSTER_AUTHORIZATION_FAILED |
 //! | AddOffsetsToTxn | WRITE on the id, then READ on the group | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED |
 //! | EndTxn | WRITE on the id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 //! | DescribeTransactions | DESCRIBE on each id; DESCRIBE on each topic of the answer | that id TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics without DESCRIBE left out |
@@ -24,16 +24,21 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use security::acl::{
-    AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType,
-    StandardAuthorizer,
-};
+use security::acl::{AclOperation, Action, Authorizer, CLUSTER_NAME, RequestContext, ResourceType};
 
 use super::session::Session;
 use crate::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxnResult, DescribedTxn,
     ErrorCode, ListTransactionsResponse,
 };
+
+/// Kafka's internal topics (`Topic.INTERNAL_TOPICS`): AddPartitionsToTxn from a client never
+/// adds them.
+const INTERNAL_TOPICS: [&str; 3] = [
+    crate::CONSUMER_OFFSETS_TOPIC,
+    "__transaction_state",
+    "__share_group_state",
+];
 
 /// Labels of the denial counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -47,9 +52,10 @@ pub struct DenialLabels {
 /// `txn_coordinator_authorization_denials_total{api,operation}`.
 pub type Denials = Family<DenialLabels, Counter>;
 
-/// The checks of one request: the caller and the authorizer (`None`: no authorizer).
+/// The checks of one request: the caller and the authorizer (`None`: no authorizer). Any
+/// [`Authorizer`] does: Kafka's ACLs ([`security::acl::StandardAuthorizer`]) or a broker's own.
 pub struct Authz<'a> {
-    authorizer: Option<Arc<StandardAuthorizer>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
     ctx: RequestContext,
     denials: &'a Denials,
     api: &'static str,
@@ -68,7 +74,7 @@ impl<'a> Authz<'a> {
     /// The checks of one `api` request of `session`'s client, against `authorizer` (`None`:
     /// everything allowed); denials are counted in `denials`.
     pub fn new(
-        authorizer: Option<Arc<StandardAuthorizer>>,
+        authorizer: Option<Arc<dyn Authorizer>>,
         session: &Session,
         denials: &'a Denials,
         api: &'static str,
@@ -106,16 +112,20 @@ impl<'a> Authz<'a> {
 
     /// Whether the caller may do `operation` on the resource (always without an authorizer).
     pub fn allowed(&self, operation: AclOperation, resource: ResourceType, name: &str) -> bool {
-        let Some(a) = &self.authorizer else {
-            return true;
-        };
-        let ok = a
-            .authorize_action(&self.ctx, &Action::new(operation, resource, name))
-            .is_allowed();
+        let ok = self.permits(operation, resource, name);
         if !ok {
             self.deny(operation, resource, name);
         }
         ok
+    }
+
+    /// [`Self::allowed`] without logging or counting a denial.
+    fn permits(&self, operation: AclOperation, resource: ResourceType, name: &str) -> bool {
+        self.authorizer.as_ref().is_none_or(|a| {
+            a.authorize(&self.ctx, &[Action::new(operation, resource, name)])
+                .first()
+                .is_some_and(|r| r.is_allowed())
+        })
     }
 
     /// Whether the caller may do `operation` on the cluster.
@@ -169,19 +179,11 @@ impl<'a> Authz<'a> {
             }
             None => {
                 // Kafka does not log the IDEMPOTENT_WRITE denial when WRITE on a topic allows.
-                let idempotent = match &self.authorizer {
-                    None => true,
-                    Some(a) => a
-                        .authorize_action(
-                            &self.ctx,
-                            &Action::new(
-                                AclOperation::IdempotentWrite,
-                                ResourceType::Cluster,
-                                CLUSTER_NAME,
-                            ),
-                        )
-                        .is_allowed(),
-                };
+                let idempotent = self.permits(
+                    AclOperation::IdempotentWrite,
+                    ResourceType::Cluster,
+                    CLUSTER_NAME,
+                );
                 if idempotent || self.by_type(AclOperation::Write, ResourceType::Topic) {
                     Ok(())
                 } else {
@@ -211,13 +213,17 @@ impl<'a> Authz<'a> {
                 );
                 return AddPartitionsAuthz::Denied(resp);
             }
-        } else if !self.cluster(AclOperation::ClusterAction) {
+        } else if self.cluster(AclOperation::ClusterAction) {
+            // A broker's verification: its topics are not checked (Kafka's KafkaApis).
+            return AddPartitionsAuthz::Allowed(req);
+        } else {
             return AddPartitionsAuthz::Denied(AddPartitionsToTxnResponse {
                 error: ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
                 results: Vec::new(),
             });
         }
-        // WRITE per topic, each topic asked once per request.
+        // WRITE per topic, each topic asked once per request. Kafka's internal topics are never
+        // a client's to add, whatever the ACLs (and without an authorizer).
         let mut topic_ok: HashMap<String, bool> = HashMap::new();
         let mut answered = Vec::new();
         let mut forwarded = Vec::new();
@@ -225,7 +231,8 @@ impl<'a> Authz<'a> {
             let mut denied = false;
             for p in &txn.partitions {
                 let ok = *topic_ok.entry(p.topic.clone()).or_insert_with(|| {
-                    self.allowed(AclOperation::Write, ResourceType::Topic, &p.topic)
+                    !INTERNAL_TOPICS.contains(&p.topic.as_str())
+                        && self.allowed(AclOperation::Write, ResourceType::Topic, &p.topic)
                 });
                 denied |= !ok;
             }
@@ -391,7 +398,7 @@ mod tests {
     use crate::AddPartitionsTxn;
     use security::acl::{
         AccessControlEntry, AclBinding, AclPermissionType, Principal, ResourcePattern,
-        StandardAuthorizerConfig,
+        StandardAuthorizer, StandardAuthorizerConfig,
     };
     use txn_log::{ProducerEpoch, ProducerId, TopicPartition};
 
@@ -418,7 +425,7 @@ mod tests {
         )
     }
 
-    fn authorizer(acls: &[AclBinding]) -> Option<Arc<StandardAuthorizer>> {
+    fn authorizer(acls: &[AclBinding]) -> Option<Arc<dyn Authorizer>> {
         let mut a = StandardAuthorizer::new(StandardAuthorizerConfig::default());
         a.create(acls);
         Some(Arc::new(a))
@@ -623,27 +630,55 @@ mod tests {
             acl(ResourceType::Topic, "ok", false, AclOperation::Write, true),
         ]);
         let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
-        let AddPartitionsAuthz::Partial {
-            forward,
-            forwarded_at,
-            answered,
-        } = a.add_partitions(req)
-        else {
-            panic!("partial expected");
+        let AddPartitionsAuthz::Allowed(forward) = a.add_partitions(req) else {
+            panic!("a broker's verification is not checked per topic");
         };
-        assert_eq!(forwarded_at, vec![0, 2]);
-        let from = AddPartitionsToTxnResponse::all(&forward, ErrorCode::NONE);
-        let merged = merge_add_partitions(from, &forwarded_at, answered);
-        let ids: Vec<_> = merged
-            .results
-            .iter()
-            .map(|r| r.transactional_id.as_str())
-            .collect();
-        assert_eq!(ids, vec!["t1", "t2", "t3"]);
-        assert_eq!(
-            merged.results[1].partitions[0].1,
-            ErrorCode::TOPIC_AUTHORIZATION_FAILED
-        );
+        assert_eq!(forward.transactions.len(), 3);
+    }
+
+    #[test]
+    fn add_partitions_never_adds_an_internal_topic_for_a_client() {
+        let d = Denials::default();
+        let req = |version: i16| AddPartitionsToTxnRequest {
+            version,
+            transactions: vec![txn("t", &["a", "__consumer_offsets"])],
+        };
+        for a in [
+            Authz::new(None, &session(), &d, "AddPartitionsToTxn"),
+            Authz::new(
+                authorizer(&[
+                    acl(
+                        ResourceType::TransactionalId,
+                        "t",
+                        false,
+                        AclOperation::Write,
+                        true,
+                    ),
+                    acl(ResourceType::Topic, "*", false, AclOperation::All, true),
+                ]),
+                &session(),
+                &d,
+                "AddPartitionsToTxn",
+            ),
+        ] {
+            let AddPartitionsAuthz::Partial { answered, .. } = a.add_partitions(req(3)) else {
+                panic!("an internal topic is refused");
+            };
+            let errs: Vec<_> = answered[0].1.partitions.iter().map(|(_, e)| *e).collect();
+            assert_eq!(
+                errs,
+                vec![
+                    ErrorCode::OPERATION_NOT_ATTEMPTED,
+                    ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                ]
+            );
+        }
+        // A broker's verification (v4+) is not a client's: not checked per topic.
+        let a = Authz::new(None, &session(), &d, "AddPartitionsToTxn");
+        assert!(matches!(
+            a.add_partitions(req(4)),
+            AddPartitionsAuthz::Allowed(_)
+        ));
     }
 
     #[test]

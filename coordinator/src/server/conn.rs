@@ -275,7 +275,11 @@ pub(crate) async fn handle(
 ) -> Option<ResponseKind> {
     let c = &ctx.coordinator;
     let authz = |api: &'static str| {
-        super::authz::Authz::new(ctx.security.authorizer(), session, &ctx.denials, api)
+        let authorizer = ctx
+            .security
+            .authorizer()
+            .map(|a| a as Arc<dyn security::acl::Authorizer>);
+        super::authz::Authz::new(authorizer, session, &ctx.denials, api)
     };
     // A daemon that cannot know its membership lease still holds (stopped or cut off from etcd
     // for most of the TTL) answers nothing from its state: another daemon may own it by now.

@@ -1,4 +1,5 @@
-//! A minimal HTTP/1.1 responder for the operator endpoints of `--metrics-listen`:
+//! A minimal HTTP/1.1 responder for the operator endpoints of `--metrics-listen` (the daemon's,
+//! and refbroker's):
 //!
 //! - `GET /metrics`: Prometheus text format;
 //! - `GET /health`: 200 `ok` while the process runs (liveness);
@@ -61,7 +62,7 @@ pub(crate) fn respond(
 
 /// Serves `/metrics`, `/health` and `/ready` until `shutdown` turns true. `refresh` runs
 /// before each scrape; `ready` answers `/ready` (`Err`: why not, one short line).
-pub(crate) async fn serve_metrics(
+pub async fn serve_metrics(
     listener: TcpListener,
     registry: Arc<Registry>,
     refresh: impl Fn() + Send + Sync + 'static,

@@ -268,6 +268,29 @@ pub fn listener_specs(settings: &Settings) -> Result<Vec<ListenerSpec>, Settings
     Ok(specs)
 }
 
+/// The listener named by `inter.broker.listener.name` among `specs`: the one the daemons of
+/// an etcd cluster probe each other on. Kafka derives its default from
+/// `security.inter.broker.protocol` (PLAINTEXT: the listener named PLAINTEXT) and refuses to
+/// start when no listener has that name; here the default is the first listener, so that a
+/// daemon whose only listener is secured needs no extra key.
+pub fn inter_broker_listener<'a>(
+    settings: &Settings,
+    specs: &'a [ListenerSpec],
+) -> Result<&'a ListenerSpec, SettingsError> {
+    match settings.security.get("inter.broker.listener.name") {
+        Some(name) => specs.iter().find(|s| s.name() == name).ok_or_else(|| {
+            bad(
+                "inter.broker.listener.name",
+                name,
+                "must be the name of one of the listeners",
+            )
+        }),
+        None => specs.first().ok_or_else(|| {
+            SettingsError::Invalid("no listener for inter.broker.listener.name".into())
+        }),
+    }
+}
+
 /// The keys of one listener (`listener.name.<listener>.<key>`), besides
 /// `<mechanism>.sasl.jaas.config`.
 const LISTENER_KEYS: &[&str] = &[
@@ -277,6 +300,7 @@ const LISTENER_KEYS: &[&str] = &[
     "ssl.truststore.type",
     "ssl.truststore.location",
     "ssl.client.auth",
+    "ssl.endpoint.identification.algorithm",
     "sasl.enabled.mechanisms",
 ];
 
@@ -300,7 +324,11 @@ pub(crate) fn effective(keys: &BTreeMap<String, String>, key: &str) -> String {
             | "broker.ssl.truststore.type",
         ) => "PEM".to_owned(),
         (None, "broker.security.protocol") => "PLAINTEXT".to_owned(),
-        (None, "broker.ssl.endpoint.identification.algorithm") => "https".to_owned(),
+        (
+            None,
+            "broker.ssl.endpoint.identification.algorithm"
+            | "ssl.endpoint.identification.algorithm",
+        ) => "https".to_owned(),
         (None, "ssl.client.auth") => "none".to_owned(),
         (None, "sasl.server.max.receive.size") => "524288".to_owned(),
         (None, _) => String::new(),
@@ -347,6 +375,18 @@ pub(crate) fn check_key(key: &str, value: &str) -> Result<bool, SettingsError> {
         }
         "listener.security.protocol.map" => {
             parse_protocol_map(key, value)?;
+        }
+        "inter.broker.listener.name" => {
+            if !valid_name(value.trim()) {
+                return Err(bad(key, value, "not a listener name"));
+            }
+        }
+        "ssl.endpoint.identification.algorithm" => {
+            super::outgoing::check_value(base, value).map_err(|e| bad(key, value, e))?;
+        }
+        super::outgoing::INTER_BROKER_MECHANISM => {
+            super::outgoing::check_value("sasl.mechanism", value)
+                .map_err(|e| bad(key, value, e))?;
         }
         "ssl.keystore.type" | "ssl.truststore.type" => {
             if !value.trim().eq_ignore_ascii_case("PEM") {

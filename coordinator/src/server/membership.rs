@@ -32,7 +32,7 @@ use txn_log::LogPartition;
 use txn_log::sync::Mutex;
 
 use super::keepalive::{self, KeepAliveSource, Keeper};
-use super::peers::{self, Peers};
+use super::peers::{self, Peers, Probe};
 use super::{Settings, SettingsError};
 use crate::UnloadReason;
 use crate::shell::{Coordinator, LeaderEpoch};
@@ -78,17 +78,17 @@ impl Member {
             )
     }
 
-    /// Where the other members probe this one with a bare ApiVersions: its single listener,
-    /// or its first PLAINTEXT or SASL_PLAINTEXT one (ApiVersions comes before authentication).
-    /// `None` when every listener needs TLS: the member is then not probed and counts as
-    /// reachable.
-    pub fn probe_address(&self) -> Option<(String, u16)> {
+    /// Where the other members probe this one: its listener named `listener` (the
+    /// inter-broker listener), or `host:port` when it registered a single listener (whose name
+    /// is not registered: it is the inter-broker listener of a daemon with one). `None` when it
+    /// has several listeners and none of that name.
+    pub fn probe_address(&self, listener: &str) -> Option<(String, u16)> {
         if self.listeners.is_empty() {
             return Some((self.host.clone(), self.port));
         }
         self.listeners
             .iter()
-            .find(|l| l.protocol == "PLAINTEXT" || l.protocol == "SASL_PLAINTEXT")
+            .find(|l| l.name == listener)
             .map(|l| (l.host.clone(), l.port))
     }
 
@@ -246,11 +246,13 @@ async fn check_partition_count(client: &Client, prefix: &str, n: u32) -> anyhow:
 }
 
 /// Registers `me` and runs membership and ownership for `coordinator` until the process ends:
-/// the coordinator loads the log partitions `me` owns and unloads the others.
+/// the coordinator loads the log partitions `me` owns and unloads the others. The other
+/// members are probed as `probe` says ([`super::peers`]).
 pub async fn start(
     settings: &Settings,
     me: Member,
     coordinator: Coordinator,
+    probe: Probe,
 ) -> anyhow::Result<Arc<Membership>> {
     let endpoints = settings.etcd_endpoints.clone();
     let prefix = settings.etcd_key_prefix.clone();
@@ -276,7 +278,7 @@ pub async fn start(
         serving_until: Mutex::new(Instant::now()),
         // Probed every tick; a probe gets a third of the TTL, so a stopped member is not named
         // any more well before its lease can expire.
-        peers: Arc::new(Peers::new(me.node_id, tick, ttl / 3)),
+        peers: Arc::new(Peers::new(me.node_id, tick, ttl / 3, probe)),
     });
     peers::spawn(membership.peers.clone(), Arc::downgrade(&membership));
     // A partition lost to a fence, an unavailable log or fenced markers is no longer loaded:
@@ -692,12 +694,16 @@ mod tests {
         assert_eq!(m.registration(), "10.0.0.1:9093");
         let back = Member::parse(3, &m.registration()).expect("parsed");
         assert_eq!((back.host.as_str(), back.port), ("10.0.0.1", 9093));
-        assert_eq!(back.probe_address(), Some(("10.0.0.1".into(), 9093)));
+        assert_eq!(
+            back.probe_address("SSL"),
+            Some(("10.0.0.1".into(), 9093)),
+            "a single listener is the inter-broker one"
+        );
         assert_eq!(back.address_for("SASL_SSL"), ("10.0.0.1".into(), 9093));
     }
 
     #[test]
-    fn several_listeners_answer_per_listener_and_probe_one_without_tls() {
+    fn several_listeners_answer_per_listener_and_probe_the_inter_broker_one() {
         let m = Member {
             node_id: 3,
             host: "10.0.0.1".into(),
@@ -712,15 +718,15 @@ mod tests {
         assert_eq!(back.address_for("INTERNAL"), ("10.0.0.1".into(), 9095));
         assert_eq!(back.address_for("SASL_SSL"), ("10.0.0.1".into(), 9094));
         assert_eq!(back.address_for("OTHER"), ("10.0.0.1".into(), 9094));
-        assert_eq!(back.probe_address(), Some(("10.0.0.1".into(), 9095)));
-        let tls_only = Member {
-            listeners: vec![
-                listener("SSL", "SSL", 9094),
-                listener("SASL_SSL", "SASL_SSL", 9095),
-            ],
-            ..m
-        };
-        assert_eq!(tls_only.probe_address(), None);
+        assert_eq!(
+            back.probe_address("INTERNAL"),
+            Some(("10.0.0.1".into(), 9095))
+        );
+        assert_eq!(
+            back.probe_address("SASL_SSL"),
+            Some(("10.0.0.1".into(), 9094))
+        );
+        assert_eq!(back.probe_address("OTHER"), None);
         assert_eq!(Member::parse(1, "[not json"), None);
         assert_eq!(Member::parse(1, "host-without-port"), None);
     }
@@ -733,7 +739,15 @@ mod tests {
             live: Mutex::new(BTreeMap::new()),
             owned: Mutex::new(BTreeSet::new()),
             serving_until: Mutex::new(Instant::now()),
-            peers: Arc::new(Peers::new(2, TICK, TTL / 3)),
+            peers: Arc::new(Peers::new(
+                2,
+                TICK,
+                TTL / 3,
+                Probe {
+                    listener: "PLAINTEXT".into(),
+                    connector: Arc::new(markers::wire::PlaintextConnector),
+                },
+            )),
         };
         assert_eq!(m.owned_partitions(), None, "not a live member yet");
         let member = |node_id| Member {

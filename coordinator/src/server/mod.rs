@@ -6,7 +6,7 @@ pub mod authz;
 mod backend;
 mod brokers;
 mod conn;
-mod http;
+pub mod http;
 mod keepalive;
 pub mod listeners;
 #[cfg(feature = "etcd")]
@@ -14,7 +14,7 @@ pub mod membership;
 pub mod outgoing;
 #[cfg(feature = "etcd")]
 pub mod peers;
-mod process;
+pub mod process;
 pub mod protocol;
 pub mod sasl_auth;
 pub mod security_apis;
@@ -243,6 +243,20 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
              set the listeners (and advertised.listeners) keys only"
         );
     }
+    // The daemons of an etcd cluster probe each other on the inter-broker listener, with its
+    // TLS settings as a client (read now: a missing truststore fails the start).
+    #[cfg(feature = "etcd")]
+    let probe = match settings.txn_log_backend {
+        LogBackend::Etcd => {
+            let inter_broker = listeners::inter_broker_listener(&settings, &specs)?;
+            Some(peers::Probe {
+                listener: inter_broker.name().to_owned(),
+                connector: outgoing::ClientSecurity::inter_broker(&settings, inter_broker, false)?
+                    .connector(),
+            })
+        }
+        LogBackend::Sled => None,
+    };
     let memory = Arc::new(listeners::MemoryCredentials::default());
     listeners::load_scram_credentials(&settings, &memory)?;
     let credentials = Arc::new(listeners::CredentialSlot::new(memory.clone()));
@@ -412,8 +426,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     }
 
     #[cfg(feature = "etcd")]
-    let membership = match settings.txn_log_backend {
-        LogBackend::Etcd => Some(
+    let membership = match (settings.txn_log_backend, probe) {
+        (LogBackend::Etcd, Some(probe)) => Some(
             membership::start(
                 &settings,
                 membership::Member {
@@ -431,10 +445,11 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                         .collect(),
                 },
                 coordinator.clone(),
+                probe,
             )
             .await?,
         ),
-        LogBackend::Sled => None,
+        _ => None,
     };
     #[cfg(feature = "etcd")]
     if let Some(m) = &membership {

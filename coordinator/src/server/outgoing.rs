@@ -31,7 +31,8 @@ use security::sasl::{ClientCredentials, Mechanism};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::listeners::{RateLimit, SecurityProtocol};
+use super::listeners::{ListenerSpec, RateLimit, SecurityProtocol, listener_key};
+use super::settings::Settings;
 use super::tls::{pem_certificates, private_key};
 
 /// The client keys, each under the prefix (`broker.security.protocol`).
@@ -46,6 +47,9 @@ pub const CLIENT_KEYS: &[&str] = &[
     "sasl.mechanism",
     "sasl.jaas.config",
 ];
+
+/// The SASL mechanism of the connections between the nodes (Kafka's key).
+pub const INTER_BROKER_MECHANISM: &str = "sasl.mechanism.inter.broker.protocol";
 
 /// The prefix of the daemon's keys for its connections to the brokers.
 pub const BROKER_PREFIX: &str = "broker.";
@@ -181,6 +185,61 @@ impl ClientSecurity {
             sasl,
             timeout: HANDSHAKE_TIMEOUT,
             failures: Arc::new(RateLimit::default()),
+        })
+    }
+
+    /// The client side of listener `spec` for connections between the nodes on it, as a Kafka
+    /// broker's inter-broker client: TLS with the listener's own truststore (to check the
+    /// peer), keystore (the client certificate, sent when the peer asks for one) and
+    /// `ssl.endpoint.identification.algorithm`, each read as the listener reads its keys
+    /// (`listener.name.<listener>.` first). On a SASL listener, when `authenticate`: SASL with
+    /// `sasl.mechanism.inter.broker.protocol` and the `username` and `password` of the
+    /// listener's JAAS configuration for it (`listener.name.<listener>.<mechanism>.sasl.jaas.config`,
+    /// else `sasl.jaas.config`). Without `authenticate` (the daemons' probes, which ask only
+    /// ApiVersions, answered before authentication) no SASL.
+    pub fn inter_broker(
+        settings: &Settings,
+        spec: &ListenerSpec,
+        authenticate: bool,
+    ) -> anyhow::Result<Self> {
+        let name = spec.name();
+        let sasl = authenticate && spec.protocol.sasl();
+        let protocol = match (spec.protocol.tls(), sasl) {
+            (true, true) => SecurityProtocol::SaslSsl,
+            (true, false) => SecurityProtocol::Ssl,
+            (false, true) => SecurityProtocol::SaslPlaintext,
+            (false, false) => SecurityProtocol::Plaintext,
+        };
+        let mechanism = settings
+            .security
+            .get(INTER_BROKER_MECHANISM)
+            .map(|m| m.trim().to_owned());
+        Self::from_keys("", |k| match k {
+            "security.protocol" => Some(protocol.name().to_owned()),
+            "ssl.key.password" => None,
+            "sasl.mechanism" => mechanism.clone(),
+            "sasl.jaas.config" => {
+                let lower = name.to_ascii_lowercase();
+                let mech = mechanism.as_deref().unwrap_or_default().to_ascii_lowercase();
+                settings
+                    .security
+                    .get(&format!("listener.name.{lower}.{mech}.sasl.jaas.config"))
+                    .or_else(|| settings.security.get("sasl.jaas.config"))
+                    .cloned()
+            }
+            k => listener_key(settings, name, k).map(str::to_owned),
+        })
+        .with_context(|| {
+            if sasl {
+                format!(
+                    "connections to the other nodes on listener {name} (inter.broker.listener.name): \
+                     sasl.mechanism stands for {INTER_BROKER_MECHANISM}, sasl.jaas.config for \
+                     listener.name.{}.<mechanism>.sasl.jaas.config or sasl.jaas.config",
+                    name.to_ascii_lowercase()
+                )
+            } else {
+                format!("connections to the other nodes on listener {name} (inter.broker.listener.name)")
+            }
         })
     }
 

@@ -11,6 +11,13 @@
 //! COORDINATOR_NOT_AVAILABLE for its partitions, which librdkafka asks again about every
 //! 500 ms, until the lease expires and a survivor takes the partitions over.
 //!
+//! The probes go to each member's inter-broker listener (`inter.broker.listener.name`, as
+//! Kafka's brokers talk to each other) with that listener's TLS settings as a client
+//! ([`super::outgoing::ClientSecurity::inter_broker`]); on a SASL listener the
+//! ApiVersions comes before any SASL exchange, as Kafka allows, so a probe never
+//! authenticates. A probe whose TLS handshake fails (an untrusted or misnamed certificate)
+//! counts as unanswered, and the log says why.
+//!
 //! A member is *unreachable* from the moment its probe connection fails: refused or reset
 //! (a killed process; its kernel closes the sockets at once), closed by the peer between
 //! probes, or no answer within [`Peers::timeout`] (a stopped process or machine). It is
@@ -23,12 +30,24 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiVersionsRequest;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use markers::wire::{Connector, KafkaStream};
+use tokio::io::AsyncReadExt as _;
 use tokio::task::JoinHandle;
 use txn_log::sync::Mutex;
 
 use super::membership::{Member, Membership};
+
+/// How the other members are probed.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The listener probed on each member (`inter.broker.listener.name`).
+    pub listener: String,
+    /// That listener's client side (plain TCP, or TLS).
+    pub connector: Arc<dyn Connector>,
+}
+
+/// The client id of the probes.
+const CLIENT_ID: &str = "txn-coordinator-peer-probe";
 
 /// The reachability of the other members, kept up to date by one probe task per member.
 #[derive(Debug)]
@@ -39,17 +58,21 @@ pub struct Peers {
     interval: Duration,
     /// How long a probe (connect, or one ApiVersions call) may take.
     timeout: Duration,
+    /// Where and how.
+    probe: Probe,
     /// Members whose last probe failed.
     unreachable: Mutex<HashMap<i32, Member>>,
 }
 
 impl Peers {
-    /// Peers of node `me`, probed every `interval`, each probe bounded by `timeout`.
-    pub fn new(me: i32, interval: Duration, timeout: Duration) -> Self {
+    /// Peers of node `me`, probed as `probe` says every `interval`, each probe bounded by
+    /// `timeout`.
+    pub fn new(me: i32, interval: Duration, timeout: Duration, probe: Probe) -> Self {
         Self {
             me,
             interval,
             timeout,
+            probe,
             unreachable: Mutex::new(HashMap::new()),
         }
     }
@@ -70,7 +93,9 @@ impl Peers {
         self.timeout
     }
 
-    fn set(&self, member: &Member, reachable: bool) {
+    /// Records the outcome of a probe of `member`: `Err` says why it was not answered.
+    fn set(&self, member: &Member, outcome: Result<(), String>) {
+        let reachable = outcome.is_ok();
         let mut unreachable = self.unreachable.lock();
         let was = !unreachable.contains_key(&member.node_id);
         if reachable {
@@ -85,7 +110,9 @@ impl Peers {
             } else {
                 tracing::warn!(
                     node_id = member.node_id,
-                    address = %member.probe_address().map(|(h, p)| format!("{h}:{p}")).unwrap_or_default(),
+                    listener = %self.probe.listener,
+                    address = %member.probe_address(&self.probe.listener).map(|(h, p)| format!("{h}:{p}")).unwrap_or_default(),
+                    reason = %outcome.err().unwrap_or_default(),
                     "member does not answer; FindCoordinator will not name it until it does"
                 );
             }
@@ -134,56 +161,62 @@ pub fn spawn(peers: Arc<Peers>, membership: Weak<Membership>) -> JoinHandle<()> 
     })
 }
 
-/// Keeps one connection to `member` (at its [`Member::probe_address`]) and probes it every
-/// interval, recording the outcome. A member with no such address is left alone (reachable).
+/// Keeps one connection to `member` (at its [`Member::probe_address`] on the probed listener)
+/// and probes it every interval, recording the outcome. A member without that listener is
+/// left alone (reachable), with a warning.
 async fn probe(peers: Arc<Peers>, member: Member) {
-    let Some((host, port)) = member.probe_address() else {
+    let listener = &peers.probe.listener;
+    let Some((host, port)) = member.probe_address(listener) else {
+        tracing::warn!(
+            node_id = member.node_id,
+            listener = %listener,
+            "member has no listener of this name (inter.broker.listener.name); it is not probed"
+        );
         return;
     };
     let request = ApiVersionsRequest::default();
     loop {
-        let connect = TcpStream::connect((host.as_str(), port));
+        let connect = peers.probe.connector.connect(&host, port, CLIENT_ID);
         match tokio::time::timeout(peers.timeout, connect).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                let mut conn = KafkaConnection::new(stream, "txn-coordinator-peer-probe");
-                loop {
-                    let answered = matches!(
-                        tokio::time::timeout(peers.timeout, conn.call(&request, 0)).await,
-                        Ok(Ok(_))
-                    );
-                    peers.set(&member, answered);
-                    if !answered {
-                        break;
-                    }
-                    // Between probes, a peer that closes the connection (its process died)
-                    // is noticed at once rather than at the next probe.
-                    if closed_within(conn.get_ref(), peers.interval).await {
-                        peers.set(&member, false);
-                        break;
-                    }
+            Ok(Ok(mut conn)) => loop {
+                let outcome =
+                    match tokio::time::timeout(peers.timeout, conn.call(&request, 0)).await {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(e)) => Err(format!("ApiVersions: {e}")),
+                        Err(_) => Err(format!(
+                            "no answer to ApiVersions within {:?}",
+                            peers.timeout
+                        )),
+                    };
+                let answered = outcome.is_ok();
+                peers.set(&member, outcome);
+                if !answered {
+                    break;
                 }
-            }
-            _ => peers.set(&member, false),
+                // Between probes, a peer that closes the connection (its process died)
+                // is noticed at once rather than at the next probe.
+                if closed_within(conn.get_mut(), peers.interval).await {
+                    peers.set(&member, Err("closed the probe connection".to_owned()));
+                    break;
+                }
+            },
+            Ok(Err(e)) => peers.set(&member, Err(e.to_string())),
+            Err(_) => peers.set(
+                &member,
+                Err(format!("no connection within {:?}", peers.timeout)),
+            ),
         }
         tokio::time::sleep(peers.interval).await;
     }
 }
 
 /// Waits up to `wait` for `stream` to be closed by its peer; whether it was. Nothing else is
-/// sent on a probe connection between calls, so readable means end of stream or an error.
-async fn closed_within(stream: &TcpStream, wait: Duration) -> bool {
-    match tokio::time::timeout(wait, stream.readable()).await {
-        Err(_) => false,
-        Ok(Err(_)) => true,
-        Ok(Ok(())) => {
-            let mut one = [0u8; 1];
-            match stream.try_read(&mut one) {
-                // Spurious readiness: still open.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
-                // End of stream, an error, or bytes nobody asked for.
-                _ => true,
-            }
-        }
-    }
+/// sent on a probe connection between calls, so any read that ends means end of stream, an
+/// error, or bytes nobody asked for. (Reading is cancel-safe: a timed-out read consumed
+/// nothing; TLS records that carry no data, such as session tickets, are not data.)
+async fn closed_within(stream: &mut Box<dyn KafkaStream>, wait: Duration) -> bool {
+    let mut one = [0u8; 1];
+    tokio::time::timeout(wait, stream.read(&mut one))
+        .await
+        .is_ok()
 }

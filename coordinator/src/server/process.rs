@@ -94,7 +94,7 @@ impl ProcessStats {
 /// Encodes [`ProcessStats::read`] at each scrape. Register it at the top of the registry (no
 /// prefix): the names are the client libraries' standard ones.
 #[derive(Debug, Default)]
-pub(crate) struct ProcessCollector;
+pub struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

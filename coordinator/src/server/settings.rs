@@ -457,6 +457,16 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "NAME:PROTOCOL,... for listener names other than the protocols' own",
     ),
     (
+        "inter.broker.listener.name",
+        "",
+        "the listener the daemons of an etcd cluster probe each other on, with its TLS settings as a client (none: the first listener)",
+    ),
+    (
+        "sasl.mechanism.inter.broker.protocol",
+        "",
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512: how the nodes of a refbroker cluster authenticate to each other on a SASL inter-broker listener (the daemons' probes do not authenticate)",
+    ),
+    (
         "ssl.keystore.type",
         "PEM",
         "format of ssl.keystore.location: PEM only",
@@ -479,7 +489,12 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     (
         "ssl.truststore.location",
         "",
-        "PEM file with the CA certificates client certificates must chain to",
+        "PEM file with the CA certificates client certificates must chain to, and the other daemons' certificates on the inter-broker listener",
+    ),
+    (
+        "ssl.endpoint.identification.algorithm",
+        "https",
+        "https: another daemon's certificate must name the host its inter-broker listener advertises; empty: not checked (the chain still is)",
     ),
     (
         "ssl.client.auth",
@@ -761,7 +776,10 @@ impl Settings {
                 "must be at least 64",
             ));
         }
-        super::listeners::listener_specs(&self)?;
+        let specs = super::listeners::listener_specs(&self)?;
+        if !specs.is_empty() {
+            super::listeners::inter_broker_listener(&self, &specs)?;
+        }
         if self.txn_log_backend == LogBackend::Etcd && self.etcd_endpoints.is_empty() {
             return Err(SettingsError::Invalid(
                 "txn.log.backend=etcd needs etcd.endpoints (http://host:port,...)".into(),

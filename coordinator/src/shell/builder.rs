@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use markers::apply::{ApplierTransport, MarkerApplier};
+use markers::wire::Connector;
 use markers::writer::{
     BrokerEndpoint, KafkaWireTransport, LeaderResolver, MarkerCompletion, MarkerTransport,
     RoutingTransport, StaticLeaderResolver, WireTransportConfig, WriterConfig,
@@ -172,18 +173,20 @@ impl CoordinatorBuilder {
     /// A broker of a cluster hosting the coordinator: markers for partitions this node
     /// (`local_node_id`) leads go to `applier` in process, the others as `WriteTxnMarkers` (v2
     /// where the broker lists it, else v1) over the wire ([`KafkaWireTransport`]) to the
-    /// leaders `resolver` names.
+    /// leaders `resolver` names, on connections `connector` opens (the brokers' inter-broker
+    /// security; `markers::wire::PlaintextConnector` for plain TCP).
     pub fn markers_routed(
         self,
         local_node_id: i32,
         applier: Arc<dyn MarkerApplier>,
         resolver: Arc<dyn LeaderResolver>,
         wire: WireTransportConfig,
+        connector: Arc<dyn Connector>,
     ) -> Self {
         let transport = RoutingTransport::new(
             local_node_id,
             Arc::new(ApplierTransport::new(applier)),
-            Arc::new(KafkaWireTransport::new(wire)),
+            Arc::new(KafkaWireTransport::with_connector(wire, connector)),
         );
         self.markers(resolver, Arc::new(transport))
     }

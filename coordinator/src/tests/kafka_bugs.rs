@@ -215,6 +215,34 @@ fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
     );
 }
 
+/// KAFKA-20785, the producer's own abort: a TV2 EndTxn(ABORT) ends the transaction a bump
+/// later (or, from the last epoch 32766, at the next producer id). A late EndTxn(COMMIT) of the
+/// same producer at the old epoch is a retry epoch of an aborted transaction: PRODUCER_FENCED,
+/// as Kafka answers whoever aborted, never the fatal INVALID_TXN_STATE; nothing is written.
+#[test]
+fn kafka_20785_late_commit_after_the_producers_own_abort_is_fenced() {
+    for (epoch, completes_at) in [(5, (10, 6)), (32766, (0, 0))] {
+        let mut fx = Fx::new(vec![("known", rec(10, epoch, TxnState::Ongoing, &t1()))]);
+        let to = fx.end(5, "known", 10, epoch, false);
+        let evs = fx.effects();
+        let all = fx.settle(evs);
+        assert_eq!(end_reply(&all, to).0, ErrorCode::NONE);
+        assert_eq!(
+            fx.record("known")
+                .map(|r| (r.state, r.producer_id.0, r.producer_epoch.0)),
+            Some((TxnState::CompleteAbort, completes_at.0, completes_at.1))
+        );
+        let to = fx.end(5, "known", 10, epoch, true);
+        let evs = fx.effects();
+        assert_eq!(
+            end_reply(&evs, to).0,
+            ErrorCode::PRODUCER_FENCED,
+            "epoch {epoch}"
+        );
+        assert!(appended(&evs).is_empty());
+    }
+}
+
 // ===== KAFKA-20310 / KAFKA-20357: rotation state over a failover =====
 
 /// KAFKA-20310: Kafka's log encoding dropped the next and previous producer ids. A TV2 commit

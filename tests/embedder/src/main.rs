@@ -1,11 +1,19 @@
 //! What an embedding broker does first, from outside the workspace: decode a hostile frame
 //! with the protocol library it gets through our crates, then host the coordinator as
 //! `coordinator/examples/embed_minimal.rs` does (the builder, markers applied in process to a
-//! participant partition, no test double) and commit one transaction through it. Exit code 0
-//! and a last line `embedder ok` when everything holds.
+//! participant partition, no test double) and commit one transaction through it, each request
+//! authorized first by the broker's own `Authorizer` through the coordinator's Kafka checks
+//! (`server::authz::Authz`). Exit code 0 and a last line `embedder ok` when everything holds.
 
 use std::sync::{Arc, Mutex};
 
+use coordinator::security::Principal;
+use coordinator::security::acl::{
+    AclBinding, AclBindingFilter, AclError, Action, AuthorizationResult, Authorizer,
+    CreateOutcome, RequestContext, ResourceType,
+};
+use coordinator::server::authz::{Authz, Denials};
+use coordinator::server::session::Session;
 use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
 use coordinator::{
     AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, ErrorCode,
@@ -89,6 +97,54 @@ impl PartitionCatalog for Broker {
     }
 }
 
+/// The broker's own authorization, not Kafka's ACLs: a tenant `User:NAME` may use only the
+/// transactional ids that start with `NAME-`; topics are everyone's. No ACLs to manage.
+struct TenantAuthorizer;
+
+impl Authorizer for TenantAuthorizer {
+    fn authorize(&self, ctx: &RequestContext, actions: &[Action]) -> Vec<AuthorizationResult> {
+        let prefix = format!("{}-", ctx.principal.name);
+        actions
+            .iter()
+            .map(|a| {
+                let ok = match a.resource_type {
+                    ResourceType::TransactionalId => a.resource_name.starts_with(&prefix),
+                    _ => true,
+                };
+                if ok {
+                    AuthorizationResult::Allowed
+                } else {
+                    AuthorizationResult::Denied
+                }
+            })
+            .collect()
+    }
+
+    fn describe(&self, _: &AclBindingFilter) -> Vec<AclBinding> {
+        Vec::new()
+    }
+
+    fn create(&mut self, bindings: &[AclBinding]) -> Vec<Result<CreateOutcome, AclError>> {
+        let refused = || AclError::InvalidRequest("tenants are fixed by their names".into());
+        bindings.iter().map(|_| Err(refused())).collect()
+    }
+
+    fn delete(&mut self, filters: &[AclBindingFilter]) -> Vec<Result<Vec<AclBinding>, AclError>> {
+        filters.iter().map(|_| Ok(Vec::new())).collect()
+    }
+}
+
+/// The connection of `User:name` from loopback.
+fn tenant(name: &str) -> Session {
+    Session {
+        principal: Principal {
+            kind: "User".into(),
+            name: name.into(),
+        },
+        client_host: std::net::Ipv4Addr::LOCALHOST.into(),
+    }
+}
+
 fn main() {
     // 1. The whole frame through the markers crate's request decoder.
     let all = |_: ApiKey| {
@@ -133,10 +189,24 @@ fn main() {
             .expect("start");
         coordinator.load_all_partitions().await.expect("load");
 
+        // The broker checks each request first, as Kafka's KafkaApis: a denied one never
+        // reaches the coordinator (and changes no state).
+        let authorizer: Arc<dyn Authorizer> = Arc::new(TenantAuthorizer);
+        let denials = Denials::default();
+        let bob = tenant("bob");
+        let as_bob = Authz::new(Some(authorizer.clone()), &bob, &denials, "InitProducerId");
+        assert_eq!(
+            as_bob.init_producer_id(Some("alice-orders")),
+            Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        );
+        println!("authorized first: User:bob may not use alice-orders");
+        let alice = tenant("alice");
+        let as_alice = Authz::new(Some(authorizer.clone()), &alice, &denials, "InitProducerId");
+        assert_eq!(as_alice.init_producer_id(Some("alice-orders")), Ok(()));
         let init = coordinator
             .init_producer_id(InitProducerIdRequest {
                 version: 5,
-                transactional_id: Some("embedder".into()),
+                transactional_id: Some("alice-orders".into()),
                 transaction_timeout_ms: 60_000,
                 producer_id: ProducerId::NONE,
                 producer_epoch: ProducerEpoch::NONE,
@@ -152,7 +222,7 @@ fn main() {
         let add = |tp: TopicPartition| AddPartitionsToTxnRequest {
             version: 3,
             transactions: vec![AddPartitionsTxn {
-                transactional_id: "embedder".into(),
+                transactional_id: "alice-orders".into(),
                 producer_id,
                 producer_epoch: epoch,
                 verify_only: false,
@@ -188,17 +258,19 @@ fn main() {
             );
         }
 
+        let as_alice = Authz::new(Some(authorizer.clone()), &alice, &denials, "EndTxn");
+        assert_eq!(as_alice.end_txn("alice-orders"), Ok(()));
         let end = coordinator
             .end_txn(EndTxnRequest {
                 version: 5,
-                transactional_id: "embedder".into(),
+                transactional_id: "alice-orders".into(),
                 producer_id,
                 producer_epoch: epoch,
                 committed: true,
             })
             .await;
         assert_eq!(end.error, ErrorCode::NONE, "{end:?}");
-        let state = coordinator.transaction_completed("embedder").await;
+        let state = coordinator.transaction_completed("alice-orders").await;
         assert_eq!(state, Ok(TxnState::CompleteCommit));
         let lso = broker
             .orders

@@ -35,6 +35,7 @@
 //! | `ssl.keystore.location`, `ssl.truststore.location`, `ssl.client.auth`, `ssl.keystore.type`, `ssl.truststore.type` | (none), (none), `none`, PEM, PEM | TLS of SSL and SASL_SSL listeners; with a client certificate on an SSL listener the principal is `User:<subject DN>` |
 //! | `sasl.enabled.mechanisms`, `sasl.jaas.config`, `sasl.server.max.receive.size` | both SCRAM (+ PLAIN with a PLAIN JAAS configuration), (none), 524288 | SASL listeners: PLAIN users from a `PlainLoginModule` configuration, SCRAM-SHA-256/512 credentials from the log backend |
 //! | `listener.name.<listener>.<key>` | (none) | per-listener forms of the `ssl.*` keys, `sasl.enabled.mechanisms`, `<mechanism>.sasl.jaas.config` |
+//! | `inter.broker.listener.name`, `sasl.mechanism.inter.broker.protocol`, `ssl.endpoint.identification.algorithm` | the first listener, (none), `https` | the nodes of an embedded `--cluster` talk to each other (markers, KIP-890 verification, etcd probes) on this listener with its TLS settings as a client and, on a SASL listener, this mechanism and the login of the listener's `<mechanism>.sasl.jaas.config` |
 //! | `txn.scram.credentials` | (none) | SCRAM credentials in memory, `SCRAM-SHA-512=[name=alice,password=...]` (tests and trials) |
 //! | `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found` | (none), (none), false | Kafka's ACLs, checked per API as Kafka's `KafkaApis`; ACLs and SCRAM credentials in `<data-dir>/txn-log` (sled) or etcd |
 //!
@@ -148,6 +149,13 @@ pub struct Args {
     /// A tuning or coordinator key (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", allow_hyphen_values = true)]
     pub set: Vec<String>,
+    /// Serve /metrics (Prometheus), /health and /ready on HOST:PORT, as the daemon's flag.
+    #[arg(
+        long = "metrics-listen",
+        value_name = "HOST:PORT",
+        allow_hyphen_values = true
+    )]
+    pub metrics_listen: Option<String>,
 }
 
 /// Parses the command line (without the program name). `--help` comes back as an error
@@ -227,7 +235,16 @@ impl Args {
                 .with_context(|| format!("--set {v:?} is not KEY=VALUE"))?;
             settings.insert(k.to_owned(), val.to_owned());
         }
-        check(
+        let metrics_listen = match &self.metrics_listen {
+            Some(v) => Some(
+                v.to_socket_addrs()
+                    .with_context(|| format!("--metrics-listen: cannot resolve {v:?}"))?
+                    .next()
+                    .with_context(|| format!("--metrics-listen: {v:?} resolves to nothing"))?,
+            ),
+            None => None,
+        };
+        let mut config = check(
             listen,
             data_dir,
             topics,
@@ -238,7 +255,9 @@ impl Args {
             coordinator_node_id,
             offsets_partitions,
             settings,
-        )
+        )?;
+        config.metrics_listen = metrics_listen;
+        Ok(config)
     }
 }
 
@@ -317,6 +336,7 @@ fn check(
         coordinator,
         offsets_partitions,
         settings,
+        metrics_listen: None,
     })
 }
 

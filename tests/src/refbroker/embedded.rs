@@ -28,7 +28,10 @@
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use coordinator::server::listeners;
 use coordinator::server::membership::{self, Member, Membership};
+use coordinator::server::outgoing::ClientSecurity;
+use coordinator::server::peers::Probe;
 use coordinator::server::protocol as p;
 use coordinator::server::{DaemonLog, LogBackend};
 use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
@@ -36,6 +39,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::VersionRange;
 use markers::apply::{ApplyError, MarkerApplier};
 use markers::participant::Marker;
+use markers::wire::{Connector, PlaintextConnector};
 use markers::writer::{
     BrokerEndpoint, LeaderLookup, LeaderResolver, ResolveError, WireTransportConfig,
 };
@@ -163,6 +167,8 @@ pub(crate) struct Embedded {
     pub(crate) coordinator: Coordinator,
     /// `Some` on the etcd backend.
     pub(crate) membership: Option<Arc<Membership>>,
+    /// Opens the connections to the other nodes (the inter-broker listener's client side).
+    pub(crate) inter_broker: Arc<dyn Connector>,
 }
 
 /// Builds and starts the embedded coordinator; loads this node's partitions in the background
@@ -184,9 +190,25 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
         client_id: format!("refbroker-{}-markers", broker.config.node_id),
         ..WireTransportConfig::default()
     };
+    // The nodes talk to each other (markers, KIP-890 verification) on the inter-broker
+    // listener, with its security as a client, as Kafka's brokers do. A node alone leads every
+    // partition: nothing crosses nodes, and its listener needs no client settings.
+    let specs = broker.security.specs(broker.config.listen)?;
+    let listener = listeners::inter_broker_listener(&settings, &specs)?;
+    let inter_broker: Arc<dyn Connector> = if broker.cluster.nodes().len() > 1 {
+        ClientSecurity::inter_broker(&settings, listener, true)?.connector()
+    } else {
+        Arc::new(PlaintextConnector)
+    };
     let n = config.transaction_state_log_num_partitions;
     let mut builder = Coordinator::builder(config, log.as_txn_log())
-        .markers_routed(broker.config.node_id, local, resolver, wire)
+        .markers_routed(
+            broker.config.node_id,
+            local,
+            resolver,
+            wire,
+            inter_broker.clone(),
+        )
         .catalog(Arc::new(BrokerCatalog { broker: weak }));
     // One sled log per node counts producer ids from 0: scope them to the node. etcd hands
     // out blocks unique across the nodes already.
@@ -206,7 +228,12 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
                     listeners: Vec::new(),
                 })
                 .ok_or_else(|| anyhow::anyhow!("this node's address is unknown"))?;
-            Some(membership::start(&settings, me, coordinator.clone()).await?)
+            // Probed as the daemons probe each other: ApiVersions, not authenticated.
+            let probe = Probe {
+                listener: listener.name().to_owned(),
+                connector: ClientSecurity::inter_broker(&settings, listener, false)?.connector(),
+            };
+            Some(membership::start(&settings, me, coordinator.clone(), probe).await?)
         }
         LogBackend::Sled => {
             let mine: Vec<u32> = (0..n)
@@ -243,6 +270,7 @@ pub(crate) async fn start(broker: &Arc<Broker>) -> anyhow::Result<Embedded> {
     Ok(Embedded {
         coordinator,
         membership,
+        inter_broker,
     })
 }
 

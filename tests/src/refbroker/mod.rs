@@ -17,6 +17,7 @@ mod groups;
 mod handlers;
 mod journal;
 mod log;
+mod metrics;
 mod offsets;
 mod partition;
 pub mod process;
@@ -58,6 +59,8 @@ pub struct Config {
     pub offsets_partitions: i32,
     /// `--set KEY=VALUE` tuning knobs (see [`cli`](parse_args) for the keys).
     pub settings: BTreeMap<String, String>,
+    /// `--metrics-listen`: where `/metrics`, `/health` and `/ready` are served (none: off).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Config {

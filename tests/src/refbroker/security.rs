@@ -197,7 +197,12 @@ impl Security {
             }
             (None, None) => None,
         };
-        Authz::new(authorizer, session, &self.denials, api)
+        Authz::new(
+            authorizer.map(|a| a as Arc<dyn security::acl::Authorizer>),
+            session,
+            &self.denials,
+            api,
+        )
     }
 }
 

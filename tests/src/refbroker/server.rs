@@ -402,7 +402,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         bound_listeners.push((tcp, local, advertised, l));
     }
     let (first_local, first_advertised) = (bound_listeners[0].1, bound_listeners[0].2.clone());
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
     let broker = Broker::open_secured(config, first_advertised, security, sasl).await?;
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr()?, "serving /metrics");
+        super::metrics::serve(l, &broker);
+    }
     announce(&format!("refbroker listening on {first_local}"));
     for (_, local, _, l) in &bound_listeners {
         announce(&format!(

@@ -97,11 +97,13 @@ impl TxnService {
         }
     }
 
-    /// The connector to the standalone daemons (`None` embedded).
-    pub(crate) fn daemon_connector(&self) -> Option<Arc<dyn Connector>> {
+    /// The connector to the other coordinators: the standalone daemons' (`coordinator.*`
+    /// keys), or embedded the other nodes' (the inter-broker listener's client side; `None`
+    /// until the coordinator has started).
+    pub(crate) fn coordinator_connector(&self) -> Option<Arc<dyn Connector>> {
         match &self.mode {
             Mode::Forward(d) => Some(d.connector.clone()),
-            Mode::Embedded { .. } => None,
+            Mode::Embedded { started, .. } => started.get().map(|e| e.inter_broker.clone()),
         }
     }
 

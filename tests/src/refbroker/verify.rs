@@ -85,12 +85,12 @@ impl BrokerVerifier {
         let mut conn = match slot.take() {
             Some(c) => c,
             None => {
-                // The daemons' security (`coordinator.*` keys); the brokers of an embedded
-                // cluster talk plaintext to each other.
+                // The daemons' security (`coordinator.*` keys), or the inter-broker listener's
+                // between the nodes of an embedded cluster.
                 let connector = self
                     .broker
                     .upgrade()
-                    .and_then(|b| b.txn.daemon_connector())
+                    .and_then(|b| b.txn.coordinator_connector())
                     .unwrap_or_else(|| Arc::new(PlaintextConnector));
                 tokio::time::timeout(
                     CONNECT_TIMEOUT,
