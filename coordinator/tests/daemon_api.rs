@@ -268,8 +268,8 @@ async fn init_2pc_ok(
 /// KIP-939 over the wire: InitProducerId v6 with `Enable2Pc` is refused (53) unless
 /// `transaction.two.phase.commit.enable`; with it, `KeepPreparedTxn` answers the open
 /// transaction's pair beside the new session's, and the session's EndTxn v5 commits it
-/// (markers at the epoch it hands out); a retried commit is success; `txn-coordinator
-/// force-terminate` aborts a kept transaction.
+/// (markers at the epoch it hands out), also after a SIGKILL and restart in between; a retried
+/// commit is success; `txn-coordinator force-terminate` aborts a kept transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_producer_id_v6_two_phase_commit() {
     let off_dir = tempfile::tempdir().expect("tmp");
@@ -291,15 +291,13 @@ async fn init_producer_id_v6_two_phase_commit() {
     let broker = FakeBroker::start().await;
     let dir = tempfile::tempdir().expect("tmp");
     let bs = broker.addr.to_string();
-    let d = Daemon::start(
-        dir.path(),
-        &[
-            "--bootstrap-servers",
-            &bs,
-            "--set",
-            "transaction.two.phase.commit.enable=true",
-        ],
-    );
+    let args = [
+        "--bootstrap-servers",
+        &bs,
+        "--set",
+        "transaction.two.phase.commit.enable=true",
+    ];
+    let mut d = Daemon::start(dir.path(), &args);
     let mut c = d.conn().await;
     let r = init_2pc_ok(&mut c, false).await;
     assert_eq!(r.error_code, 0);
@@ -334,6 +332,15 @@ async fn init_producer_id_v6_two_phase_commit() {
             r.ongoing_txn_producer_epoch
         ),
         (0, pid, 1, pid, 0)
+    );
+    // The kept transaction and its session survive a SIGKILL and a restart.
+    d.kill();
+    let d = Daemon::start(dir.path(), &args);
+    let mut c = d.conn().await;
+    let desc = describe(&mut c, "xa").await;
+    assert_eq!(
+        (desc.transaction_state.as_str(), desc.producer_epoch),
+        ("Ongoing", 0)
     );
     let r = c.call(&end_req("xa", pid, 0, true), 5).await.expect("end");
     assert_eq!(r.error_code, 90, "the old producer is PRODUCER_FENCED");
