@@ -70,8 +70,9 @@ impl TxnRecord {
     /// idle state (Empty, Complete*) holds no partitions, and Ongoing has partitions and a start
     /// time. A kept session (both of its fields set, or neither) belongs to a two-phase-commit
     /// transaction that is Ongoing or Prepare*, and is a newer producer than the transaction's:
-    /// the same id at a higher epoch, or another id. The engine asserts this for every record it writes; the codec refuses to load a
-    /// record that breaks it ([`LogError::Corrupt`](crate::LogError::Corrupt)).
+    /// the same id at a higher epoch, or another id. The engine asserts this for every record
+    /// it writes; the codec refuses to load a record that breaks it
+    /// ([`LogError::Corrupt`](crate::LogError::Corrupt)).
     pub fn check_persistable(&self) -> Result<(), String> {
         if !self.producer_id.is_some() {
             return Err("record without producer id".into());
@@ -102,9 +103,7 @@ impl TxnRecord {
             _ => Ok(()),
         }
     }
-}
 
-impl TxnRecord {
     /// The kept session, if any (see [`TxnRecord::check_persistable`]).
     pub fn session(&self) -> Option<(ProducerId, ProducerEpoch)> {
         self.session_producer_id
