@@ -83,6 +83,8 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
             transaction_timeout_ms: 60_000,
             producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
         })
         .await;
     assert!(init.error.is_none(), "InitProducerId: {}", init.error);

@@ -126,6 +126,8 @@ fn run(label: &str, log: Option<MemTxnLog>) {
                     transaction_timeout_ms: 60_000,
                     producer_id: ProducerId::NONE,
                     producer_epoch: ProducerEpoch::NONE,
+                    enable_2pc: false,
+                    keep_prepared_txn: false,
                 }))
             else {
                 panic!("wrong response")

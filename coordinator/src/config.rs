@@ -48,6 +48,10 @@ pub struct Config {
     /// answered COORDINATOR_LOAD_IN_PROGRESS. Kafka answers at once and the client retries
     /// after its back-off (100-500 ms); 0 restores that.
     pub park_max_ms: i64,
+    /// `transaction.two.phase.commit.enable` (default false): whether InitProducerId may ask
+    /// for two-phase commit (KIP-939 `Enable2Pc`, `KeepPreparedTxn`). Off, such a request is
+    /// answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers it.
+    pub transaction_two_phase_commit_enable: bool,
 }
 
 impl Default for Config {
@@ -65,6 +69,7 @@ impl Default for Config {
             expiry_batch_max: 500,
             complete_retry_backoff_ms: 50,
             park_max_ms: 1000,
+            transaction_two_phase_commit_enable: false,
         }
     }
 }

@@ -66,6 +66,8 @@
 //!     transaction_timeout_ms: 60_000,
 //!     producer_id: ProducerId::NONE,
 //!     producer_epoch: ProducerEpoch::NONE,
+//!     enable_2pc: false,
+//!     keep_prepared_txn: false,
 //! }));
 //! let Some(Effect::AppendLog { io, .. }) = engine.poll_effect() else { panic!() };
 //! assert!(engine.poll_effect().is_none(), "no reply before the record is durable");

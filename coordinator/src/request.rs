@@ -12,7 +12,7 @@ use crate::ErrorCode;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Request {
-    /// InitProducerId (api 22), v0-5.
+    /// InitProducerId (api 22), v0-6.
     InitProducerId(InitProducerIdRequest),
     /// AddPartitionsToTxn (api 24), v0-5.
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
@@ -39,6 +39,12 @@ pub struct InitProducerIdRequest {
     pub producer_id: ProducerId,
     /// `ProducerEpoch` (v3+, -1 = none).
     pub producer_epoch: ProducerEpoch,
+    /// `Enable2Pc` (v6+, KIP-939): the id's transactions are ended only by a producer, never
+    /// timed out by the coordinator. Needs `transaction.two.phase.commit.enable`.
+    pub enable_2pc: bool,
+    /// `KeepPreparedTxn` (v6+, KIP-939, with `enable_2pc`): keep the id's open transaction
+    /// for this producer to end, instead of aborting it.
+    pub keep_prepared_txn: bool,
 }
 
 /// InitProducerId response.
@@ -50,6 +56,11 @@ pub struct InitProducerIdResponse {
     pub producer_id: ProducerId,
     /// Assigned epoch (-1 on error).
     pub producer_epoch: ProducerEpoch,
+    /// `OngoingTxnProducerId` (v6+): the producer id of the transaction kept by
+    /// `KeepPreparedTxn`, -1 if none.
+    pub ongoing_txn_producer_id: ProducerId,
+    /// `OngoingTxnProducerEpoch` (v6+): that transaction's epoch, -1 if none.
+    pub ongoing_txn_producer_epoch: ProducerEpoch,
 }
 
 /// One transaction of an AddPartitionsToTxn request.
@@ -275,11 +286,22 @@ pub enum Response {
 impl InitProducerIdResponse {
     /// An error response (pid and epoch -1).
     pub fn error(error: ErrorCode) -> Self {
+        Self::ok(ProducerId::NONE, ProducerEpoch::NONE).with_error(error)
+    }
+
+    /// A success for `producer_id` / `producer_epoch`, with no kept transaction.
+    pub fn ok(producer_id: ProducerId, producer_epoch: ProducerEpoch) -> Self {
         Self {
-            error,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
+            error: ErrorCode::NONE,
+            producer_id,
+            producer_epoch,
+            ongoing_txn_producer_id: ProducerId::NONE,
+            ongoing_txn_producer_epoch: ProducerEpoch::NONE,
         }
+    }
+
+    fn with_error(self, error: ErrorCode) -> Self {
+        Self { error, ..self }
     }
 }
 

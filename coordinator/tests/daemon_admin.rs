@@ -433,14 +433,16 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     ]);
     assert!(st.success(), "{err}");
     assert!(out.contains("\"transactionalId\":\"fine\""), "{out}");
-    // Every persisted field, nextProducerEpoch included.
+    // Every persisted field, the two-phase-commit ones included.
     for field in [
         "\"producerId\":",
         "\"prevProducerId\":",
         "\"nextProducerId\":",
         "\"producerEpoch\":",
         "\"lastProducerEpoch\":",
-        "\"nextProducerEpoch\":",
+        "\"sessionProducerId\":",
+        "\"sessionProducerEpoch\":",
+        "\"twoPhaseCommit\":",
         "\"txnTimeoutMs\":",
         "\"state\":",
         "\"partitions\":",

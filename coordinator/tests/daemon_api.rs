@@ -28,7 +28,7 @@ async fn api_versions_every_version_and_the_kip511_fallback() {
                 .find(|a| a.api_key == k as i16)
                 .map(|a| (a.min_version, a.max_version))
         };
-        assert_eq!(find(ApiKey::InitProducerId), Some((0, 5)));
+        assert_eq!(find(ApiKey::InitProducerId), Some((0, 6)));
         assert_eq!(find(ApiKey::AddPartitionsToTxn), Some((0, 5)));
         assert_eq!(find(ApiKey::AddOffsetsToTxn), Some((0, 4)));
         assert_eq!(find(ApiKey::EndTxn), Some((0, 5)));
@@ -242,6 +242,163 @@ async fn transaction_lifecycle_with_markers_to_a_fake_broker() {
     let r = c.call(&list_v2("a(p"), 2).await.expect("list v2");
     assert_eq!(r.error_code, 128, "INVALID_REGULAR_EXPRESSION");
     assert!(r.transaction_states.is_empty());
+}
+
+fn init_2pc(keep: bool) -> km::InitProducerIdRequest {
+    init_req(Some("xa"), 60_000)
+        .with_enable_2_pc(true)
+        .with_keep_prepared_txn(keep)
+}
+
+/// InitProducerId v6 of "xa" with `Enable2Pc`, retried (bounded) while the answer is retriable.
+async fn init_2pc_ok(
+    c: &mut markers::wire::KafkaConnection<tokio::net::TcpStream>,
+    keep: bool,
+) -> km::InitProducerIdResponse {
+    for _ in 0..200 {
+        let r = c.call(&init_2pc(keep), 6).await.expect("init");
+        if r.error_code != 51 && r.error_code != 14 {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("InitProducerId(xa) kept being retriable");
+}
+
+/// KIP-939 over the wire: InitProducerId v6 with `Enable2Pc` is refused (53) unless
+/// `transaction.two.phase.commit.enable`; with it, `KeepPreparedTxn` answers the open
+/// transaction's pair beside the new session's, and the session's EndTxn v5 commits it
+/// (markers at the epoch it hands out), also after a SIGKILL and restart in between; a retried
+/// commit is success; `txn-coordinator force-terminate` aborts a kept transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_producer_id_v6_two_phase_commit() {
+    let off_dir = tempfile::tempdir().expect("tmp");
+    let off = Daemon::start(off_dir.path(), &[]);
+    let r = off
+        .conn()
+        .await
+        .call(&init_2pc(false), 6)
+        .await
+        .expect("init");
+    assert_eq!(
+        (r.error_code, r.producer_id.0),
+        (53, -1),
+        "{r:?}\n{}",
+        off.stderr()
+    );
+    drop(off);
+
+    let broker = FakeBroker::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let bs = broker.addr.to_string();
+    let args = [
+        "--bootstrap-servers",
+        &bs,
+        "--set",
+        "transaction.two.phase.commit.enable=true",
+    ];
+    let mut d = Daemon::start(dir.path(), &args);
+    let mut c = d.conn().await;
+    let r = init_2pc_ok(&mut c, false).await;
+    assert_eq!(r.error_code, 0);
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    assert_eq!(
+        (
+            epoch,
+            r.ongoing_txn_producer_id.0,
+            r.ongoing_txn_producer_epoch
+        ),
+        (0, -1, -1)
+    );
+    let r = c
+        .call(&add_req_v3("xa", pid, epoch, &[("t", 0)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 0, 0)]);
+    let desc = describe(&mut c, "xa").await;
+    assert_eq!(
+        (desc.transaction_state.as_str(), desc.transaction_timeout_ms),
+        ("Ongoing", i32::MAX)
+    );
+
+    // The producer restarts and keeps its prepared transaction.
+    let r = init_2pc_ok(&mut c, true).await;
+    assert_eq!(
+        (
+            r.error_code,
+            r.producer_id.0,
+            r.producer_epoch,
+            r.ongoing_txn_producer_id.0,
+            r.ongoing_txn_producer_epoch
+        ),
+        (0, pid, 1, pid, 0)
+    );
+    // The kept transaction and its session survive a SIGKILL and a restart.
+    d.kill();
+    let d = Daemon::start(dir.path(), &args);
+    let mut c = d.conn().await;
+    let desc = describe(&mut c, "xa").await;
+    assert_eq!(
+        (desc.transaction_state.as_str(), desc.producer_epoch),
+        ("Ongoing", 0)
+    );
+    let r = c.call(&end_req("xa", pid, 0, true), 5).await.expect("end");
+    assert_eq!(r.error_code, 90, "the old producer is PRODUCER_FENCED");
+    let r = c.call(&end_req("xa", pid, 1, true), 5).await.expect("end");
+    assert_eq!(
+        (r.error_code, r.producer_id.0, r.producer_epoch),
+        (0, pid, 2)
+    );
+    wait_state(&mut c, "xa", "CompleteCommit").await;
+    let markers = broker.markers();
+    let sent: Vec<_> = markers.iter().flat_map(|m| m.markers.iter()).collect();
+    assert!(!sent.is_empty());
+    assert!(
+        sent.iter()
+            .all(|m| m.producer_id.0 == pid && m.producer_epoch == 2 && m.transaction_result)
+    );
+    let r = c
+        .call(&end_req("xa", pid, 1, true), 5)
+        .await
+        .expect("retry");
+    assert_eq!((r.error_code, r.producer_epoch), (0, 2), "a retried commit");
+
+    // A prepared transaction kept again, then aborted by `force-terminate` (Kafka's tool sends
+    // the same InitProducerId without the flags).
+    let r = c
+        .call(&add_req_v3("xa", pid, 2, &[("t", 1)]), 3)
+        .await
+        .expect("add");
+    assert_eq!(add_errors(&r), vec![("t".into(), 1, 0)]);
+    let r = init_2pc_ok(&mut c, true).await;
+    assert_eq!(
+        (
+            r.error_code,
+            r.ongoing_txn_producer_id.0,
+            r.ongoing_txn_producer_epoch
+        ),
+        (0, pid, 2)
+    );
+    let addr = d.addr.to_string();
+    let (st, _, err) = run_cli(&[
+        "force-terminate",
+        "--bootstrap-server",
+        &addr,
+        "--transactional-id",
+        "xa",
+    ]);
+    assert!(st.success(), "{err}");
+    // The tool's InitProducerId succeeds once the abort completed; the id is idle again.
+    let desc = describe(&mut c, "xa").await;
+    assert_eq!(desc.transaction_state.as_str(), "Empty");
+    assert!(
+        broker
+            .markers()
+            .iter()
+            .flat_map(|m| m.markers.iter())
+            .any(|m| m.producer_id.0 == pid && !m.transaction_result),
+        "abort markers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -207,3 +207,68 @@ async fn without_an_authorizer_nothing_is_checked_and_acls_are_disabled() {
         .expect("create");
     assert_eq!(r.results[0].error_code, 54, "SECURITY_DISABLED");
 }
+
+/// KIP-939: InitProducerId v6 with `Enable2Pc` needs TWO_PHASE_COMMIT (Kafka's operation 15)
+/// on the transactional id besides WRITE, as Kafka's `KafkaApis` checks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_2pc_needs_two_phase_commit_on_the_id() {
+    const TWO_PHASE_COMMIT: i8 = 15;
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().to_str().expect("utf-8").to_owned();
+    let (st, out, err) = run_cli(&[
+        "acl",
+        "add",
+        "--principal",
+        "User:ANONYMOUS",
+        "--resource-type",
+        "Cluster",
+        "--resource-name",
+        "kafka-cluster",
+        "--operation",
+        "Alter",
+        "--data-dir",
+        &data,
+    ]);
+    assert!(st.success(), "{out}{err}");
+    let d = Daemon::start(
+        dir.path(),
+        &[
+            "--set",
+            AUTHORIZER,
+            "--set",
+            "transaction.two.phase.commit.enable=true",
+        ],
+    );
+    let mut c = d.conn().await;
+    let grant = async |c: &mut markers::wire::KafkaConnection<tokio::net::TcpStream>, op| {
+        let r = c
+            .call(
+                &km::CreateAclsRequest::default().with_creations(vec![creation(
+                    TRANSACTIONAL_ID,
+                    "xa",
+                    LITERAL,
+                    op,
+                    ALLOW,
+                )]),
+                3,
+            )
+            .await
+            .expect("create");
+        assert_eq!(r.results[0].error_code, 0, "operation {op}");
+    };
+    let init_2pc = init_req(Some("xa"), 60_000).with_enable_2_pc(true);
+    grant(&mut c, WRITE).await;
+    let r = c.call(&init_2pc, 6).await.expect("init");
+    assert_eq!(r.error_code, 53, "WRITE alone");
+    init_ok(&mut c, "xa", 60_000).await;
+    grant(&mut c, TWO_PHASE_COMMIT).await;
+    let mut code = -1;
+    for _ in 0..100 {
+        code = c.call(&init_2pc, 6).await.expect("init").error_code;
+        if code != 51 && code != 14 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(code, 0, "WRITE and TWO_PHASE_COMMIT");
+}

@@ -112,6 +112,8 @@ impl Node {
                     transaction_timeout_ms: 60_000,
                     producer_id: ProducerId(pid),
                     producer_epoch: ProducerEpoch(epoch),
+                    enable_2pc: false,
+                    keep_prepared_txn: false,
                 }))
             else {
                 panic!("wrong response")

@@ -75,6 +75,8 @@ fn init_logged(filter: &str) -> String {
                         transaction_timeout_ms: 60_000,
                         producer_id: ProducerId::NONE,
                         producer_epoch: ProducerEpoch::NONE,
+                        enable_2pc: false,
+                        keep_prepared_txn: false,
                     })
                     .await;
                 if answer.error != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {

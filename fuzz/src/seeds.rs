@@ -218,7 +218,9 @@ fn record(state: TxnState, parts: &[(&str, i32)]) -> TxnRecord {
         next_producer_id: ProducerId(-1),
         producer_epoch: ProducerEpoch(3),
         last_producer_epoch: ProducerEpoch(2),
-        next_producer_epoch: ProducerEpoch(-1),
+        session_producer_epoch: ProducerEpoch(-1),
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 60_000,
         state,
         partitions: parts
@@ -248,19 +250,31 @@ pub fn txn_log_record() -> Vec<(&'static str, Vec<u8>)> {
         ),
     ];
     let mut sealed_entries = Vec::new();
-    for (id, state, parts) in [
-        ("app", TxnState::Ongoing, &[("t", 0), ("t", 1)][..]),
-        ("prep", TxnState::PrepareCommit, &[("t", 0)][..]),
-        ("abort", TxnState::PrepareAbort, &[("u", 3)][..]),
-        ("done", TxnState::CompleteCommit, &[][..]),
-        ("idle", TxnState::Empty, &[][..]),
-    ] {
+    // Two-phase commit (KIP-939): a transaction kept by a session of the same producer id, and
+    // one ended by a session of a new producer id, completing.
+    let kept = |state, session: (i64, i16)| TxnRecord {
+        two_phase_commit: true,
+        timeout_ms: i32::MAX,
+        session_producer_id: ProducerId(session.0),
+        session_producer_epoch: ProducerEpoch(session.1),
+        ..record(state, &[("t", 2)])
+    };
+    let records = [
+        ("app", record(TxnState::Ongoing, &[("t", 0), ("t", 1)])),
+        ("prep", record(TxnState::PrepareCommit, &[("t", 0)])),
+        ("abort", record(TxnState::PrepareAbort, &[("u", 3)])),
+        ("done", record(TxnState::CompleteCommit, &[])),
+        ("idle", record(TxnState::Empty, &[])),
+        ("kept", kept(TxnState::Ongoing, (1000, 4))),
+        ("kept-new", kept(TxnState::PrepareCommit, (1001, 1))),
+    ];
+    for (id, rec) in records {
         let key = codec::record_key(p0, &TransactionalId::new(id).unwrap());
-        let value = codec::encode_record(&key, &record(state, parts)).unwrap();
-        // The payload alone, for sealed mode: tag 3 = kind R, version 1.
+        let value = codec::encode_record(&key, &rec).unwrap();
+        // The payload alone, for sealed mode: tag 6 = kind R, version 2.
         let payload = value[6..value.len() - 4].to_vec();
         sealed_entries.push(StoredEntry {
-            tag: 3,
+            tag: 6,
             key: key.clone(),
             value: payload,
         });

@@ -12,7 +12,7 @@ use txn_log::{CoordinatorEpoch, LogError, LogPartition, ProducerIdBlock, TopicPa
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry {
     /// In sealed mode, which envelope the harness wraps `value` in: kind `[R, E, P][tag % 3]`,
-    /// version `tag / 3 % 4` (1 is the current version of every kind). Ignored in raw mode.
+    /// version `tag / 3 % 4` (2 is the current version of records, 1 of the other kinds). Ignored in raw mode.
     pub tag: u8,
     /// The stored key.
     pub key: Vec<u8>,
@@ -186,7 +186,12 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
     })
     .expect("block");
     let mut next_block = 1000;
-    let mut engine = Engine::new(partition, config.clone(), allocator.clone());
+    // Two-phase commit allowed, so that a record's KIP-939 state is exercised too.
+    let config = Config {
+        transaction_two_phase_commit_enable: true,
+        ..config.clone()
+    };
+    let mut engine = Engine::new(partition, config, allocator.clone());
     let now = Millis(1_700_000_000_000);
     let epoch = CoordinatorEpoch(
         loaded
@@ -240,18 +245,34 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
                 }],
             }),
         );
-        for version in [3, 5] {
-            send(
-                &mut engine,
-                Request::EndTxn(EndTxnRequest {
-                    version,
-                    transactional_id: raw.clone(),
-                    producer_id: r.producer_id,
-                    producer_epoch: r.producer_epoch,
-                    committed: r.state.id() % 2 == 0,
-                }),
-            );
+        // The record's producer, then a kept transaction's session (KIP-939) if it has one.
+        let pairs = std::iter::once((r.producer_id, r.producer_epoch)).chain(r.session());
+        for (producer_id, producer_epoch) in pairs {
+            for version in [3, 5] {
+                send(
+                    &mut engine,
+                    Request::EndTxn(EndTxnRequest {
+                        version,
+                        transactional_id: raw.clone(),
+                        producer_id,
+                        producer_epoch,
+                        committed: r.state.id() % 2 == 0,
+                    }),
+                );
+            }
         }
+        send(
+            &mut engine,
+            Request::InitProducerId(InitProducerIdRequest {
+                version: 6,
+                transactional_id: Some(raw.clone()),
+                transaction_timeout_ms: 60_000,
+                producer_id: txn_log::ProducerId::NONE,
+                producer_epoch: txn_log::ProducerEpoch::NONE,
+                enable_2pc: true,
+                keep_prepared_txn: true,
+            }),
+        );
         send(
             &mut engine,
             Request::InitProducerId(InitProducerIdRequest {
@@ -260,6 +281,8 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
                 transaction_timeout_ms: 60_000,
                 producer_id: r.producer_id,
                 producer_epoch: r.producer_epoch,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             }),
         );
         send(
@@ -270,6 +293,8 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
                 transaction_timeout_ms: 60_000,
                 producer_id: txn_log::ProducerId::NONE,
                 producer_epoch: txn_log::ProducerEpoch::NONE,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             }),
         );
     }

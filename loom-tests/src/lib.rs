@@ -85,6 +85,8 @@ pub fn init_producer_id(id: &str, timeout_ms: i32) -> Request {
         transaction_timeout_ms: timeout_ms,
         producer_id: ProducerId::NONE,
         producer_epoch: ProducerEpoch::NONE,
+        enable_2pc: false,
+        keep_prepared_txn: false,
     })
 }
 

@@ -527,6 +527,57 @@ mod tests {
         }
     }
 
+    /// InitProducerId v6 (KIP-939, vendored patch): `Enable2Pc` and `KeepPreparedTxn` travel at
+    /// v6 only, a v5 encoder refuses them, and the answer carries the ongoing pair at v6.
+    #[test]
+    fn init_producer_id_v6_carries_the_two_phase_commit_flags() {
+        use kafka_protocol::messages::{
+            InitProducerIdRequest, InitProducerIdResponse, TransactionalId,
+        };
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t"))))
+            .with_transaction_timeout_ms(60_000)
+            .with_enable_2_pc(true)
+            .with_keep_prepared_txn(true);
+        let mut frame = BytesMut::new();
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::InitProducerId as i16)
+            .with_request_api_version(6)
+            .with_correlation_id(4);
+        encode_request_header_into_buffer(&mut frame, &header).expect("header");
+        request.encode(&mut frame, 6).expect("body");
+        match decode_request(frame.freeze(), all).expect("decodes").body {
+            RequestKind::InitProducerId(back) => assert_eq!(back, request),
+            other => panic!("{other:?}"),
+        }
+        // Below v6 the flags do not exist: a set flag is refused, unset ones leave them out.
+        assert!(request.encode(&mut BytesMut::new(), 5).is_err());
+        let plain = request
+            .clone()
+            .with_enable_2_pc(false)
+            .with_keep_prepared_txn(false);
+        let (mut v5, mut v6) = (BytesMut::new(), BytesMut::new());
+        plain.encode(&mut v5, 5).expect("v5");
+        plain.encode(&mut v6, 6).expect("v6");
+        assert_eq!(v6.len(), v5.len() + 2, "two booleans more at v6");
+        assert_eq!(
+            InitProducerIdRequest::decode(&mut v5.freeze(), 5).expect("decode"),
+            plain
+        );
+        assert!(request.encode(&mut BytesMut::new(), 7).is_err());
+        let answer = InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(8))
+            .with_producer_epoch(2)
+            .with_ongoing_txn_producer_id(ProducerId(8))
+            .with_ongoing_txn_producer_epoch(1);
+        let mut b = BytesMut::new();
+        answer.encode(&mut b, 6).expect("encode");
+        assert_eq!(
+            InitProducerIdResponse::decode(&mut b.freeze(), 6).expect("decode"),
+            answer
+        );
+    }
+
     #[test]
     fn short_and_unknown_frames_are_typed_errors() {
         assert!(matches!(

@@ -204,3 +204,106 @@ async fn ready_means_this_daemons_share_is_loaded() {
     }
     drop(daemons);
 }
+
+/// KIP-939 across a failover on etcd: a two-phase-commit transaction kept by a new producer
+/// session (`KeepPreparedTxn`) on the first daemon, which is then SIGKILLed, is still kept on
+/// the second: Ongoing, never timed out, the old producer fenced, and the session's EndTxn
+/// commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_two_phase_transaction_survives_a_failover() {
+    use kafka_protocol::messages as km;
+    let etcd = EtcdCluster::start(1).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let broker_port = free_port().expect("port");
+    let _broker = Proc::start(
+        Spec {
+            name: "broker".into(),
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+            args: [
+                "--listen",
+                &format!("127.0.0.1:{broker_port}"),
+                "--data-dir",
+                &dir.path().join("broker").to_string_lossy(),
+                "--topics",
+                "t:2",
+                "--coordinator",
+                "127.0.0.1:1",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ready_prefix: "refbroker listening on ".into(),
+            log_file: Some(dir.path().join("broker.log")),
+            env: Vec::new(),
+        },
+        STARTUP,
+    )
+    .expect("refbroker starts");
+    let endpoints = etcd.endpoints_arg();
+    let mut pool = Pool::new("etcd-2pc-test", Duration::from_secs(10));
+    let broker = format!("127.0.0.1:{broker_port}");
+    let extra = [
+        "--bootstrap-servers",
+        broker.as_str(),
+        "--set",
+        "transaction.state.log.num.partitions=8",
+        "--set",
+        "transaction.two.phase.commit.enable=true",
+    ];
+    // InitProducerId v6 of "xa" with Enable2Pc at the only daemon, retried while retriable.
+    async fn init_2pc(
+        pool: &mut Pool,
+        at: std::net::SocketAddr,
+        keep: bool,
+    ) -> km::InitProducerIdResponse {
+        let req = km::InitProducerIdRequest::default()
+            .with_transactional_id(Some(km::TransactionalId("xa".into())))
+            .with_transaction_timeout_ms(60_000)
+            .with_enable_2_pc(true)
+            .with_keep_prepared_txn(keep);
+        for _ in 0..300 {
+            // 51, 14, 16: a transaction completing, a partition loading or not owned yet.
+            if let Ok(r) = pool.call(at, &req, 6).await
+                && ![51, 14, 16].contains(&r.error_code)
+            {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("InitProducerId(xa) v6 kept failing at {at}");
+    }
+
+    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
+    let a = first.addr().expect("first daemon's address");
+    let r = init_2pc(&mut pool, a, false).await;
+    assert_eq!(r.error_code, 0);
+    let txn = (r.producer_id.0, r.producer_epoch);
+    add(&mut pool, a, "xa", txn, 0).await;
+    let r = init_2pc(&mut pool, a, true).await;
+    assert_eq!(
+        (
+            r.error_code,
+            r.ongoing_txn_producer_id.0,
+            r.ongoing_txn_producer_epoch
+        ),
+        (0, txn.0, txn.1)
+    );
+    let session = (r.producer_id.0, r.producer_epoch);
+    assert_eq!(session, (txn.0, txn.1 + 1));
+    first.kill();
+
+    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
+    let b = second.addr().expect("second daemon's address");
+    let parts = requests::wait_state(&mut pool, b, "xa", "Ongoing").await;
+    assert_eq!(parts, vec![0], "the kept transaction, read from etcd");
+    assert_ne!(
+        requests::end(&mut pool, b, "xa", txn).await,
+        0,
+        "the producer that began it is fenced"
+    );
+    assert_eq!(
+        requests::end(&mut pool, b, "xa", session).await,
+        0,
+        "the session commits it"
+    );
+    requests::wait_state(&mut pool, b, "xa", "CompleteCommit").await;
+}

@@ -455,7 +455,7 @@ async fn embedded_mode_serves_transaction_version_2() {
             .find(|a| a.api_key == k as i16)
             .map(|a| (a.min_version, a.max_version))
     };
-    assert_eq!(range(ApiKey::InitProducerId), Some((0, 5)));
+    assert_eq!(range(ApiKey::InitProducerId), Some((0, 6)));
     assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 5)));
     assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
     assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));

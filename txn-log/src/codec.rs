@@ -8,7 +8,7 @@
 //! ```text
 //! offset  size  field
 //! 0       1     kind      b'R' txn record, b'E' coordinator epoch, b'P' producer-id counter
-//! 1       1     version   payload schema version of that kind (currently 1 for all kinds)
+//! 1       1     version   payload schema version of that kind (records 2, the others 1)
 //! 2       4     len       payload length, u32 big-endian, <= MAX_PAYLOAD_LEN
 //! 6       len   payload   bincode 2 (serde, config::standard(): varint integers)
 //! 6+len   4     crc       CRC32C, big-endian, over key bytes ++ bytes [0, 6+len)
@@ -29,8 +29,11 @@
 //! allocation limit). A record that decodes but is no persistable state
 //! ([`TxnRecord::check_persistable`]) is corrupt as well: the engine would refuse to replay it.
 
+use std::collections::BTreeSet;
+
 use crate::{
-    CoordinatorEpoch, LoadedPartition, LogError, LogPartition, TransactionalId, TxnRecord,
+    CoordinatorEpoch, LoadedPartition, LogError, LogPartition, ProducerEpoch, ProducerId,
+    TopicPartition, TransactionalId, TxnRecord, TxnState, TxnVersion,
 };
 
 /// Largest payload an envelope may carry (1 MiB, Kafka's default `max.message.bytes`).
@@ -47,7 +50,10 @@ pub const KIND_EPOCH: u8 = b'E';
 pub const KIND_PRODUCER_ID: u8 = b'P';
 
 /// Current payload version of [`KIND_RECORD`]: bincode of [`TxnRecord`] as defined now.
-pub const RECORD_VERSION: u8 = 1;
+/// Version 1 (before KIP-939's two-phase commit) is still read, see [`RecordV1`].
+pub const RECORD_VERSION: u8 = 2;
+/// The first payload version of [`KIND_RECORD`], without the two-phase-commit fields.
+pub const RECORD_VERSION_1: u8 = 1;
 /// Current payload version of [`KIND_EPOCH`]: bincode of the `i32` epoch.
 pub const EPOCH_VERSION: u8 = 1;
 /// Current payload version of [`KIND_PRODUCER_ID`]: bincode of the `i64` next free id.
@@ -249,13 +255,64 @@ pub fn decode_record(
         reason,
     };
     let (version, payload) = open(KIND_RECORD, key, value).map_err(corrupt)?;
-    match version {
-        RECORD_VERSION => {
-            let record: TxnRecord = decode_payload(payload).map_err(corrupt)?;
-            record.check_persistable().map_err(corrupt)?;
-            Ok(record)
+    let record: TxnRecord = match version {
+        RECORD_VERSION => decode_payload(payload).map_err(corrupt)?,
+        RECORD_VERSION_1 => decode_payload::<RecordV1>(payload).map_err(corrupt)?.into(),
+        v => return Err(corrupt(format!("unknown record version {v}"))),
+    };
+    record.check_persistable().map_err(corrupt)?;
+    Ok(record)
+}
+
+/// A [`KIND_RECORD`] payload of version 1, frozen: the fields of [`TxnRecord`] before KIP-939,
+/// in their order. Its `next_producer_epoch` was never written other than -1.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordV1 {
+    /// See [`TxnRecord::producer_id`].
+    pub producer_id: ProducerId,
+    /// See [`TxnRecord::prev_producer_id`].
+    pub prev_producer_id: ProducerId,
+    /// See [`TxnRecord::next_producer_id`].
+    pub next_producer_id: ProducerId,
+    /// See [`TxnRecord::producer_epoch`].
+    pub producer_epoch: ProducerEpoch,
+    /// See [`TxnRecord::last_producer_epoch`].
+    pub last_producer_epoch: ProducerEpoch,
+    /// Reserved, always -1; becomes [`TxnRecord::session_producer_epoch`].
+    pub next_producer_epoch: ProducerEpoch,
+    /// See [`TxnRecord::timeout_ms`].
+    pub timeout_ms: i32,
+    /// See [`TxnRecord::state`].
+    pub state: TxnState,
+    /// See [`TxnRecord::partitions`].
+    pub partitions: BTreeSet<TopicPartition>,
+    /// See [`TxnRecord::txn_start_ms`].
+    pub txn_start_ms: i64,
+    /// See [`TxnRecord::txn_last_update_ms`].
+    pub txn_last_update_ms: i64,
+    /// See [`TxnRecord::client_txn_version`].
+    pub client_txn_version: TxnVersion,
+}
+
+impl From<RecordV1> for TxnRecord {
+    /// A version-1 record is a record without two-phase commit and without a kept session.
+    fn from(v1: RecordV1) -> Self {
+        Self {
+            producer_id: v1.producer_id,
+            prev_producer_id: v1.prev_producer_id,
+            next_producer_id: v1.next_producer_id,
+            producer_epoch: v1.producer_epoch,
+            last_producer_epoch: v1.last_producer_epoch,
+            session_producer_id: ProducerId::NONE,
+            session_producer_epoch: v1.next_producer_epoch,
+            timeout_ms: v1.timeout_ms,
+            state: v1.state,
+            partitions: v1.partitions,
+            txn_start_ms: v1.txn_start_ms,
+            txn_last_update_ms: v1.txn_last_update_ms,
+            client_txn_version: v1.client_txn_version,
+            two_phase_commit: false,
         }
-        v => Err(corrupt(format!("unknown record version {v}"))),
     }
 }
 
@@ -385,12 +442,9 @@ pub fn verify_entry(key: &[u8], value: &[u8]) -> Result<(), LogError> {
 
 #[cfg(all(test, not(txn_loom)))]
 mod tests {
-    use std::collections::BTreeSet;
-
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{ProducerEpoch, ProducerId, TopicPartition, TxnState, TxnVersion};
 
     fn arb_record() -> impl Strategy<Value = TxnRecord> {
         (
@@ -401,24 +455,29 @@ mod tests {
             0usize..TxnState::ALL.len(),
             proptest::collection::btree_set(("[a-z._-]{1,20}", any::<i32>()), 0..20),
             (any::<i64>(), any::<i64>(), any::<u8>()),
+            (pid_or_none(), any::<bool>()),
         )
             .prop_map(
-                |(pids, epochs, timeout_ms, state, parts, (start, last, tv))| TxnRecord {
-                    producer_id: ProducerId(pids.0),
-                    prev_producer_id: ProducerId(pids.1),
-                    next_producer_id: ProducerId(pids.2),
-                    producer_epoch: ProducerEpoch(epochs.0),
-                    last_producer_epoch: ProducerEpoch(epochs.1),
-                    next_producer_epoch: ProducerEpoch(epochs.2),
-                    timeout_ms,
-                    state: TxnState::ALL[state],
-                    partitions: parts
-                        .into_iter()
-                        .map(|(t, p)| TopicPartition::new(t, p))
-                        .collect::<BTreeSet<_>>(),
-                    txn_start_ms: start,
-                    txn_last_update_ms: last,
-                    client_txn_version: TxnVersion::from(tv),
+                |(pids, epochs, timeout_ms, state, parts, (start, last, tv), (session, two_pc))| {
+                    TxnRecord {
+                        producer_id: ProducerId(pids.0),
+                        prev_producer_id: ProducerId(pids.1),
+                        next_producer_id: ProducerId(pids.2),
+                        producer_epoch: ProducerEpoch(epochs.0),
+                        last_producer_epoch: ProducerEpoch(epochs.1),
+                        session_producer_id: ProducerId(session),
+                        session_producer_epoch: ProducerEpoch(epochs.2),
+                        two_phase_commit: two_pc,
+                        timeout_ms,
+                        state: TxnState::ALL[state],
+                        partitions: parts
+                            .into_iter()
+                            .map(|(t, p)| TopicPartition::new(t, p))
+                            .collect::<BTreeSet<_>>(),
+                        txn_start_ms: start,
+                        txn_last_update_ms: last,
+                        client_txn_version: TxnVersion::from(tv),
+                    }
                 },
             )
     }
@@ -504,6 +563,49 @@ mod tests {
         }
     }
 
+    /// A record written before two-phase commit (payload version 1, its bytes spelled out)
+    /// still loads: no 2PC, no kept session.
+    #[test]
+    fn a_version_1_record_decodes() {
+        let key = record_key(LogPartition(3), &TransactionalId::new("old").unwrap());
+        // producer id 7, prev -1, next -1, epoch 2, last 1, next epoch -1, timeout 60000,
+        // Ongoing, {t-0}, start 10, last update 11, TV2 (bincode standard: zigzag varints).
+        let payload: &[u8] = &[
+            14, 1, 1, 4, 2, 1, 252, 192, 212, 1, 0, 1, 1, 1, b't', 0, 20, 22, 2,
+        ];
+        let old = RecordV1 {
+            producer_id: ProducerId(7),
+            prev_producer_id: ProducerId::NONE,
+            next_producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch(2),
+            last_producer_epoch: ProducerEpoch(1),
+            next_producer_epoch: ProducerEpoch::NONE,
+            timeout_ms: 60_000,
+            state: TxnState::Ongoing,
+            partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
+            txn_start_ms: 10,
+            txn_last_update_ms: 11,
+            client_txn_version: TxnVersion::V2,
+        };
+        assert_eq!(
+            encode_payload(&old).unwrap(),
+            payload,
+            "the frozen v1 layout"
+        );
+        let bytes = seal(KIND_RECORD, RECORD_VERSION_1, &key, payload).unwrap();
+        let record = decode_record(LogPartition(3), &key, &bytes).unwrap();
+        assert_eq!(record, TxnRecord::from(old));
+        assert!(!record.two_phase_commit);
+        assert_eq!(record.session(), None);
+        // Written again, it is a version-2 record that reads back the same.
+        let again = encode_record(&key, &record).unwrap();
+        assert_eq!(again[1], RECORD_VERSION);
+        assert_eq!(
+            decode_record(LogPartition(3), &key, &again).unwrap(),
+            record
+        );
+    }
+
     #[test]
     fn unknown_version_is_corrupt() {
         let key = epoch_key(LogPartition(7));
@@ -527,8 +629,8 @@ mod tests {
     #[test]
     fn huge_sequence_length_in_payload_does_not_allocate() {
         // A record payload whose partition-set length prefix claims u64::MAX entries.
-        // Three pids, three epochs, timeout, state: all varint 0.
-        let mut payload = vec![0u8; 8];
+        // Three pids, two epochs, the session's pid and epoch, timeout, state: all varint 0.
+        let mut payload = vec![0u8; 9];
         payload.push(253); // bincode varint marker: a u64 follows
         payload.extend_from_slice(&u64::MAX.to_le_bytes());
         let key = record_key(LogPartition(0), &TransactionalId::new("x").unwrap());

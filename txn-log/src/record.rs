@@ -8,7 +8,10 @@ use crate::{ProducerEpoch, ProducerId, TopicPartition, TransactionalId, TxnState
 
 /// Everything Kafka's `TransactionLogValue` v1 persists, plus what Kafka forgets to persist
 /// (`last_producer_epoch`: KAFKA-20357; prev/next ids: KAFKA-20310), so that replay after a
-/// failover reproduces the in-memory state exactly.
+/// failover reproduces the in-memory state exactly, plus the two-phase-commit state of
+/// [KIP-939](https://cwiki.apache.org/confluence/display/KAFKA/KIP-939%3A+Support+Participation+in+2PC):
+/// the flag and, while a prepared transaction is kept, the new producer session's id and epoch
+/// (the transaction's own are `producer_id` / `producer_epoch`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnRecord {
     /// Current producer id.
@@ -21,8 +24,11 @@ pub struct TxnRecord {
     pub producer_epoch: ProducerEpoch,
     /// Epoch before the last bump, for retry detection (`-1` if none).
     pub last_producer_epoch: ProducerEpoch,
-    /// Client-facing epoch after the current transaction (KIP-939; `-1` if unused).
-    pub next_producer_epoch: ProducerEpoch,
+    /// Producer id of the session that kept this prepared transaction (KIP-939
+    /// `KeepPreparedTxn`; `-1` if none): the only producer that may end it.
+    pub session_producer_id: ProducerId,
+    /// Epoch of that session (`-1` if none; Kafka's `NextProducerEpoch`).
+    pub session_producer_epoch: ProducerEpoch,
     /// Transaction timeout requested by the client.
     pub timeout_ms: i32,
     /// State of the transactional id.
@@ -35,6 +41,9 @@ pub struct TxnRecord {
     pub txn_last_update_ms: i64,
     /// Transaction version (0, 1 or 2) the client used for the last transition.
     pub client_txn_version: TxnVersion,
+    /// The id was initialized with `Enable2Pc` (KIP-939): its transactions are never timed out
+    /// by the coordinator, only ended by a producer.
+    pub two_phase_commit: bool,
 }
 
 /// One change to a transactional id within an append batch.
@@ -59,8 +68,11 @@ impl TxnRecord {
     /// Why this record cannot be a persisted transaction state, or `Ok` if it can: it has a
     /// producer id and epoch, a next producer id (rotation) is another id, its state is not a pending-only one (Dead, PrepareEpochFence), an
     /// idle state (Empty, Complete*) holds no partitions, and Ongoing has partitions and a start
-    /// time. The engine asserts this for every record it writes; the codec refuses to load a
-    /// record that breaks it ([`LogError::Corrupt`](crate::LogError::Corrupt)).
+    /// time. A kept session (both of its fields set, or neither) belongs to a two-phase-commit
+    /// transaction that is Ongoing or Prepare*, and is a newer producer than the transaction's:
+    /// the same id at a higher epoch, or another id. The engine asserts this for every record
+    /// it writes; the codec refuses to load a record that breaks it
+    /// ([`LogError::Corrupt`](crate::LogError::Corrupt)).
     pub fn check_persistable(&self) -> Result<(), String> {
         if !self.producer_id.is_some() {
             return Err("record without producer id".into());
@@ -73,6 +85,7 @@ impl TxnRecord {
         if self.next_producer_id == self.producer_id {
             return Err("next producer id equal to the current one".into());
         }
+        self.check_session()?;
         match self.state {
             TxnState::Dead | TxnState::PrepareEpochFence => Err(format!(
                 "{} is a pending-only state and is never persisted",
@@ -89,6 +102,36 @@ impl TxnRecord {
             TxnState::Ongoing if self.txn_start_ms < 0 => Err("Ongoing without start time".into()),
             _ => Ok(()),
         }
+    }
+
+    /// The kept session, if any (see [`TxnRecord::check_persistable`]).
+    pub fn session(&self) -> Option<(ProducerId, ProducerEpoch)> {
+        self.session_producer_id
+            .is_some()
+            .then_some((self.session_producer_id, self.session_producer_epoch))
+    }
+
+    fn check_session(&self) -> Result<(), String> {
+        match (
+            self.session_producer_id.is_some(),
+            self.session_producer_epoch.is_some(),
+        ) {
+            (false, false) => return Ok(()),
+            (true, true) => {}
+            _ => return Err("half a kept session".into()),
+        }
+        if !self.two_phase_commit {
+            return Err("kept session without two-phase commit".into());
+        }
+        if !(self.state == TxnState::Ongoing || self.state.is_prepare()) {
+            return Err(format!("kept session in {}", self.state));
+        }
+        if self.session_producer_id == self.producer_id
+            && self.session_producer_epoch <= self.producer_epoch
+        {
+            return Err("kept session not newer than its transaction".into());
+        }
+        Ok(())
     }
 }
 
@@ -151,19 +194,31 @@ mod tests {
             next_producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch(2),
             last_producer_epoch: ProducerEpoch(1),
-            next_producer_epoch: ProducerEpoch::NONE,
+            session_producer_id: ProducerId::NONE,
+            session_producer_epoch: ProducerEpoch::NONE,
             timeout_ms: 60_000,
             state: TxnState::Ongoing,
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
             txn_start_ms: 10,
             txn_last_update_ms: 10,
             client_txn_version: TxnVersion::V2,
+            two_phase_commit: false,
+        }
+    }
+
+    fn kept() -> TxnRecord {
+        TxnRecord {
+            two_phase_commit: true,
+            session_producer_id: ProducerId(5),
+            session_producer_epoch: ProducerEpoch(3),
+            ..ongoing()
         }
     }
 
     #[test]
     fn persistable_states_and_what_breaks_them() {
         assert_eq!(ongoing().check_persistable(), Ok(()));
+        assert_eq!(kept().check_persistable(), Ok(()));
         type Breaker = fn(&mut TxnRecord);
         let broken: [(&str, Breaker); 6] = [
             ("no producer id", |r| r.producer_id = ProducerId::NONE),
@@ -191,5 +246,39 @@ mod tests {
         idle.state = TxnState::CompleteCommit;
         idle.partitions.clear();
         assert_eq!(idle.check_persistable(), Ok(()));
+    }
+
+    #[test]
+    fn a_kept_session_is_a_newer_producer_of_an_open_two_phase_transaction() {
+        type Breaker = fn(&mut TxnRecord);
+        let broken: [(&str, Breaker); 5] = [
+            ("half a session", |r| {
+                r.session_producer_epoch = ProducerEpoch::NONE
+            }),
+            ("not 2PC", |r| r.two_phase_commit = false),
+            ("idle", |r| {
+                r.state = TxnState::CompleteCommit;
+                r.partitions.clear();
+            }),
+            ("same epoch", |r| {
+                r.session_producer_epoch = r.producer_epoch
+            }),
+            ("older epoch", |r| {
+                r.session_producer_epoch = ProducerEpoch(1)
+            }),
+        ];
+        for (what, break_it) in broken {
+            let mut r = kept();
+            break_it(&mut r);
+            assert!(r.check_persistable().is_err(), "{what}");
+        }
+        let mut other_id = kept();
+        other_id.session_producer_id = ProducerId(9);
+        other_id.session_producer_epoch = ProducerEpoch(0);
+        assert_eq!(other_id.check_persistable(), Ok(()));
+        other_id.state = TxnState::PrepareCommit;
+        assert_eq!(other_id.check_persistable(), Ok(()));
+        assert_eq!(other_id.session(), Some((ProducerId(9), ProducerEpoch(0))));
+        assert_eq!(ongoing().session(), None);
     }
 }

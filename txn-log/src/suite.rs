@@ -28,7 +28,9 @@ pub fn record(pid: i64, state: TxnState, partitions: usize) -> TxnRecord {
         next_producer_id: ProducerId::NONE,
         producer_epoch: ProducerEpoch(i16::try_from(pid.rem_euclid(1000)).unwrap_or(0)),
         last_producer_epoch: ProducerEpoch::NONE,
-        next_producer_epoch: ProducerEpoch::NONE,
+        session_producer_epoch: ProducerEpoch::NONE,
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 60_000,
         state,
         partitions: (0..partitions)

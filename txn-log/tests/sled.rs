@@ -31,7 +31,9 @@ fn expected_record(pid: i64) -> TxnRecord {
         next_producer_id: ProducerId::NONE,
         producer_epoch: ProducerEpoch(i16::try_from(pid % 30_000).unwrap_or(0)),
         last_producer_epoch: ProducerEpoch::NONE,
-        next_producer_epoch: ProducerEpoch::NONE,
+        session_producer_epoch: ProducerEpoch::NONE,
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 60_000,
         state: TxnState::Ongoing,
         partitions: (0..=i32::try_from(pid % 7).unwrap_or(0))
@@ -340,7 +342,7 @@ fn corruption_is_reported_with_the_key() {
     let cases: Vec<(&str, Box<Mutation>)> = vec![
         ("payload byte", Box::new(|v: &mut Vec<u8>| v[8] ^= 0x40)),
         ("kind byte", Box::new(|v: &mut Vec<u8>| v[0] ^= 0x01)),
-        ("version byte", Box::new(|v: &mut Vec<u8>| v[1] = 2)),
+        ("version byte", Box::new(|v: &mut Vec<u8>| v[1] = 9)),
         ("length field", Box::new(|v: &mut Vec<u8>| v[5] ^= 0x01)),
         (
             "length field high byte",

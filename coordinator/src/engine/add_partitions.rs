@@ -229,6 +229,21 @@ impl Engine {
         if r.state.is_prepare() && r.next_producer_id.is_some() && pid == r.next_producer_id {
             return AddDecision::Busy;
         }
+        if let Some((spid, sepoch)) = r.session() {
+            // A kept transaction (KIP-939): its session may only end it, the producer that
+            // began it is fenced. A session that ended it with another producer id waits for
+            // the completion, as a TV2 producer on its next id does.
+            if r.state.is_prepare() && pid == spid {
+                return AddDecision::Busy;
+            }
+            return AddDecision::Reply(if (pid, epoch) == (spid, sepoch) {
+                ErrorCode::INVALID_TXN_STATE
+            } else if pid == spid || pid == r.producer_id {
+                ErrorCode::PRODUCER_FENCED
+            } else {
+                ErrorCode::INVALID_PRODUCER_ID_MAPPING
+            });
+        }
         if pid != r.producer_id {
             return AddDecision::Reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         }
@@ -271,7 +286,8 @@ impl Engine {
         if r.producer_id != txn.producer_id {
             return all(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         }
-        if r.producer_epoch != txn.producer_epoch {
+        // The producer that began a kept transaction (KIP-939) is fenced.
+        if r.producer_epoch != txn.producer_epoch || r.session().is_some() {
             return all(ErrorCode::PRODUCER_FENCED);
         }
         if r.state.is_prepare() {

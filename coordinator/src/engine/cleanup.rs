@@ -35,9 +35,12 @@ impl Engine {
         let (ids, finished) = self.scan_ids(&self.reap_cursor);
         for id in &ids {
             let e = &self.txns[id];
+            // A two-phase-commit transaction (KIP-939) is never timed out: only a producer
+            // ends it.
             let timed_out = e.durable
                 && e.pending.is_none()
                 && e.record.state == TxnState::Ongoing
+                && !e.record.two_phase_commit
                 && e.record.txn_start_ms + i64::from(e.record.timeout_ms) < now.0;
             if timed_out {
                 self.fence_and_abort(id, None, 0, true);

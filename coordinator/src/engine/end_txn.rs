@@ -72,6 +72,9 @@ impl Engine {
         let pending = entry.pending.is_some();
         let cur = entry.record.clone();
         let result = if r.committed { Commit } else { Abort };
+        if let Some(session) = cur.session() {
+            return self.end_kept(&id, &cur, session, r, pending, to);
+        }
         let ok = |pid, epoch| {
             Response::EndTxn(EndTxnResponse {
                 error: ErrorCode::NONE,
@@ -153,6 +156,86 @@ impl Engine {
             (CompleteAbort, Commit, true) => self.respond(to, reply(ErrorCode::PRODUCER_FENCED)),
             _ => self.respond(to, reply(ErrorCode::INVALID_TXN_STATE)),
         }
+    }
+
+    /// EndTxn on a transaction kept by `KeepPreparedTxn` (KIP-939): only its session may end
+    /// it; the producer that began it is fenced. With the transaction's producer id the session
+    /// takes over (its epoch becomes the transaction's, above the one the data was written
+    /// with) and the transaction ends as any other. With another producer id (the old one's
+    /// epochs were exhausted) the markers carry the old id at the next epoch, and the
+    /// completion moves the id to the session's: epoch 0, or 1 under TV2, whose EndTxn always
+    /// answers a newer epoch than the request's.
+    fn end_kept(
+        &mut self,
+        id: &TransactionalId,
+        cur: &TxnRecord,
+        session: (ProducerId, ProducerEpoch),
+        r: &EndTxnRequest,
+        pending: bool,
+        to: RequestId,
+    ) {
+        let version = r.version;
+        let reply = |e: ErrorCode| {
+            Response::EndTxn(EndTxnResponse::error(
+                e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+            ))
+        };
+        if (r.producer_id, r.producer_epoch) != session {
+            let ours = r.producer_id == cur.producer_id || r.producer_id == session.0;
+            return self.respond(
+                to,
+                reply(if ours {
+                    ErrorCode::PRODUCER_FENCED
+                } else {
+                    ErrorCode::INVALID_PRODUCER_ID_MAPPING
+                }),
+            );
+        }
+        if pending || cur.state.is_prepare() {
+            return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
+        }
+        let result = if r.committed {
+            TxnResult::Commit
+        } else {
+            TxnResult::Abort
+        };
+        let tv2 = version >= 5 && self.config.transaction_version.bumps_epoch_per_txn();
+        let mut next = cur.clone();
+        next.session_producer_id = ProducerId::NONE;
+        next.session_producer_epoch = ProducerEpoch::NONE;
+        if session.0 == cur.producer_id {
+            next.last_producer_epoch = cur.producer_epoch;
+            next.producer_epoch = session.1;
+            return self.prepare_end(id, &next, result, tv2, to, version);
+        }
+        let target = if result.is_commit() {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        assert_transition(id, cur.state, target);
+        let after = if tv2 {
+            (session.0, ProducerEpoch(session.1.0.saturating_add(1)))
+        } else {
+            session
+        };
+        next.state = target;
+        next.producer_epoch = ProducerEpoch(cur.producer_epoch.0.saturating_add(1));
+        next.last_producer_epoch = cur.producer_epoch;
+        next.session_producer_id = after.0;
+        next.session_producer_epoch = after.1;
+        next.client_txn_version = if tv2 { TxnVersion::V2 } else { TxnVersion::V0 };
+        next.txn_last_update_ms = self.now.0;
+        self.begin_one(
+            id,
+            next,
+            Purpose::EndTxn {
+                to,
+                version,
+                pid: after.0,
+                epoch: after.1,
+            },
+        );
     }
 
     /// `prepareAbortOrCommit`: TV2 bumps the epoch (and at exhaustion picks the next producer
@@ -259,7 +342,22 @@ impl Engine {
         // The last epoch stays what the Prepare* record says, as in Kafka's `prepareComplete`:
         // 32766 after a client's EndTxn (the last epoch it used), -1 after a coordinator-side
         // abort (KAFKA-20090).
-        if r.next_producer_id.is_some() {
+        if let Some((pid, epoch)) = r.session() {
+            // A kept transaction ended by a session with another producer id (`end_kept`):
+            // the id is the session's from now on; under TV2 its last epoch is the one its
+            // EndTxn was sent with, for retries.
+            next.prev_producer_id = r.producer_id;
+            next.producer_id = pid;
+            next.producer_epoch = epoch;
+            next.last_producer_epoch = if r.client_txn_version.bumps_epoch_per_txn() {
+                ProducerEpoch(epoch.0 - 1)
+            } else {
+                ProducerEpoch::NONE
+            };
+            next.session_producer_id = ProducerId::NONE;
+            next.session_producer_epoch = ProducerEpoch::NONE;
+            next.next_producer_id = ProducerId::NONE;
+        } else if r.next_producer_id.is_some() {
             next.prev_producer_id = r.producer_id;
             next.producer_id = r.next_producer_id;
             next.next_producer_id = ProducerId::NONE;

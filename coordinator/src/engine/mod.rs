@@ -112,6 +112,8 @@ enum Purpose {
         version: i16,
         pid: ProducerId,
         epoch: ProducerEpoch,
+        /// The kept transaction's pair (KIP-939 `KeepPreparedTxn`), if one was kept.
+        ongoing: Option<(ProducerId, ProducerEpoch)>,
     },
     /// Fence (PrepareEpochFence) + abort; `to` is the InitProducerId that caused it (None: reaper).
     FenceAbort {
@@ -668,7 +670,8 @@ impl Engine {
                 version,
                 pid,
                 epoch,
-            } => self.init_producer_id_done(to, version, (pid, epoch), error),
+                ongoing,
+            } => self.init_producer_id_done(to, version, (pid, epoch), ongoing, error),
             Purpose::FenceAbort {
                 to,
                 version,

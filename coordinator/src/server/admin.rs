@@ -458,9 +458,17 @@ impl AdminClient {
                 row.state
             );
         }
+        // A two-phase-commit id (KIP-939) shows Kafka's "no timeout", i32::MAX, which an
+        // InitProducerId without Enable2Pc may not ask for: Kafka's Admin sends its request
+        // timeout there, we send the producer's default transaction timeout.
+        let timeout_ms = if row.timeout_ms == i32::MAX {
+            60_000
+        } else {
+            row.timeout_ms.max(1)
+        };
         let req = km::InitProducerIdRequest::default()
             .with_transactional_id(Some(km::TransactionalId(s(id))))
-            .with_transaction_timeout_ms(row.timeout_ms.max(1));
+            .with_transaction_timeout_ms(timeout_ms);
         let (_, owner) = self.coordinator_of(id).await?;
         let started = Instant::now();
         loop {
@@ -1076,7 +1084,9 @@ pub async fn dump_partitions(
                     producer_id: r.producer_id.0,
                     producer_epoch: r.producer_epoch.0,
                     last_producer_epoch: r.last_producer_epoch.0,
-                    next_producer_epoch: r.next_producer_epoch.0,
+                    session_producer_id: r.session_producer_id.0,
+                    session_producer_epoch: r.session_producer_epoch.0,
+                    two_phase_commit: r.two_phase_commit,
                     prev_producer_id: r.prev_producer_id.0,
                     next_producer_id: r.next_producer_id.0,
                     state: r.state.name(),
@@ -1105,7 +1115,9 @@ struct DumpedRecord {
     producer_id: i64,
     producer_epoch: i16,
     last_producer_epoch: i16,
-    next_producer_epoch: i16,
+    session_producer_id: i64,
+    session_producer_epoch: i16,
+    two_phase_commit: bool,
     prev_producer_id: i64,
     next_producer_id: i64,
     state: &'static str,
@@ -1160,7 +1172,9 @@ mod tests {
             next_producer_id: ProducerId(6),
             producer_epoch: ProducerEpoch(2),
             last_producer_epoch: ProducerEpoch(1),
-            next_producer_epoch: ProducerEpoch(9),
+            session_producer_epoch: ProducerEpoch(9),
+            session_producer_id: ProducerId(5),
+            two_phase_commit: true,
             timeout_ms: 60_000,
             state: TxnState::Ongoing,
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
@@ -1173,7 +1187,7 @@ mod tests {
             .await
             .expect("append");
         let out = dump_partitions(&log, 1, Format::Json).await.expect("dump");
-        // One key per TxnRecord field (12), plus partition, coordinator epoch and id.
+        // One key per TxnRecord field (14), plus partition, coordinator epoch and id.
         for field in [
             "\"partition\":0",
             "\"coordinatorEpoch\":3",
@@ -1183,7 +1197,9 @@ mod tests {
             "\"nextProducerId\":6",
             "\"producerEpoch\":2",
             "\"lastProducerEpoch\":1",
-            "\"nextProducerEpoch\":9",
+            "\"sessionProducerId\":5",
+            "\"sessionProducerEpoch\":9",
+            "\"twoPhaseCommit\":true",
             "\"txnTimeoutMs\":60000",
             "\"state\":\"Ongoing\"",
             "\"partitions\":[\"t-0\"]",
@@ -1193,7 +1209,7 @@ mod tests {
         ] {
             assert!(out.contains(field), "{field} missing: {out}");
         }
-        assert_eq!(out.matches(':').count(), 15, "{out}");
+        assert_eq!(out.matches(':').count(), 17, "{out}");
     }
 
     #[test]

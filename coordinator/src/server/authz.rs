@@ -5,7 +5,7 @@
 //! | API | check | denied |
 //! |---|---|---|
 //! | FindCoordinator | DESCRIBE on the TransactionalId (TRANSACTION keys) or the Group (GROUP keys), per key | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED for that key |
-//! | InitProducerId | with an id: WRITE on it; without: IDEMPOTENT_WRITE on the Cluster, or WRITE on some Topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED |
+//! | InitProducerId | with an id: WRITE on it, and TWO_PHASE_COMMIT on it too when `Enable2Pc` is set (KIP-939); without: IDEMPOTENT_WRITE on the Cluster, or WRITE on some Topic | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED |
 //! | AddPartitionsToTxn v0-3 | WRITE on the id, then WRITE on each topic (never on an internal topic: `__consumer_offsets`, `__transaction_state`, `__share_group_state`) | every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; or TOPIC_AUTHORIZATION_FAILED for the denied topics' partitions, OPERATION_NOT_ATTEMPTED for the others, nothing added |
 //! | AddPartitionsToTxn v4+ | CLUSTER_ACTION on the Cluster (a broker's verification); topics not checked | top-level CLUSTER_AUTHORIZATION_FAILED |
 //! | AddOffsetsToTxn | WRITE on the id, then READ on the group | TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED |
@@ -190,11 +190,18 @@ impl<'a> Authz<'a> {
         }
     }
 
-    /// InitProducerId.
-    pub fn init_producer_id(&self, transactional_id: Option<&str>) -> Result<(), ErrorCode> {
+    /// InitProducerId; `enable_2pc` is the request's `Enable2Pc`.
+    pub fn init_producer_id(
+        &self,
+        transactional_id: Option<&str>,
+        enable_2pc: bool,
+    ) -> Result<(), ErrorCode> {
         match transactional_id {
             Some(id) => {
-                if self.allowed(AclOperation::Write, ResourceType::TransactionalId, id) {
+                let id_allows = |op| self.allowed(op, ResourceType::TransactionalId, id);
+                if id_allows(AclOperation::Write)
+                    && (!enable_2pc || id_allows(AclOperation::TwoPhaseCommit))
+                {
                     Ok(())
                 } else {
                     Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -473,7 +480,7 @@ mod tests {
         let d = Denials::default();
         let a = Authz::new(None, &session(), &d, "EndTxn");
         assert!(a.end_txn("t").is_ok());
-        assert!(a.init_producer_id(None).is_ok());
+        assert!(a.init_producer_id(None, false).is_ok());
         assert!(a.add_offsets("t", "g").is_ok());
     }
 
@@ -521,7 +528,7 @@ mod tests {
         let d = Denials::default();
         let a = Authz::new(authorizer(&[]), &session(), &d, "InitProducerId");
         assert_eq!(
-            a.init_producer_id(None),
+            a.init_producer_id(None, false),
             Err(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
         );
         let z = authorizer(&[acl(
@@ -533,7 +540,7 @@ mod tests {
         )]);
         assert!(
             Authz::new(z, &session(), &d, "InitProducerId")
-                .init_producer_id(None)
+                .init_producer_id(None, false)
                 .is_ok()
         );
         let z = authorizer(&[acl(
@@ -545,9 +552,39 @@ mod tests {
         )]);
         assert!(
             Authz::new(z, &session(), &d, "InitProducerId")
-                .init_producer_id(None)
+                .init_producer_id(None, false)
                 .is_ok()
         );
+    }
+
+    /// KIP-939: `Enable2Pc` needs TWO_PHASE_COMMIT on the id besides WRITE; neither implies
+    /// the other, ALL covers both (Kafka's `KafkaApis.handleInitProducerIdRequest`).
+    #[test]
+    fn init_producer_id_with_two_phase_commit_needs_both_operations() {
+        let d = Denials::default();
+        let on_id = |op| acl(ResourceType::TransactionalId, "t", false, op, true);
+        let check = |acls: &[AclBinding], enable_2pc| {
+            Authz::new(authorizer(acls), &session(), &d, "InitProducerId")
+                .init_producer_id(Some("t"), enable_2pc)
+        };
+        let denied = Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        let write = [on_id(AclOperation::Write)];
+        assert_eq!(check(&write, false), Ok(()));
+        assert_eq!(check(&write, true), denied);
+        assert_eq!(check(&[on_id(AclOperation::TwoPhaseCommit)], true), denied);
+        let both = [
+            on_id(AclOperation::Write),
+            on_id(AclOperation::TwoPhaseCommit),
+        ];
+        assert_eq!(check(&both, true), Ok(()));
+        assert_eq!(check(&[on_id(AclOperation::All)], true), Ok(()));
+        let denied_2pc = d
+            .get_or_create(&DenialLabels {
+                api: "InitProducerId".into(),
+                operation: "TWO_PHASE_COMMIT".into(),
+            })
+            .get();
+        assert_eq!(denied_2pc, 1);
     }
 
     #[test]

@@ -385,7 +385,7 @@ fn not_coordinator(version: i16, body: &RequestKind) -> Option<ResponseKind> {
     let e = ErrorCode::NOT_COORDINATOR;
     Some(match body {
         RequestKind::InitProducerId(_) => {
-            p::init_producer_id_response(crate::InitProducerIdResponse::error(e))
+            p::init_producer_id_response(version, crate::InitProducerIdResponse::error(e))
         }
         RequestKind::AddPartitionsToTxn(r) => p::add_partitions_response(
             version,

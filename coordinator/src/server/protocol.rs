@@ -28,7 +28,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::InitProducerId, 0, 6),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
@@ -155,6 +155,8 @@ pub fn init_producer_id(version: i16, r: &km::InitProducerIdRequest) -> InitProd
         transaction_timeout_ms: r.transaction_timeout_ms,
         producer_id: ProducerId(r.producer_id.0),
         producer_epoch: ProducerEpoch(r.producer_epoch),
+        enable_2pc: r.enable_2_pc,
+        keep_prepared_txn: r.keep_prepared_txn,
     }
 }
 
@@ -259,14 +261,18 @@ pub fn list(
 
 // ===== responses =====
 
-/// InitProducerId response.
-pub fn init_producer_id_response(r: InitProducerIdResponse) -> ResponseKind {
-    ResponseKind::InitProducerId(
-        km::InitProducerIdResponse::default()
-            .with_error_code(r.error.0)
-            .with_producer_id(km::ProducerId(r.producer_id.0))
-            .with_producer_epoch(r.producer_epoch.0),
-    )
+/// InitProducerId response for `version` (the kept transaction's pair from v6 on).
+pub fn init_producer_id_response(version: i16, r: InitProducerIdResponse) -> ResponseKind {
+    let mut out = km::InitProducerIdResponse::default()
+        .with_error_code(r.error.0)
+        .with_producer_id(km::ProducerId(r.producer_id.0))
+        .with_producer_epoch(r.producer_epoch.0);
+    if version >= 6 {
+        out = out
+            .with_ongoing_txn_producer_id(km::ProducerId(r.ongoing_txn_producer_id.0))
+            .with_ongoing_txn_producer_epoch(r.ongoing_txn_producer_epoch.0);
+    }
+    ResponseKind::InitProducerId(out)
 }
 
 fn topic_results(
@@ -576,6 +582,17 @@ mod tests {
     }
 
     #[test]
+    fn init_producer_id_v6_carries_the_two_phase_commit_flags() {
+        let r = km::InitProducerIdRequest::default()
+            .with_enable_2_pc(true)
+            .with_keep_prepared_txn(true);
+        let req = init_producer_id(6, &r);
+        assert!(req.enable_2pc && req.keep_prepared_txn);
+        let req = init_producer_id(5, &km::InitProducerIdRequest::default());
+        assert!(!req.enable_2pc && !req.keep_prepared_txn);
+    }
+
+    #[test]
     fn responses_encode_at_every_advertised_version() {
         use bytes::BytesMut;
         let ok = ErrorCode::NONE;
@@ -603,14 +620,19 @@ mod tests {
             end_txn_response(v, r).encode(&mut b, v).expect("end txn");
             let mut b = BytesMut::new();
             let r = InitProducerIdResponse {
-                error: ok,
-                producer_id: ProducerId(5),
-                producer_epoch: ProducerEpoch(2),
+                ongoing_txn_producer_id: ProducerId(5),
+                ongoing_txn_producer_epoch: ProducerEpoch(1),
+                ..InitProducerIdResponse::ok(ProducerId(5), ProducerEpoch(2))
             };
-            init_producer_id_response(r)
+            init_producer_id_response(v, r)
                 .encode(&mut b, v)
                 .expect("init");
         }
+        let mut b = BytesMut::new();
+        let r = InitProducerIdResponse::ok(ProducerId(5), ProducerEpoch(2));
+        init_producer_id_response(6, r)
+            .encode(&mut b, 6)
+            .expect("init v6");
         for v in 0..=4 {
             let mut b = BytesMut::new();
             ResponseKind::ApiVersions(api_versions_response(ok, TxnVersion::V2))

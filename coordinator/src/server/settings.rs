@@ -365,6 +365,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "producer ids reserved durably per block",
     ),
     (
+        "transaction.two.phase.commit.enable",
+        "false",
+        "whether producers may use two-phase commit (KIP-939 Enable2Pc / KeepPreparedTxn)",
+    ),
+    (
         "txn.park.max.ms",
         "1000",
         "how long a request that meets its id's transaction completing waits for it (0: answer CONCURRENT_TRANSACTIONS at once, as Kafka)",
@@ -591,6 +596,15 @@ where
     Ok(v)
 }
 
+/// Kafka's boolean: `true` or `false`, any case.
+fn boolean(key: &str, value: &str) -> Result<bool, SettingsError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(bad(key, value, "must be true or false")),
+    }
+}
+
 impl Settings {
     /// Sets `key` to `value` (a string as given on the command line or in the file).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), SettingsError> {
@@ -625,6 +639,9 @@ impl Settings {
             }
             "producer.id.block.size" => e.producer_id_block_size = int(key, value, true)?,
             "txn.park.max.ms" => e.park_max_ms = int(key, value, false)?,
+            "transaction.two.phase.commit.enable" => {
+                e.transaction_two_phase_commit_enable = boolean(key, value)?;
+            }
             "socket.request.max.bytes" => {
                 let n: i32 = int(key, value, true)?;
                 self.socket_request_max_bytes =
@@ -794,6 +811,9 @@ impl Settings {
                     "offsets.topic.num.partitions" => e.offsets_topic_num_partitions.to_string(),
                     "producer.id.block.size" => e.producer_id_block_size.to_string(),
                     "txn.park.max.ms" => e.park_max_ms.to_string(),
+                    "transaction.two.phase.commit.enable" => {
+                        e.transaction_two_phase_commit_enable.to_string()
+                    }
                     "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
                     "max.connections" => self.max_connections.to_string(),
                     "request.timeout.ms" => self.request_timeout_ms.to_string(),
@@ -942,6 +962,22 @@ mod tests {
         .expect("parses");
         assert_eq!(s.engine.transaction_max_timeout_ms, 1000);
         assert_eq!(s.engine.transaction_state_log_num_partitions, 3);
+    }
+
+    #[test]
+    fn two_phase_commit_is_a_kafka_boolean() {
+        let mut s = Settings::default();
+        assert!(!s.engine.transaction_two_phase_commit_enable);
+        s.apply_toml("x.toml", "transaction.two.phase.commit.enable = true\n")
+            .expect("parses");
+        assert!(s.engine.transaction_two_phase_commit_enable);
+        s.apply_override("transaction.two.phase.commit.enable=FALSE")
+            .expect("any case");
+        assert!(!s.engine.transaction_two_phase_commit_enable);
+        let e = s
+            .apply_override("transaction.two.phase.commit.enable=yes")
+            .expect_err("not a boolean");
+        assert!(e.to_string().contains("two.phase"), "{e}");
     }
 
     #[test]

@@ -25,15 +25,16 @@ pub async fn handle<'a>(
     Ok(match body {
         RequestKind::InitProducerId(r) => {
             let req = p::init_producer_id(version, &r);
-            if let Err(e) =
-                authz("InitProducerId").init_producer_id(req.transactional_id.as_deref())
+            if let Err(e) = authz("InitProducerId")
+                .init_producer_id(req.transactional_id.as_deref(), req.enable_2pc)
             {
                 m.record("InitProducerId", e);
                 return Ok(p::init_producer_id_response(
+                    version,
                     crate::InitProducerIdResponse::error(e),
                 ));
             }
-            p::init_producer_id_response(c.init_producer_id(req).await)
+            p::init_producer_id_response(version, c.init_producer_id(req).await)
         }
         RequestKind::AddPartitionsToTxn(r) => {
             use super::authz::AddPartitionsAuthz;

@@ -263,6 +263,8 @@ mod tests {
             transaction_timeout_ms: 60_000,
             producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
         }
     }
 
@@ -374,6 +376,8 @@ mod in_process_tests {
                 transaction_timeout_ms: 60_000,
                 producer_id: ProducerId::NONE,
                 producer_epoch: ProducerEpoch::NONE,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             })
             .await;
         assert!(init.error.is_none());

@@ -132,6 +132,8 @@ mod tests {
             transaction_timeout_ms: 60_000,
             producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
         }
     }
 

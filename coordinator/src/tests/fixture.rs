@@ -73,7 +73,9 @@ pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition
         next_producer_id: ProducerId::NONE,
         producer_epoch: ProducerEpoch(epoch),
         last_producer_epoch: ProducerEpoch::NONE,
-        next_producer_epoch: ProducerEpoch::NONE,
+        session_producer_epoch: ProducerEpoch::NONE,
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 1,
         state,
         partitions: parts.iter().cloned().collect::<BTreeSet<_>>(),
@@ -189,6 +191,21 @@ impl Fx {
             transaction_timeout_ms: timeout,
             producer_id: ProducerId(pid),
             producer_epoch: ProducerEpoch(epoch),
+            enable_2pc: false,
+            keep_prepared_txn: false,
+        }))
+    }
+
+    /// InitProducerId v6 with `Enable2Pc` (KIP-939), and `KeepPreparedTxn` if `keep`.
+    pub(crate) fn init_2pc(&mut self, id: &str, keep: bool) -> RequestId {
+        self.send(Request::InitProducerId(InitProducerIdRequest {
+            version: 6,
+            transactional_id: Some(id.to_owned()),
+            transaction_timeout_ms: 60_000,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: true,
+            keep_prepared_txn: keep,
         }))
     }
 
@@ -353,6 +370,18 @@ pub(crate) fn init_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
             && *t == to
         {
             return (r.error, r.producer_id.0, r.producer_epoch.0);
+        }
+    }
+    panic!("no InitProducerId reply for {to:?} in {evs:#?}")
+}
+
+/// The kept transaction's pair of an InitProducerId reply (`OngoingTxnProducerId/Epoch`).
+pub(crate) fn init_ongoing(evs: &[Ev], to: RequestId) -> (i64, i16) {
+    for e in evs {
+        if let Ev::Respond(t, Response::InitProducerId(r)) = e
+            && *t == to
+        {
+            return (r.ongoing_txn_producer_id.0, r.ongoing_txn_producer_epoch.0);
         }
     }
     panic!("no InitProducerId reply for {to:?} in {evs:#?}")

@@ -30,11 +30,7 @@ fn init_producer_id_appends_empty_then_replies_after_durable() {
         evs,
         vec![Ev::Respond(
             to,
-            Response::InitProducerId(InitProducerIdResponse {
-                error: ErrorCode::NONE,
-                producer_id: ProducerId(0),
-                producer_epoch: ProducerEpoch(0)
-            })
+            Response::InitProducerId(InitProducerIdResponse::ok(ProducerId(0), ProducerEpoch(0)))
         )]
     );
     assert_eq!(fx.record("known"), Some(want));
@@ -277,6 +273,8 @@ fn empty_allocator_answers_load_in_progress_and_asks_for_a_block() {
             transaction_timeout_ms: 100,
             producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
         })
     };
     eng.handle_request(Millis(0), RequestId(1), req(Some("known")));
@@ -318,16 +316,17 @@ fn handle_unrouted_answers_partitionless_requests() {
             transaction_timeout_ms: timeout,
             producer_id: ProducerId::NONE,
             producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
         })
     };
     let r = handle_unrouted(&c, &alloc, &init(None, 100));
     assert_eq!(
         r,
-        Some(Response::InitProducerId(InitProducerIdResponse {
-            error: ErrorCode::NONE,
-            producer_id: ProducerId(7),
-            producer_epoch: ProducerEpoch(0)
-        }))
+        Some(Response::InitProducerId(InitProducerIdResponse::ok(
+            ProducerId(7),
+            ProducerEpoch(0)
+        )))
     );
     let r = handle_unrouted(&c, &alloc, &init(Some(""), 100));
     assert_eq!(

@@ -210,6 +210,8 @@ impl Harness {
                         transaction_timeout_ms: timeout,
                         producer_id: pid,
                         producer_epoch: epoch,
+                        enable_2pc: false,
+                        keep_prepared_txn: false,
                     }),
                     Sent::Init {
                         id,

@@ -210,6 +210,8 @@ fn main() {
                 transaction_timeout_ms: 60_000,
                 producer_id: ProducerId::NONE,
                 producer_epoch: ProducerEpoch::NONE,
+                enable_2pc: false,
+                keep_prepared_txn: false,
             })
             .await;
         assert_eq!(init.error, ErrorCode::NONE, "{init:?}");

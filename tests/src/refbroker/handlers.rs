@@ -268,10 +268,11 @@ async fn coordinator_api(
     let body = match body {
         RequestKind::InitProducerId(r) => {
             let req = p::init_producer_id(v, &r);
-            if let Err(e) =
-                authz("InitProducerId").init_producer_id(req.transactional_id.as_deref())
+            if let Err(e) = authz("InitProducerId")
+                .init_producer_id(req.transactional_id.as_deref(), req.enable_2pc)
             {
                 return Ok(p::init_producer_id_response(
+                    v,
                     coordinator::InitProducerIdResponse::error(e),
                 ));
             }

@@ -268,7 +268,8 @@ impl Broker {
             // hands to the participant's epoch rule.
             ApiKey::WriteTxnMarkers => (1, 2),
             ApiKey::TxnOffsetCommit => (0, 3),
-            ApiKey::InitProducerId => (0, 4),
+            // Forwarded to the daemon, which serves v6 (KIP-939's two-phase commit).
+            ApiKey::InitProducerId => (0, 6),
             ApiKey::AddPartitionsToTxn => (0, 3),
             ApiKey::AddOffsetsToTxn => (0, 3),
             ApiKey::EndTxn => (0, 3),

@@ -29,7 +29,9 @@ fn expected_record(pid: i64) -> TxnRecord {
         next_producer_id: ProducerId::NONE,
         producer_epoch: ProducerEpoch(i16::try_from(pid % 30_000).unwrap_or(0)),
         last_producer_epoch: ProducerEpoch::NONE,
-        next_producer_epoch: ProducerEpoch::NONE,
+        session_producer_epoch: ProducerEpoch::NONE,
+        session_producer_id: ProducerId::NONE,
+        two_phase_commit: false,
         timeout_ms: 60_000,
         state: TxnState::Ongoing,
         partitions: (0..=i32::try_from(pid % 7).unwrap_or(0))
