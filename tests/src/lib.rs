@@ -5,3 +5,4 @@
 pub mod etcd;
 pub mod fault;
 pub mod refbroker;
+pub mod wire;
