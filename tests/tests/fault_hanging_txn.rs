@@ -36,8 +36,7 @@ use tokio::net::TcpStream;
 use txn_tests::fault::client::{
     ClientError, ClusterView, Fetcher, Pool, TxnProducer, TxnVersion, encode_batch,
 };
-use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
-use txn_tests::fault::process::bin_path;
+use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
 use txn_tests::fault::proxy::RequestClass;
 use txn_tests::refbroker::process::BrokerProcess;
 
@@ -52,23 +51,13 @@ fn sb(s: &str) -> StrBytes {
 }
 
 fn options() -> ClusterOptions {
-    ClusterOptions {
-        brokers: 1,
-        topic: TOPIC.into(),
-        partitions: 1,
-        extra_topics: Vec::new(),
-        txn_log_partitions: 1,
-        reaper_interval_ms: 500,
-        transaction_version: 2,
-        daemon_bin: daemon_bin(),
-        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
-    }
-}
-
-fn daemon_bin() -> PathBuf {
-    std::env::var_os("TXN_COORDINATOR_BIN")
-        .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from)
+    ClusterOptions::from_env(
+        PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        1,
+        TOPIC,
+        1,
+        1,
+    )
 }
 
 /// Polls DescribeTransactions at `coordinator` until `tid` is in `state`.
@@ -203,7 +192,7 @@ async fn held_produce_past_its_abort(verification: bool) -> Outcome {
     let r = f.fetch(0, 0).await.expect("fetch");
     let visible = r.records.iter().map(|d| d.value.clone()).collect();
 
-    let out = std::process::Command::new(daemon_bin())
+    let out = std::process::Command::new(daemon_bin_from_env())
         .args([
             "find-hanging",
             "--topic",

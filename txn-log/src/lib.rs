@@ -43,6 +43,8 @@ mod log;
 pub mod mem;
 mod node_scoped;
 mod record;
+#[cfg(feature = "testing")]
+pub mod rng;
 pub mod security;
 #[cfg(feature = "sled")]
 pub mod sled_log;
