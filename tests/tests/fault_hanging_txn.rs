@@ -263,7 +263,7 @@ async fn tv1_without_verification_the_held_produce_hangs_and_find_hanging_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let args: Vec<String> = [
+    let args = [
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -277,16 +277,8 @@ async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
         "transaction.state.log.num.partitions=2",
         "--set",
         "fetch.max.wait.ms=50",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let broker = BrokerProcess::spawn(
-        Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts");
+    ];
+    let broker = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_refbroker")), &args);
     let view = ClusterView::discover(broker.addr(), TOPIC, TID, Duration::from_secs(30))
         .await
         .expect("discover");

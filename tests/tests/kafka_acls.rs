@@ -15,6 +15,7 @@ use std::time::Duration;
 use kafka_protocol::messages as km;
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
+use txn_tests::kafka_tool;
 
 fn daemon_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
@@ -62,25 +63,13 @@ fn start(data: &str) -> Daemon {
 }
 
 fn acls_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
-    let out = Command::new("java")
-        .args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg("org.apache.kafka.tools.AclCommand")
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .output()
-        .expect("java");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "kafka-acls.sh {args:?}:\n{text}");
-    text
+    kafka_tool::run(
+        classpath,
+        "org.apache.kafka.tools.AclCommand",
+        "kafka-acls.sh",
+        bootstrap,
+        args,
+    )
 }
 
 async fn init(addr: SocketAddr, id: &str) -> i16 {

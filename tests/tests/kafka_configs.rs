@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use coordinator::server::outgoing::ClientSecurity;
 use markers::wire::{ConnectError, Connector};
+use txn_tests::kafka_tool;
 
 fn daemon_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
@@ -81,25 +82,13 @@ fn start(data: &str) -> Daemon {
 }
 
 fn configs_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
-    let out = Command::new("java")
-        .args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg("kafka.admin.ConfigCommand")
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .output()
-        .expect("java");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "kafka-configs.sh {args:?}:\n{text}");
-    text
+    kafka_tool::run(
+        classpath,
+        "kafka.admin.ConfigCommand",
+        "kafka-configs.sh",
+        bootstrap,
+        args,
+    )
 }
 
 /// A SCRAM-SHA-256 login as `user` with `password` on `addr`.

@@ -20,7 +20,7 @@ use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::wire::{self, Conn, sb};
 
 fn start(dir: &std::path::Path) -> BrokerProcess {
-    let args: Vec<String> = [
+    let args = [
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -38,16 +38,8 @@ fn start(dir: &std::path::Path) -> BrokerProcess {
         // verification is tested in fault_hanging_txn).
         "--set",
         "transaction.partition.verification.enable=false",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    BrokerProcess::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts")
+    ];
+    BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args)
 }
 
 async fn connect(b: &BrokerProcess) -> Conn {

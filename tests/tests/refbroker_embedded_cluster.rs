@@ -217,12 +217,7 @@ fn start_cluster() -> (Vec<BrokerProcess>, Vec<tempfile::TempDir>, [u16; 2]) {
                 "transaction.state.log.num.partitions=4".to_owned(),
             ]
             .to_vec();
-            BrokerProcess::spawn(
-                std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-                &args,
-                Duration::from_secs(30),
-            )
-            .expect("refbroker starts")
+            BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args)
         })
         .collect();
     (brokers, dirs.into_iter().collect(), ports)
@@ -490,12 +485,8 @@ async fn the_verifier_counts_its_calls_on_metrics() {
         "transaction.state.log.num.partitions=1".to_owned(),
     ]
     .to_vec();
-    let _broker = BrokerProcess::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts");
+    let _broker =
+        BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args);
     let page = scrape(metrics).await;
     assert_eq!(sample(&page, "refbroker_verification_calls_total"), 0);
     assert!(page.contains("process_cpu_seconds_total"), "{page}");

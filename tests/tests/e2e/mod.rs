@@ -895,15 +895,8 @@ impl Client {
     /// with Kafka's jars on `classpath`; stderr goes to a file in `dir`.
     pub(crate) fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
         compat::used("java");
-        let mut cmd = Command::new("java");
-        cmd.args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg(java_dir().join("TxnClient.java"))
-        .args(args);
+        let mut cmd = txn_tests::kafka_tool::java(classpath);
+        cmd.arg(java_dir().join("TxnClient.java")).args(args);
         Self::spawn_command(dir, name, cmd)
     }
 
