@@ -16,26 +16,43 @@ pub fn java(classpath: &str) -> Command {
     cmd
 }
 
-/// Runs the tool `main_class` (`name` in failure messages) against `bootstrap` with `args`;
-/// asserts that it succeeded and returns its stdout followed by its stderr.
-pub fn run(
-    classpath: &str,
-    main_class: &str,
-    name: &str,
-    bootstrap: &str,
-    args: &[&str],
-) -> String {
-    let out = java(classpath)
-        .arg(main_class)
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .output()
-        .expect("java");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{name} {args:?}:\n{text}");
-    text
+/// One of Kafka's command-line tools: its main class and its script's name (for messages).
+#[derive(Debug, Clone, Copy)]
+pub struct Tool {
+    /// The class `java` runs.
+    pub main_class: &'static str,
+    /// The script that wraps it in a Kafka distribution, e.g. `kafka-acls.sh`.
+    pub name: &'static str,
+}
+
+/// `kafka-acls.sh`.
+pub const ACLS: Tool = Tool {
+    main_class: "org.apache.kafka.tools.AclCommand",
+    name: "kafka-acls.sh",
+};
+
+/// `kafka-configs.sh`.
+pub const CONFIGS: Tool = Tool {
+    main_class: "kafka.admin.ConfigCommand",
+    name: "kafka-configs.sh",
+};
+
+impl Tool {
+    /// Runs the tool with Kafka's jars on `classpath` against `bootstrap` with `args`; asserts
+    /// that it succeeded and returns its stdout followed by its stderr.
+    pub fn run(self, classpath: &str, bootstrap: &str, args: &[&str]) -> String {
+        let out = java(classpath)
+            .arg(self.main_class)
+            .args(["--bootstrap-server", bootstrap])
+            .args(args)
+            .output()
+            .expect("java");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{} {args:?}:\n{text}", self.name);
+        text
+    }
 }
