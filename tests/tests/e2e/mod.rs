@@ -1139,6 +1139,7 @@ impl<'a> TopicReader<'a> {
 
 /// The `#[test]` cases of a scenario file, each `name: Mode, "script";` calling the file's
 /// `scenario(Mode, &str)`.
+#[allow(unused_macros)] // not every scenario file has the matrix
 macro_rules! scenario_tests {
     ($($name:ident: $mode:ident, $script:literal;)+) => {
         $(
@@ -1149,4 +1150,5 @@ macro_rules! scenario_tests {
         )+
     };
 }
+#[allow(unused_imports)]
 pub(crate) use scenario_tests;
