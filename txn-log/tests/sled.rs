@@ -19,8 +19,8 @@ use txn_log::mem::block_on;
 use txn_log::rng::Rng;
 use txn_log::suite::{assert_disjoint, join_all, record, tid};
 use txn_log::{
-    CoordinatorEpoch, LogEntry, LogError, LogPartition, ProducerEpoch, ProducerId, ProducerIdBlock,
-    SledConfig, SledTxnLog, SyncMode, TopicPartition, TxnLog, TxnRecord, TxnState,
+    CoordinatorEpoch, LogEntry, LogError, LogPartition, ProducerId, ProducerIdBlock, SledConfig,
+    SledTxnLog, SyncMode, TxnLog, TxnRecord, TxnState,
 };
 
 #[path = "../src/bin/crash_writer/record.rs"]

@@ -16,10 +16,7 @@
 //! check that nothing is torn.
 
 use txn_log::mem::block_on;
-use txn_log::{
-    CoordinatorEpoch, LogEntry, LogPartition, ProducerEpoch, ProducerId, SledTxnLog,
-    TopicPartition, TransactionalId, TxnLog, TxnRecord, TxnState,
-};
+use txn_log::{CoordinatorEpoch, LogEntry, LogPartition, SledTxnLog, TransactionalId, TxnLog};
 
 #[path = "crash_writer/record.rs"]
 mod record;
