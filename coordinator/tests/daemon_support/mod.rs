@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
-use kafka_protocol::protocol::{StrBytes, VersionRange};
+use kafka_protocol::protocol::VersionRange;
 use markers::wire::{KafkaConnection, decode_request, encode_response, read_frame, write_frame};
 use tokio::net::{TcpListener, TcpStream};
 use txn_log::sync::Mutex;
