@@ -382,7 +382,7 @@ pub(crate) struct Outcomes {
 impl Outcomes {
     /// The outcomes of `events`, each transaction named by `txn` of its event.
     pub(crate) fn of(events: &[Json], txn: impl Fn(&Json) -> String) -> Self {
-        let mut out = Outcomes {
+        let mut out = Self {
             committed: Expect::default(),
             all: Expect::default(),
             sequence: String::new(),
