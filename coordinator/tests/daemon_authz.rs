@@ -8,9 +8,24 @@ mod daemon_support;
 
 use daemon_support::*;
 use kafka_protocol::messages as km;
+use markers::wire::KafkaConnection;
+use tokio::net::TcpStream;
 
 const AUTHORIZER: &str =
     "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// CreateAcls (v3) of `creations` on `c`.
+async fn create_acls(
+    c: &mut KafkaConnection<TcpStream>,
+    creations: Vec<km::create_acls_request::AclCreation>,
+) -> km::CreateAclsResponse {
+    c.call(
+        &km::CreateAclsRequest::default().with_creations(creations),
+        3,
+    )
+    .await
+    .expect("create")
+}
 
 fn creation(
     rt: i8,
@@ -77,19 +92,17 @@ async fn acls_decide_and_a_denied_request_leaves_no_state() {
         .await
         .expect("init");
     assert_eq!(r.error_code, 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED");
-    let r = c
-        .call(
-            &km::CreateAclsRequest::default().with_creations(vec![creation(
-                TRANSACTIONAL_ID,
-                "app-",
-                PREFIXED,
-                DESCRIBE,
-                ALLOW,
-            )]),
-            3,
-        )
-        .await
-        .expect("create");
+    let r = create_acls(
+        &mut c,
+        vec![creation(
+            TRANSACTIONAL_ID,
+            "app-",
+            PREFIXED,
+            DESCRIBE,
+            ALLOW,
+        )],
+    )
+    .await;
     assert_eq!(r.results[0].error_code, 0);
     assert_eq!(
         describe(&mut c, "app-1").await.error_code,
@@ -98,17 +111,15 @@ async fn acls_decide_and_a_denied_request_leaves_no_state() {
     );
 
     // WRITE on the prefix: allowed; a literal DENY wins over it.
-    let r = c
-        .call(
-            &km::CreateAclsRequest::default().with_creations(vec![
-                creation(TRANSACTIONAL_ID, "app-", PREFIXED, WRITE, ALLOW),
-                creation(TRANSACTIONAL_ID, "app-blocked", LITERAL, WRITE, DENY),
-                creation(TRANSACTIONAL_ID, "", LITERAL, WRITE, ALLOW),
-            ]),
-            3,
-        )
-        .await
-        .expect("create");
+    let r = create_acls(
+        &mut c,
+        vec![
+            creation(TRANSACTIONAL_ID, "app-", PREFIXED, WRITE, ALLOW),
+            creation(TRANSACTIONAL_ID, "app-blocked", LITERAL, WRITE, DENY),
+            creation(TRANSACTIONAL_ID, "", LITERAL, WRITE, ALLOW),
+        ],
+    )
+    .await;
     let codes: Vec<i16> = r.results.iter().map(|x| x.error_code).collect();
     assert_eq!(codes, vec![0, 0, 42], "an empty name is INVALID_REQUEST");
     init_ok(&mut c, "app-1", 60_000).await;
@@ -192,19 +203,11 @@ async fn without_an_authorizer_nothing_is_checked_and_acls_are_disabled() {
     );
     let mut c = d.conn().await;
     init_ok(&mut c, "free", 60_000).await;
-    let r = c
-        .call(
-            &km::CreateAclsRequest::default().with_creations(vec![creation(
-                TRANSACTIONAL_ID,
-                "x",
-                LITERAL,
-                WRITE,
-                ALLOW,
-            )]),
-            3,
-        )
-        .await
-        .expect("create");
+    let r = create_acls(
+        &mut c,
+        vec![creation(TRANSACTIONAL_ID, "x", LITERAL, WRITE, ALLOW)],
+    )
+    .await;
     assert_eq!(r.results[0].error_code, 54, "SECURITY_DISABLED");
 }
 
@@ -240,7 +243,7 @@ async fn enable_2pc_needs_two_phase_commit_on_the_id() {
         ],
     );
     let mut c = d.conn().await;
-    let grant = async |c: &mut markers::wire::KafkaConnection<tokio::net::TcpStream>, op| {
+    let grant = async |c: &mut KafkaConnection<TcpStream>, op| {
         let r = c
             .call(
                 &km::CreateAclsRequest::default().with_creations(vec![creation(

@@ -3,34 +3,7 @@
 //! fields, truncation, deletion, duplication, insertion and splicing with another seed. The
 //! same seed gives the same sequence of inputs.
 
-/// splitmix64: small, seeded, and good enough to choose mutations.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next_u64() % n as u64) as usize
-        }
-    }
-}
+pub use txn_log::rng::Rng;
 
 /// Values that length, count and version fields are most often wrong with, big-endian i32.
 const INTERESTING_32: [u32; 8] = [
@@ -51,7 +24,7 @@ const INTERESTING_8: [u8; 6] = [0, 1, 0x7f, 0x80, 0xff, 0x10];
 /// Returns `input` with 1-4 stacked mutations; `other` is spliced in by one of them.
 pub fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
     let mut out = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
         mutate_once(rng, &mut out, other);
     }
     out
@@ -59,47 +32,47 @@ pub fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
 
 fn mutate_once(rng: &mut Rng, buf: &mut Vec<u8>, other: &[u8]) {
     let len = buf.len();
-    match rng.below(10) {
+    match rng.index(10) {
         0 | 1 if len > 0 => {
-            let at = rng.below(len);
-            buf[at] ^= 1 << rng.below(8);
+            let at = rng.index(len);
+            buf[at] ^= 1 << rng.index(8);
         }
         2 if len > 0 => {
-            let at = rng.below(len);
-            buf[at] = INTERESTING_8[rng.below(INTERESTING_8.len())];
+            let at = rng.index(len);
+            buf[at] = INTERESTING_8[rng.index(INTERESTING_8.len())];
         }
         3 if len >= 2 => {
-            let at = rng.below(len - 1);
-            let v = INTERESTING_16[rng.below(INTERESTING_16.len())].to_be_bytes();
+            let at = rng.index(len - 1);
+            let v = INTERESTING_16[rng.index(INTERESTING_16.len())].to_be_bytes();
             buf[at..at + 2].copy_from_slice(&v);
         }
         4 | 5 if len >= 4 => {
-            let at = rng.below(len - 3);
-            let v = INTERESTING_32[rng.below(INTERESTING_32.len())].to_be_bytes();
+            let at = rng.index(len - 3);
+            let v = INTERESTING_32[rng.index(INTERESTING_32.len())].to_be_bytes();
             buf[at..at + 4].copy_from_slice(&v);
         }
-        6 if len > 0 => buf.truncate(rng.below(len)),
+        6 if len > 0 => buf.truncate(rng.index(len)),
         7 if len > 0 => {
-            let from = rng.below(len);
-            let to = (from + 1 + rng.below(16)).min(len);
+            let from = rng.index(len);
+            let to = (from + 1 + rng.index(16)).min(len);
             buf.drain(from..to);
         }
         8 if len > 0 => {
-            let from = rng.below(len);
-            let to = (from + 1 + rng.below(64)).min(len);
+            let from = rng.index(len);
+            let to = (from + 1 + rng.index(64)).min(len);
             let chunk = buf[from..to].to_vec();
-            let at = rng.below(len + 1);
+            let at = rng.index(len + 1);
             buf.splice(at..at, chunk);
         }
         9 if !other.is_empty() => {
-            let cut = rng.below(len + 1);
-            let from = rng.below(other.len());
+            let cut = rng.index(len + 1);
+            let from = rng.index(other.len());
             buf.truncate(cut);
             buf.extend_from_slice(&other[from..]);
         }
         _ => {
-            let at = rng.below(len + 1);
-            let n = 1 + rng.below(8);
+            let at = rng.index(len + 1);
+            let n = 1 + rng.index(8);
             let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             buf.splice(at..at, bytes);
         }

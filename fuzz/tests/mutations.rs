@@ -49,8 +49,8 @@ fn run(target: &str, seeds: Vec<(&'static str, Vec<u8>)>, harness: fn(&[u8]), de
     let mut rng = Rng::new(seed);
     let started = std::time::Instant::now();
     for case in 0..iters {
-        let (_, base) = &seeds[rng.below(seeds.len())];
-        let (_, other) = &seeds[rng.below(seeds.len())];
+        let (_, base) = &seeds[rng.index(seeds.len())];
+        let (_, other) = &seeds[rng.index(seeds.len())];
         let input = mutate(&mut rng, base, other);
         if catch_unwind(AssertUnwindSafe(|| harness(&input))).is_err() {
             fail(&format!("case {case}"), &input);

@@ -4,4 +4,6 @@
 
 pub mod etcd;
 pub mod fault;
+pub mod kafka_tool;
 pub mod refbroker;
+pub mod wire;

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
-use e2e::{Cluster, ClusterSpec, Mode, args, run};
+use e2e::checks::{Outcomes, ev};
+use e2e::{Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "basic";
 const PARTITIONS: &str = "0,1,2,3";
@@ -47,80 +47,19 @@ fn scenario(mode: Mode, script: &str) {
         ]),
         Duration::from_secs(90),
     );
-    let mut committed = Expect::default();
-    let mut all = Expect::default();
-    let mut outcomes = Vec::new();
-    for e in &events {
-        let txn = format!("{:?}", e.get("txn"));
-        match ev(e) {
-            "commit" => {
-                committed.add_txn(&txn, &values(e, "values"), Must::Present);
-                all.add_txn(&txn, &values(e, "values"), Must::Present);
-                outcomes.push('C');
-            }
-            "abort" => {
-                committed.add_txn(&txn, &values(e, "values"), Must::Absent);
-                all.add_txn(&txn, &values(e, "values"), Must::Present);
-                outcomes.push('A');
-            }
-            _ => {}
-        }
-    }
+    let outcomes = Outcomes::of(&events, |e| format!("{:?}", e.get("txn")));
     assert_eq!(
-        outcomes.iter().collect::<String>(),
-        "CACCAC",
+        outcomes.sequence, "CACCAC",
         "the producer must complete every transaction as asked: {events:?}"
     );
 
-    let rc = read(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        "read_committed",
-        committed.present(),
-    );
-    assert_clean(&committed.check("read_committed", &rc), &rc);
-    let ru = read(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        "read_uncommitted",
-        all.present(),
-    );
-    assert_clean(&all.check("read_uncommitted", &ru), &ru);
+    let reader = TopicReader::new(&py, &dir, script, &bootstrap, TOPIC, PARTITIONS);
+    let rc = reader.assert_reads("read_committed", "read_committed", &outcomes.committed);
+    let ru = reader.assert_reads("read_uncommitted", "read_uncommitted", &outcomes.all);
     assert!(
         ru.records.len() > rc.records.len(),
         "read_uncommitted must also see the aborted records"
     );
-}
-
-fn read(
-    py: &Path,
-    dir: &Path,
-    script: &str,
-    bootstrap: &str,
-    isolation: &str,
-    min: usize,
-) -> ReadResult {
-    let events = run(
-        py,
-        dir,
-        isolation,
-        script,
-        &args(&[
-            ("consume", ""),
-            ("--bootstrap", bootstrap),
-            ("--topic", TOPIC),
-            ("--partitions", PARTITIONS),
-            ("--isolation", isolation),
-            ("--min-records", &min.to_string()),
-            ("--deadline", "30"),
-        ]),
-        Duration::from_secs(60),
-    );
-    ReadResult::from_events(&events)
 }
 
 /// The topic's partitions must be led by at least two brokers.
@@ -154,22 +93,9 @@ fn check_leaders(py: &Path, dir: &Path, bootstrap: &str) {
     );
 }
 
-#[test]
-fn basic_librdkafka_embedded() {
-    scenario(Mode::Embedded, "lr.py");
-}
-
-#[test]
-fn basic_kafka_python_embedded() {
-    scenario(Mode::Embedded, "kp.py");
-}
-
-#[test]
-fn basic_librdkafka_standalone() {
-    scenario(Mode::Standalone, "lr.py");
-}
-
-#[test]
-fn basic_kafka_python_standalone() {
-    scenario(Mode::Standalone, "kp.py");
+e2e::scenario_tests! {
+    basic_librdkafka_embedded: Embedded, "lr.py";
+    basic_kafka_python_embedded: Embedded, "kp.py";
+    basic_librdkafka_standalone: Standalone, "lr.py";
+    basic_kafka_python_standalone: Standalone, "kp.py";
 }

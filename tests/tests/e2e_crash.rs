@@ -12,8 +12,8 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Must, assert_clean, ev, values};
-use e2e::{Client, Cluster, ClusterSpec, Mode, args, run};
+use e2e::checks::{Expect, Must, add_stream_txn, ev};
+use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "crash";
 const PARTITIONS: &str = "0,1,2";
@@ -80,15 +80,11 @@ fn scenario(mode: Mode) {
     for e in events.iter().chain(sentinel.iter()) {
         match ev(e) {
             "commit" => {
-                let vals = values(e, "values");
-                let txn = format!("commit-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Present);
+                add_stream_txn(&mut expect, e, Must::Present);
                 commits += 1;
             }
             "abort" => {
-                let vals = values(e, "values");
-                let txn = format!("abort-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Absent);
+                add_stream_txn(&mut expect, e, Must::Absent);
             }
             _ => {}
         }
@@ -107,17 +103,8 @@ fn scenario(mode: Mode) {
         sentinel.iter().any(|e| ev(e) == "commit"),
         "the sentinel transaction must commit: {sentinel:?}"
     );
-    let rc = e2e::read_topic(
-        &py,
-        &dir,
-        "lr.py",
-        &bootstrap,
-        TOPIC,
-        PARTITIONS,
-        "read_committed",
-        expect.present(),
-    );
-    assert_clean(&expect.check("read_committed after the crash", &rc), &rc);
+    let reader = TopicReader::new(&py, &dir, "lr.py", &bootstrap, TOPIC, PARTITIONS);
+    reader.assert_reads("read_committed", "read_committed after the crash", &expect);
 }
 
 #[test]

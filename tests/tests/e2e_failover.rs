@@ -33,9 +33,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::checks::{Expect, Must, assert_clean, ev, values};
+use e2e::checks::{Expect, Must, add_stream_txn, ev};
 use e2e::json::Json;
-use e2e::{Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, args, run};
+use e2e::{Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, TopicReader, args, run};
 use txn_tests::refbroker::{Cluster as Placement, NodeAddr};
 
 const TOPIC: &str = "failover";
@@ -215,30 +215,22 @@ fn scenario(mode: Mode, script: &str) {
     for e in events.iter().chain(sentinel.iter()) {
         match ev(e) {
             "commit" => {
-                let vals = values(e, "values");
-                let txn = format!("commit-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Present);
+                add_stream_txn(&mut expect, e, Must::Present);
                 commits += 1;
             }
             "abort" => {
-                let vals = values(e, "values");
-                let txn = format!("abort-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Absent);
+                add_stream_txn(&mut expect, e, Must::Absent);
                 aborts += 1;
             }
             // kp.py: a transaction left without asking for its commit; the next instance's
             // InitProducerId aborts it.
             "abandoned" => {
-                let vals = values(e, "values");
-                let txn = format!("abandoned-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Absent);
+                add_stream_txn(&mut expect, e, Must::Absent);
                 abandoned += 1;
             }
             // kp.py: a commit that may have been sent: all or nothing.
             "ambiguous" => {
-                let vals = values(e, "values");
-                let txn = format!("ambiguous-{}", vals[0].1);
-                expect.add_txn(&txn, &vals, Must::Either);
+                add_stream_txn(&mut expect, e, Must::Either);
                 ambiguous += 1;
             }
             _ => {}
@@ -260,17 +252,12 @@ fn scenario(mode: Mode, script: &str) {
         sentinel.iter().any(|e| ev(e) == "commit"),
         "the sentinel transaction must commit: {sentinel:?}"
     );
-    let rc = e2e::read_topic(
-        &py,
-        &dir,
-        "lr.py",
-        &bootstrap,
-        TOPIC,
-        &partitions_arg,
+    let reader = TopicReader::new(&py, &dir, "lr.py", &bootstrap, TOPIC, &partitions_arg);
+    reader.assert_reads(
         "read_committed",
-        expect.present(),
+        "read_committed after the failover",
+        &expect,
     );
-    assert_clean(&expect.check("read_committed after the failover", &rc), &rc);
 
     let restart_note = restarted.map_or_else(String::new, |r| {
         format!(", restarted it {r:.2?} after the kill")
@@ -288,22 +275,9 @@ fn scenario(mode: Mode, script: &str) {
     );
 }
 
-#[test]
-fn failover_librdkafka_embedded() {
-    scenario(Mode::Embedded, "lr.py");
-}
-
-#[test]
-fn failover_librdkafka_standalone() {
-    scenario(Mode::Standalone, "lr.py");
-}
-
-#[test]
-fn failover_kafka_python_embedded() {
-    scenario(Mode::Embedded, "kp.py");
-}
-
-#[test]
-fn failover_kafka_python_standalone() {
-    scenario(Mode::Standalone, "kp.py");
+e2e::scenario_tests! {
+    failover_librdkafka_embedded: Embedded, "lr.py";
+    failover_librdkafka_standalone: Standalone, "lr.py";
+    failover_kafka_python_embedded: Embedded, "kp.py";
+    failover_kafka_python_standalone: Standalone, "kp.py";
 }

@@ -9,9 +9,9 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Must, assert_clean, ev, values};
+use e2e::checks::{Expect, Must, ev, values};
 use e2e::json::Json;
-use e2e::{Cluster, ClusterSpec, Mode, args, run};
+use e2e::{Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "fence";
 const PARTITIONS: &str = "0,1,2";
@@ -94,48 +94,16 @@ fn scenario(mode: Mode, script: &str) {
         "the fenced producer's commit succeeded: {post:?}"
     );
 
-    let rc = e2e::read_topic(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        TOPIC,
-        PARTITIONS,
-        "read_committed",
-        expect.present(),
-    );
-    assert_clean(&expect.check("read_committed", &rc), &rc);
+    let reader = TopicReader::new(&py, &dir, script, &bootstrap, TOPIC, PARTITIONS);
+    reader.assert_reads("read_committed", "read_committed", &expect);
     // read_uncommitted sees A's pre-fence writes (so they were really written and then
     // aborted), and still nothing A sent after the fence.
-    let ru = e2e::read_topic(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        TOPIC,
-        PARTITIONS,
-        "read_uncommitted",
-        all.present(),
-    );
-    assert_clean(&all.check("read_uncommitted", &ru), &ru);
+    reader.assert_reads("read_uncommitted", "read_uncommitted", &all);
 }
 
-#[test]
-fn fencing_librdkafka_embedded() {
-    scenario(Mode::Embedded, "lr.py");
-}
-
-#[test]
-fn fencing_kafka_python_embedded() {
-    scenario(Mode::Embedded, "kp.py");
-}
-
-#[test]
-fn fencing_librdkafka_standalone() {
-    scenario(Mode::Standalone, "lr.py");
-}
-
-#[test]
-fn fencing_kafka_python_standalone() {
-    scenario(Mode::Standalone, "kp.py");
+e2e::scenario_tests! {
+    fencing_librdkafka_embedded: Embedded, "lr.py";
+    fencing_kafka_python_embedded: Embedded, "kp.py";
+    fencing_librdkafka_standalone: Standalone, "lr.py";
+    fencing_kafka_python_standalone: Standalone, "kp.py";
 }

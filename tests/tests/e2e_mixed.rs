@@ -11,8 +11,8 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
-use e2e::{Client, Cluster, ClusterSpec, Mode, args};
+use e2e::checks::{Expect, Outcomes, ReadResult, assert_clean};
+use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args};
 
 const TOPIC: &str = "mixed";
 const PARTITIONS: &str = "0,1,2,3";
@@ -88,31 +88,13 @@ fn scenario(mode: Mode) {
     let mut histories = Vec::new();
     for (prefix, c) in clients {
         let events = c.finish(Duration::from_secs(90));
-        let mut committed = Expect::default();
-        let mut all = Expect::default();
-        let mut outcomes = String::new();
-        for e in &events {
-            let txn = format!("{prefix}-{:?}", e.get("txn"));
-            match ev(e) {
-                "commit" => {
-                    committed.add_txn(&txn, &values(e, "values"), Must::Present);
-                    all.add_txn(&txn, &values(e, "values"), Must::Present);
-                    outcomes.push('C');
-                }
-                "abort" => {
-                    committed.add_txn(&txn, &values(e, "values"), Must::Absent);
-                    all.add_txn(&txn, &values(e, "values"), Must::Present);
-                    outcomes.push('A');
-                }
-                _ => {}
-            }
-        }
+        let outcomes = Outcomes::of(&events, |e| format!("{prefix}-{:?}", e.get("txn")));
         assert_eq!(
-            outcomes.len(),
+            outcomes.sequence.len(),
             5,
             "{prefix}: every transaction must end: {events:?}"
         );
-        histories.push((prefix, committed, all));
+        histories.push((prefix, outcomes.committed, outcomes.all));
     }
     let present = |f: fn(&(String, Expect, Expect)) -> &Expect| -> usize {
         histories.iter().map(|h| f(h).present()).sum()
@@ -124,9 +106,8 @@ fn scenario(mode: Mode) {
             } else {
                 present(|h| &h.2)
             };
-            let read = e2e::read_topic(
-                &py, &dir, reader, &bootstrap, TOPIC, PARTITIONS, isolation, min,
-            );
+            let read = TopicReader::new(&py, &dir, reader, &bootstrap, TOPIC, PARTITIONS)
+                .read(isolation, min);
             let foreign: Vec<_> = read
                 .records
                 .iter()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
 use e2e::json::Json;
-use e2e::{Client, Cluster, ClusterSpec, Mode, args, run};
+use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "stall";
 const PARTITIONS: &str = "0,1,2";
@@ -122,49 +122,17 @@ fn scenario(mode: Mode, script: &str) {
         "A's commit after its transaction timed out must fail: {late:?}"
     );
 
-    let rc = e2e::read_topic(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        TOPIC,
-        PARTITIONS,
-        "read_committed",
-        expect.present(),
-    );
-    assert_clean(&expect.check("final read_committed", &rc), &rc);
+    let reader = TopicReader::new(&py, &dir, script, &bootstrap, TOPIC, PARTITIONS);
+    reader.assert_reads("read_committed", "final read_committed", &expect);
     let mut all = Expect::default();
     all.add_txn("a", &a_values, Must::Present);
     all.add_txn("b", &b_values, Must::Present);
-    let ru = e2e::read_topic(
-        &py,
-        &dir,
-        script,
-        &bootstrap,
-        TOPIC,
-        PARTITIONS,
-        "read_uncommitted",
-        all.present(),
-    );
-    assert_clean(&all.check("read_uncommitted", &ru), &ru);
+    reader.assert_reads("read_uncommitted", "read_uncommitted", &all);
 }
 
-#[test]
-fn timeout_librdkafka_embedded() {
-    scenario(Mode::Embedded, "lr.py");
-}
-
-#[test]
-fn timeout_kafka_python_embedded() {
-    scenario(Mode::Embedded, "kp.py");
-}
-
-#[test]
-fn timeout_librdkafka_standalone() {
-    scenario(Mode::Standalone, "lr.py");
-}
-
-#[test]
-fn timeout_kafka_python_standalone() {
-    scenario(Mode::Standalone, "kp.py");
+e2e::scenario_tests! {
+    timeout_librdkafka_embedded: Embedded, "lr.py";
+    timeout_kafka_python_embedded: Embedded, "kp.py";
+    timeout_librdkafka_standalone: Standalone, "lr.py";
+    timeout_kafka_python_standalone: Standalone, "kp.py";
 }

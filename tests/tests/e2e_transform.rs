@@ -11,9 +11,9 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Expected, Must, assert_clean, end_offsets, ev, offsets, values};
+use e2e::checks::{Expect, Expected, Must, end_offsets, ev, offsets, values};
 use e2e::json::Json;
-use e2e::{Client, Cluster, ClusterSpec, Mode, args, run};
+use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const PARTITIONS: &str = "0,1,2";
 const PER_PARTITION: usize = 10;
@@ -114,30 +114,12 @@ fn scenario(mode: Mode) {
             },
         );
     }
-    let rc = e2e::read_topic(
-        &py,
-        &dir,
-        "lr.py",
-        &bootstrap,
-        "output",
-        PARTITIONS,
-        "read_committed",
-        expect.present(),
-    );
-    assert_clean(&expect.check("output read_committed", &rc), &rc);
+    let output = TopicReader::new(&py, &dir, "lr.py", &bootstrap, "output", PARTITIONS);
+    let rc = output.assert_reads("read_committed", "output read_committed", &expect);
     // The zombie's outputs were written (read_uncommitted sees them) but, being aborted, they
     // were not among the read_committed records (the duplicate check above covers them: the
     // restarted transformer wrote the same values again).
-    let ru = e2e::read_topic(
-        &py,
-        &dir,
-        "lr.py",
-        &bootstrap,
-        "output",
-        PARTITIONS,
-        "read_uncommitted",
-        rc.records.len(),
-    );
+    let ru = output.read("read_uncommitted", rc.records.len());
     for v in &zombie_outputs {
         let n = ru.records.iter().filter(|r| &r.value == v).count();
         assert!(

@@ -16,17 +16,9 @@ use std::time::Duration;
 use txn_tests::fault::client::TxnVersion;
 use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions};
 use txn_tests::fault::history::Outcome;
-use txn_tests::fault::process::bin_path;
-use txn_tests::fault::workload::{Fault, RunOptions, W3Options, run_on, seed_from_env};
-
-fn secs(var: &str, default: u64) -> Duration {
-    Duration::from_secs(
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default),
-    )
-}
+use txn_tests::fault::workload::{
+    Fault, RunOptions, W3Options, run_on, secs_from_env, seed_from_env,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_faults_leave_no_anomaly() {
@@ -37,7 +29,7 @@ async fn cluster_faults_leave_no_anomaly() {
     let r = run_on(
         RunOptions {
             seed: seed_from_env(),
-            duration: secs("TXN_FAULT_SECS", 70),
+            duration: secs_from_env("TXN_FAULT_SECS", 70),
             producers: 4,
             shared_producers: 2,
             restart_p: 0.1,
@@ -48,26 +40,14 @@ async fn cluster_faults_leave_no_anomaly() {
             fault_interval_ms: (1000, 3000),
             tv: TxnVersion::Tv2,
             txn_timeout_ms: 6000,
-            cluster: ClusterOptions {
-                brokers: 3,
-                topic: "fq".into(),
-                partitions: 6,
-                extra_topics: Vec::new(),
-                txn_log_partitions: 12,
-                reaper_interval_ms: 500,
-                transaction_version: 2,
-                daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
-                    .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-                refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-                log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
-            },
-            w3: Some(W3Options {
-                transformers: 2,
-                output_partitions: 3,
-                abort_p: 0.1,
-                restart_p: 0.05,
-                crash_p: 0.05,
-            }),
+            cluster: ClusterOptions::from_env(
+                PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+                3,
+                "fq",
+                6,
+                12,
+            ),
+            w3: Some(W3Options::default()),
         },
         Some(EtcdOptions::default()),
     )

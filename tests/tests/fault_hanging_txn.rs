@@ -36,8 +36,7 @@ use tokio::net::TcpStream;
 use txn_tests::fault::client::{
     ClientError, ClusterView, Fetcher, Pool, TxnProducer, TxnVersion, encode_batch,
 };
-use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
-use txn_tests::fault::process::bin_path;
+use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
 use txn_tests::fault::proxy::RequestClass;
 use txn_tests::refbroker::process::BrokerProcess;
 
@@ -52,23 +51,13 @@ fn sb(s: &str) -> StrBytes {
 }
 
 fn options() -> ClusterOptions {
-    ClusterOptions {
-        brokers: 1,
-        topic: TOPIC.into(),
-        partitions: 1,
-        extra_topics: Vec::new(),
-        txn_log_partitions: 1,
-        reaper_interval_ms: 500,
-        transaction_version: 2,
-        daemon_bin: daemon_bin(),
-        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
-    }
-}
-
-fn daemon_bin() -> PathBuf {
-    std::env::var_os("TXN_COORDINATOR_BIN")
-        .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from)
+    ClusterOptions::from_env(
+        PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        1,
+        TOPIC,
+        1,
+        1,
+    )
 }
 
 /// Polls DescribeTransactions at `coordinator` until `tid` is in `state`.
@@ -203,7 +192,7 @@ async fn held_produce_past_its_abort(verification: bool) -> Outcome {
     let r = f.fetch(0, 0).await.expect("fetch");
     let visible = r.records.iter().map(|d| d.value.clone()).collect();
 
-    let out = std::process::Command::new(daemon_bin())
+    let out = std::process::Command::new(daemon_bin_from_env())
         .args([
             "find-hanging",
             "--topic",
@@ -274,7 +263,7 @@ async fn tv1_without_verification_the_held_produce_hangs_and_find_hanging_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let args: Vec<String> = [
+    let args = [
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -288,16 +277,8 @@ async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
         "transaction.state.log.num.partitions=2",
         "--set",
         "fetch.max.wait.ms=50",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let broker = BrokerProcess::spawn(
-        Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts");
+    ];
+    let broker = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_refbroker")), &args);
     let view = ClusterView::discover(broker.addr(), TOPIC, TID, Duration::from_secs(30))
         .await
         .expect("discover");

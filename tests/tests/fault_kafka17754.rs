@@ -15,23 +15,16 @@ use std::time::{Duration, Instant};
 
 use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
-use txn_tests::fault::process::bin_path;
 use txn_tests::fault::proxy::RequestClass;
 
 fn options(partitions: i32) -> ClusterOptions {
-    ClusterOptions {
-        brokers: 1,
-        topic: "k".into(),
+    ClusterOptions::from_env(
+        PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        1,
+        "k",
         partitions,
-        extra_topics: Vec::new(),
-        txn_log_partitions: 1,
-        reaper_interval_ms: 500,
-        transaction_version: 2,
-        daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
-            .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
-    }
+        1,
+    )
 }
 
 /// What one scenario observed.

@@ -14,7 +14,6 @@ use std::time::Duration;
 use txn_tests::fault::client::{TxnProducer, TxnVersion};
 use txn_tests::fault::cluster::ClusterOptions;
 use txn_tests::fault::history::History;
-use txn_tests::fault::process::bin_path;
 use txn_tests::fault::workload::{RunOptions, Setup, W3Options, seed_from_env};
 
 const STRAY_TIMEOUT_MS: i32 = 3000;
@@ -34,17 +33,14 @@ fn options() -> RunOptions {
         tv: TxnVersion::Tv2,
         txn_timeout_ms: STRAY_TIMEOUT_MS,
         cluster: ClusterOptions {
-            brokers: 2,
-            topic: "fq".into(),
-            partitions: 2,
-            extra_topics: Vec::new(),
-            txn_log_partitions: 2,
             reaper_interval_ms: 200,
-            transaction_version: 2,
-            daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
-                .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-            refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-            log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
+            ..ClusterOptions::from_env(
+                PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+                2,
+                "fq",
+                2,
+                2,
+            )
         },
         w3: Some(W3Options {
             transformers: 1,

@@ -7,49 +7,24 @@ use std::time::Duration;
 
 use txn_tests::fault::client::TxnVersion;
 use txn_tests::fault::cluster::ClusterOptions;
-use txn_tests::fault::process::bin_path;
-use txn_tests::fault::workload::{Fault, RunOptions, W3Options, run, seed_from_env};
+use txn_tests::fault::workload::{Fault, RunOptions, W3Options, run, secs_from_env, seed_from_env};
 
 fn cluster() -> ClusterOptions {
-    ClusterOptions {
-        brokers: 3,
-        topic: "fq".into(),
-        partitions: 6,
-        extra_topics: Vec::new(),
-        txn_log_partitions: 4,
-        reaper_interval_ms: 500,
-        transaction_version: 2,
-        daemon_bin: std::env::var_os("TXN_COORDINATOR_BIN")
-            .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from),
-        refbroker_bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-        log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
-    }
-}
-
-fn w3() -> Option<W3Options> {
-    Some(W3Options {
-        transformers: 2,
-        output_partitions: 3,
-        abort_p: 0.1,
-        restart_p: 0.05,
-        crash_p: 0.05,
-    })
-}
-
-fn secs(var: &str, default: u64) -> Duration {
-    Duration::from_secs(
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default),
+    ClusterOptions::from_env(
+        PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
+        3,
+        "fq",
+        6,
+        4,
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_fault_baseline_is_valid() {
-    let r = run(RunOptions {
+/// The no-fault baseline: three producers, one consumer, W3, W5 every 3 s, for
+/// `TXN_FAULT_BASELINE_SECS` (default 8) seconds.
+fn baseline() -> RunOptions {
+    RunOptions {
         seed: seed_from_env(),
-        duration: secs("TXN_FAULT_BASELINE_SECS", 8),
+        duration: secs_from_env("TXN_FAULT_BASELINE_SECS", 8),
         producers: 3,
         shared_producers: 0,
         restart_p: 0.0,
@@ -61,10 +36,13 @@ async fn no_fault_baseline_is_valid() {
         tv: TxnVersion::Tv2,
         txn_timeout_ms: 6000,
         cluster: cluster(),
-        w3: w3(),
-    })
-    .await
-    .expect("run");
+        w3: Some(W3Options::default()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_fault_baseline_is_valid() {
+    let r = run(baseline()).await.expect("run");
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
     assert_i10_checked(&r);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
@@ -133,20 +111,15 @@ fn assert_i10_checked(r: &txn_tests::fault::workload::RunResult) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_faults_leave_no_anomaly() {
     let r = run(RunOptions {
-        seed: seed_from_env(),
-        duration: secs("TXN_FAULT_SECS", 75),
+        duration: secs_from_env("TXN_FAULT_SECS", 75),
         producers: 4,
         shared_producers: 2,
         restart_p: 0.1,
         consumers: 2,
-        abort_p: 0.1,
         w5_every: Some(Duration::from_secs(6)),
         faults: Fault::ALL.to_vec(),
         fault_interval_ms: (1500, 4000),
-        tv: TxnVersion::Tv2,
-        txn_timeout_ms: 6000,
-        cluster: cluster(),
-        w3: w3(),
+        ..baseline()
     })
     .await
     .expect("run");

@@ -8,24 +8,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kafka_protocol::messages as km;
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
-
-fn daemon_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .join("txn-coordinator")
-}
+use txn_tests::fault::cluster::daemon_bin_from_env;
+use txn_tests::kafka_tool::ACLS;
 
 struct Daemon(Child, SocketAddr);
 
@@ -37,7 +27,7 @@ impl Drop for Daemon {
 }
 
 fn start(data: &str) -> Daemon {
-    let mut child = Command::new(daemon_bin())
+    let mut child = Command::new(daemon_bin_from_env())
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data])
         .args([
             "--set",
@@ -59,28 +49,6 @@ fn start(data: &str) -> Daemon {
     let _ = child.kill();
     let _ = child.wait();
     panic!("the daemon did not start");
-}
-
-fn acls_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
-    let out = Command::new("java")
-        .args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg("org.apache.kafka.tools.AclCommand")
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .output()
-        .expect("java");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "kafka-acls.sh {args:?}:\n{text}");
-    text
 }
 
 async fn init(addr: SocketAddr, id: &str) -> i16 {
@@ -117,7 +85,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
     let dir = tempfile::tempdir().expect("tmp");
     let data = dir.path().to_str().expect("utf-8");
     for op in ["Alter", "Describe"] {
-        let st = Command::new(daemon_bin())
+        let st = Command::new(daemon_bin_from_env())
             .args(["acl", "add", "--principal", "User:ANONYMOUS"])
             .args([
                 "--resource-type",
@@ -136,7 +104,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
     let (cp, bs) = (classpath.as_str(), bootstrap.as_str());
 
     assert_eq!(init(d.1, "app-1").await, 53, "no ACL yet");
-    acls_sh(
+    ACLS.run(
         cp,
         bs,
         &[
@@ -153,7 +121,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             "prefixed",
         ],
     );
-    acls_sh(
+    ACLS.run(
         cp,
         bs,
         &[
@@ -169,15 +137,15 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
     assert_eq!(init(d.1, "app-1").await, 0, "prefixed ALLOW");
     assert_eq!(init(d.1, "app-blocked").await, 53, "DENY wins");
 
-    let listed = acls_sh(cp, bs, &["--list", "--transactional-id", "app-blocked"]);
+    let listed = ACLS.run(cp, bs, &["--list", "--transactional-id", "app-blocked"]);
     assert!(
         listed.contains("operation=WRITE") && listed.contains("permissionType=DENY"),
         "{listed}"
     );
-    let all = acls_sh(cp, bs, &["--list"]);
+    let all = ACLS.run(cp, bs, &["--list"]);
     assert!(all.contains("name=app-, patternType=PREFIXED"), "{all}");
 
-    acls_sh(
+    ACLS.run(
         cp,
         bs,
         &[
@@ -192,7 +160,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
         ],
     );
     assert_eq!(init(d.1, "app-blocked").await, 0, "the DENY is gone");
-    acls_sh(
+    ACLS.run(
         cp,
         bs,
         &[

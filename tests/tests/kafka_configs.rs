@@ -10,23 +10,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use coordinator::server::outgoing::ClientSecurity;
 use markers::wire::{ConnectError, Connector};
-
-fn daemon_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .join("txn-coordinator")
-}
+use txn_tests::fault::cluster::daemon_bin_from_env;
+use txn_tests::kafka_tool::CONFIGS;
 
 /// The daemon with a PLAINTEXT and a SASL_PLAINTEXT (SCRAM-SHA-256) listener; killed on drop.
 struct Daemon {
@@ -43,7 +33,7 @@ impl Drop for Daemon {
 }
 
 fn start(data: &str) -> Daemon {
-    let mut child = Command::new(daemon_bin())
+    let mut child = Command::new(daemon_bin_from_env())
         .args(["serve", "--data-dir", data])
         .args([
             "--set",
@@ -78,28 +68,6 @@ fn start(data: &str) -> Daemon {
     let _ = child.kill();
     let _ = child.wait();
     panic!("the daemon did not start");
-}
-
-fn configs_sh(classpath: &str, bootstrap: &str, args: &[&str]) -> String {
-    let out = Command::new("java")
-        .args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg("kafka.admin.ConfigCommand")
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .output()
-        .expect("java");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "kafka-configs.sh {args:?}:\n{text}");
-    text
 }
 
 /// A SCRAM-SHA-256 login as `user` with `password` on `addr`.
@@ -142,7 +110,7 @@ async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
         .expect_err("no credential yet");
     assert!(matches!(e, ConnectError::Authentication { .. }), "{e}");
 
-    let out = configs_sh(
+    let out = CONFIGS.run(
         cp,
         bs,
         &[
@@ -164,7 +132,7 @@ async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
         .expect_err("a wrong password");
     assert!(e.to_string().contains("SASL_AUTHENTICATION_FAILED"), "{e}");
 
-    let out = configs_sh(cp, bs, &[&["--describe"][..], &alice].concat());
+    let out = CONFIGS.run(cp, bs, &[&["--describe"][..], &alice].concat());
     assert!(
         out.contains(
             "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=4096"
@@ -173,7 +141,7 @@ async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
     );
 
     // A new password replaces the old one.
-    configs_sh(
+    CONFIGS.run(
         cp,
         bs,
         &[
@@ -188,7 +156,7 @@ async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
         .expect("the changed password logs in");
     assert!(login(d.sasl, "alice", "alice-secret").await.is_err());
 
-    let out = configs_sh(
+    let out = CONFIGS.run(
         cp,
         bs,
         &[&["--alter", "--delete-config", "SCRAM-SHA-256"][..], &alice].concat(),
@@ -201,6 +169,6 @@ async fn kafka_configs_sh_adds_describes_and_deletes_scram_users() {
         .await
         .expect_err("the credential is gone");
     assert!(matches!(e, ConnectError::Authentication { .. }), "{e}");
-    let out = configs_sh(cp, bs, &[&["--describe"][..], &alice].concat());
+    let out = CONFIGS.run(cp, bs, &[&["--describe"][..], &alice].concat());
     assert!(!out.contains("SCRAM-SHA-256=iterations"), "{out}");
 }

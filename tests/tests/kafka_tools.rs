@@ -157,9 +157,7 @@ impl Tool {
         let err_path = self.dir.join(format!("tool-{}.err", self.runs));
         let out = File::create(&out_path).expect("tool stdout file");
         let err = File::create(&err_path).expect("tool stderr file");
-        let mut child = Command::new("java")
-            .args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"])
-            .arg(&self.classpath)
+        let mut child = txn_tests::kafka_tool::java(&self.classpath)
             .arg("org.apache.kafka.tools.TransactionsCommand")
             .arg("--bootstrap-server")
             .arg(&self.bootstrap)
@@ -612,7 +610,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
         .port();
     let me = format!("127.0.0.1:{port}");
     let cluster = format!("1={me},2=127.0.0.1:9");
-    let args: Vec<String> = [
+    let args = [
         "--listen",
         me.as_str(),
         "--data-dir",
@@ -627,16 +625,8 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
         "127.0.0.1:9",
         "--offsets-partitions",
         "2",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let broker = BrokerProcess::spawn(
-        Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts");
+    ];
+    let broker = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_refbroker")), &args);
     let addr = broker.addr();
     let mut pool = Pool::new("kafka-tools-wire", Duration::from_secs(5));
 

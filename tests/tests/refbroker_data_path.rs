@@ -5,30 +5,22 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, BrokerId, FetchRequest, FindCoordinatorRequest, GroupId,
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProducerId as WireProducerId,
-    SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProducerId as WireProducerId, SyncGroupRequest,
+    TopicName, TransactionalId, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
 use txn_tests::refbroker::process::BrokerProcess;
-
-type Conn = KafkaConnection<TcpStream>;
-
-fn sb(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
+use txn_tests::wire::{self, Conn, sb};
 
 fn start(dir: &std::path::Path) -> BrokerProcess {
-    let args: Vec<String> = [
+    let args = [
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -46,77 +38,23 @@ fn start(dir: &std::path::Path) -> BrokerProcess {
         // verification is tested in fault_hanging_txn).
         "--set",
         "transaction.partition.verification.enable=false",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    BrokerProcess::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts")
+    ];
+    BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args)
 }
 
 async fn connect(b: &BrokerProcess) -> Conn {
-    let s = TcpStream::connect(b.addr()).await.expect("connect");
-    KafkaConnection::new(s, "refbroker-test")
+    wire::connect(b.addr(), "refbroker-test").await
 }
 
 /// A v2 batch of `n` records `prefix-i`; producer `(pid, epoch, seq)` or plain.
 fn batch(producer: Option<(i64, i16, i32)>, transactional: bool, n: i32, prefix: &str) -> Bytes {
-    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::from(i),
-            // the encoder splits batches where `offset - sequence` changes: a plain batch
-            // (base sequence -1) numbers its records -1, 0, 1, ...
-            sequence: seq + i,
-            timestamp: 1_700_000_000_000 + i64::from(i),
-            key: None,
-            value: Some(Bytes::from(format!("{prefix}-{i}"))),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.freeze()
+    let values: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    wire::record_batch(producer, transactional, &values)
 }
 
 /// Produces `records` to `t`/`partition`; returns (error_code, base_offset).
 async fn produce(c: &mut Conn, partition: i32, records: Bytes, txn_id: Option<&str>) -> (i16, i64) {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    let req = ProduceRequest::default()
-        .with_transactional_id(txn_id.map(|t| TransactionalId(sb(t))))
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(TopicName(sb("t")))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(records)),
-                ]),
-        ]);
-    let resp = c.call(&req, 9).await.expect("produce");
-    let p = &resp.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
+    wire::produce(c, "t", partition, records, txn_id).await
 }
 
 struct Fetched {

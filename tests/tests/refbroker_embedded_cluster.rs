@@ -5,26 +5,15 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest,
     FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, OffsetFetchRequest,
-    ProduceRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use markers::wire::KafkaConnection;
+use kafka_protocol::records::RecordBatchDecoder;
 use tokio::net::TcpStream;
 use txn_tests::refbroker::process::BrokerProcess;
-
-type Conn = KafkaConnection<TcpStream>;
-
-fn sb(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
+use txn_tests::wire::{self, Conn, sb};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -32,43 +21,7 @@ fn free_port() -> u16 {
 }
 
 async fn connect(port: u16) -> Conn {
-    let s = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    KafkaConnection::new(s, "refbroker-cluster-test")
-}
-
-fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::try_from(i).expect("small"),
-            sequence: seq + i32::try_from(i).expect("small"),
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(Bytes::from((*v).to_owned())),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.freeze()
+    wire::connect(("127.0.0.1", port), "refbroker-cluster-test").await
 }
 
 /// Evaluates `$body` (an `i16` error code, may `.await`) until it is not a retriable
@@ -139,6 +92,103 @@ async fn stable_read(port: u16, partition: i32) -> (Vec<String>, Vec<i64>) {
     panic!("partition {partition} never became stable");
 }
 
+/// The coordinator `c` names for `key` (`key_type` 0: group, 1: transaction), connected.
+async fn coordinator(c: &mut Conn, key_type: i8, key: &str) -> Conn {
+    let fc = c
+        .call(
+            &FindCoordinatorRequest::default()
+                .with_key_type(key_type)
+                .with_key(sb(key)),
+            2,
+        )
+        .await
+        .expect("find coordinator");
+    assert_eq!(fc.error_code, 0);
+    connect(u16::try_from(fc.port).expect("port")).await
+}
+
+/// InitProducerId (at `version`) for `txn_id` at its coordinator `tc`, retried while the error
+/// is retriable; returns (producer id, epoch).
+async fn init_producer(tc: &mut Conn, txn_id: &str, version: i16) -> (i64, i16) {
+    let mut init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(sb(txn_id))))
+        .with_transaction_timeout_ms(30_000);
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let mut got = (0, 0);
+    let e = until_ok!("InitProducerId", {
+        let r = tc.call(&init, version).await.expect("init");
+        got = (r.producer_id.0, r.producer_epoch);
+        r.error_code
+    });
+    assert_eq!(e, 0);
+    got
+}
+
+/// AddPartitionsToTxn (v3) of `t`'s `partitions` to `txn_id`'s transaction of `producer`
+/// (id, epoch), retried while the error is retriable.
+async fn add_partitions(tc: &mut Conn, txn_id: &str, producer: (i64, i16), partitions: Vec<i32>) {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(sb(txn_id)))
+        .with_v3_and_below_producer_id(ProducerId(producer.0))
+        .with_v3_and_below_producer_epoch(producer.1)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(sb("t")))
+                .with_partitions(partitions),
+        ]);
+    let e = until_ok!("AddPartitionsToTxn", {
+        let r = tc.call(&add, 3).await.expect("add partitions");
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    });
+    assert_eq!(e, 0);
+}
+
+/// Produces the one record `value` to `t`/`partition` in `txn_id`'s transaction of `producer`
+/// (id, epoch, sequence); returns the error code.
+async fn produce_txn(
+    c: &mut Conn,
+    txn_id: &str,
+    producer: (i64, i16, i32),
+    partition: i32,
+    value: &str,
+) -> i16 {
+    let batch = wire::record_batch(Some(producer), true, &[value.to_owned()]);
+    wire::produce(c, "t", partition, batch, Some(txn_id))
+        .await
+        .0
+}
+
+/// EndTxn (at `version`) of `txn_id`'s transaction of `producer` (id, epoch), retried while
+/// the error is retriable; returns the answer's (producer id, epoch).
+async fn end_txn(
+    tc: &mut Conn,
+    txn_id: &str,
+    producer: (i64, i16),
+    commit: bool,
+    version: i16,
+) -> (i64, i16) {
+    let mut answered = (0, 0);
+    let e = until_ok!("EndTxn", {
+        let r = tc
+            .call(
+                &EndTxnRequest::default()
+                    .with_transactional_id(TransactionalId(sb(txn_id)))
+                    .with_producer_id(ProducerId(producer.0))
+                    .with_producer_epoch(producer.1)
+                    .with_committed(commit),
+                version,
+            )
+            .await
+            .expect("end txn");
+        answered = (r.producer_id.0, r.producer_epoch);
+        r.error_code
+    });
+    assert_eq!(e, 0);
+    answered
+}
+
 /// Starts two embedded-coordinator nodes; returns their processes, data dirs and ports.
 fn start_cluster() -> (Vec<BrokerProcess>, Vec<tempfile::TempDir>, [u16; 2]) {
     let dirs = [
@@ -167,12 +217,7 @@ fn start_cluster() -> (Vec<BrokerProcess>, Vec<tempfile::TempDir>, [u16; 2]) {
                 "transaction.state.log.num.partitions=4".to_owned(),
             ]
             .to_vec();
-            BrokerProcess::spawn(
-                std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-                &args,
-                Duration::from_secs(30),
-            )
-            .expect("refbroker starts")
+            BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args)
         })
         .collect();
     (brokers, dirs.into_iter().collect(), ports)
@@ -209,19 +254,7 @@ async fn coordinators_on_different_nodes_never_hand_out_the_same_producer_id() {
     let mut pids = Vec::new();
     for (id, port) in by_node.values() {
         let mut tc = connect(*port).await;
-        let mut init = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(sb(id))))
-            .with_transaction_timeout_ms(30_000);
-        init.producer_id = ProducerId(-1);
-        init.producer_epoch = -1;
-        let mut pid = -1;
-        let e = until_ok!("InitProducerId", {
-            let r = tc.call(&init, 4).await.expect("init");
-            pid = r.producer_id.0;
-            r.error_code
-        });
-        assert_eq!(e, 0);
-        pids.push(pid);
+        pids.push(init_producer(&mut tc, id, 4).await.0);
     }
     assert_ne!(
         pids[0], pids[1],
@@ -249,48 +282,11 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
         "t spans both nodes: {leaders:?}"
     );
 
-    let fc = c
-        .call(
-            &FindCoordinatorRequest::default()
-                .with_key_type(1)
-                .with_key(sb("rtx")),
-            2,
-        )
-        .await
-        .expect("find coordinator");
-    assert_eq!(fc.error_code, 0);
-    let mut tc = connect(u16::try_from(fc.port).expect("port")).await;
-
-    let mut init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(sb("rtx"))))
-        .with_transaction_timeout_ms(30_000);
-    init.producer_id = ProducerId(-1);
-    init.producer_epoch = -1;
-    let mut pid = (0, 0);
-    let e = until_ok!("InitProducerId", {
-        let r = tc.call(&init, 4).await.expect("init");
-        pid = (r.producer_id.0, r.producer_epoch);
-        r.error_code
-    });
-    assert_eq!(e, 0);
-    let (pid, epoch) = pid;
+    let mut tc = coordinator(&mut c, 1, "rtx").await;
+    let (pid, epoch) = init_producer(&mut tc, "rtx", 4).await;
 
     for (round, commit) in [(0, true), (1, false)] {
-        use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-        let add = AddPartitionsToTxnRequest::default()
-            .with_v3_and_below_transactional_id(TransactionalId(sb("rtx")))
-            .with_v3_and_below_producer_id(ProducerId(pid))
-            .with_v3_and_below_producer_epoch(epoch)
-            .with_v3_and_below_topics(vec![
-                AddPartitionsToTxnTopic::default()
-                    .with_name(TopicName(sb("t")))
-                    .with_partitions(vec![0, 1, 2]),
-            ]);
-        let e = until_ok!("AddPartitionsToTxn", {
-            let r = tc.call(&add, 3).await.expect("add partitions");
-            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
-        });
-        assert_eq!(e, 0);
+        add_partitions(&mut tc, "rtx", (pid, epoch), vec![0, 1, 2]).await;
         if commit {
             let e = until_ok!("AddOffsetsToTxn", {
                 let r = tc
@@ -307,16 +303,7 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
                 r.error_code
             });
             assert_eq!(e, 0);
-            let gc = c
-                .call(
-                    &FindCoordinatorRequest::default()
-                        .with_key_type(0)
-                        .with_key(sb("cg")),
-                    2,
-                )
-                .await
-                .expect("find group coordinator");
-            let mut g = connect(u16::try_from(gc.port).expect("port")).await;
+            let mut g = coordinator(&mut c, 0, "cg").await;
             use kafka_protocol::messages::txn_offset_commit_request::{
                 TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
             };
@@ -344,42 +331,12 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
             assert_eq!(r.topics[0].partitions[0].error_code, 0);
         }
         for p in 0..3 {
-            use kafka_protocol::messages::produce_request::{
-                PartitionProduceData, TopicProduceData,
-            };
             let mut pc = connect(port_of(leaders[usize::try_from(p).expect("p")])).await;
             let value = format!("r{round}-p{p}");
-            let req = ProduceRequest::default()
-                .with_transactional_id(Some(TransactionalId(sb("rtx"))))
-                .with_acks(-1)
-                .with_timeout_ms(5000)
-                .with_topic_data(vec![
-                    TopicProduceData::default()
-                        .with_name(TopicName(sb("t")))
-                        .with_partition_data(vec![
-                            PartitionProduceData::default()
-                                .with_index(p)
-                                .with_records(Some(txn_batch(pid, epoch, round, &[&value]))),
-                        ]),
-                ]);
-            let r = pc.call(&req, 9).await.expect("produce");
-            assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+            let e = produce_txn(&mut pc, "rtx", (pid, epoch, round), p, &value).await;
+            assert_eq!(e, 0);
         }
-        let e = until_ok!("EndTxn", {
-            let r = tc
-                .call(
-                    &EndTxnRequest::default()
-                        .with_transactional_id(TransactionalId(sb("rtx")))
-                        .with_producer_id(ProducerId(pid))
-                        .with_producer_epoch(epoch)
-                        .with_committed(commit),
-                    3,
-                )
-                .await
-                .expect("end txn");
-            r.error_code
-        });
-        assert_eq!(e, 0);
+        end_txn(&mut tc, "rtx", (pid, epoch), commit, 3).await;
     }
 
     for (p, &leader) in leaders.iter().enumerate() {
@@ -392,16 +349,7 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
         );
     }
 
-    let gc = c
-        .call(
-            &FindCoordinatorRequest::default()
-                .with_key_type(0)
-                .with_key(sb("cg")),
-            2,
-        )
-        .await
-        .expect("find group coordinator");
-    let mut g = connect(u16::try_from(gc.port).expect("port")).await;
+    let mut g = coordinator(&mut c, 0, "cg").await;
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let mut last = (-2, -2);
     for _ in 0..100 {
@@ -439,8 +387,6 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
 /// nodes' partitions.
 #[tokio::test]
 async fn embedded_mode_serves_transaction_version_2() {
-    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
     let (_brokers, _dirs, ports) = start_cluster();
     let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
@@ -471,82 +417,18 @@ async fn embedded_mode_serves_transaction_version_2() {
         .iter()
         .map(|p| p.leader_id.0)
         .collect();
-    let fc = c
-        .call(
-            &FindCoordinatorRequest::default()
-                .with_key_type(1)
-                .with_key(sb("tv2")),
-            2,
-        )
-        .await
-        .expect("find coordinator");
-    assert_eq!(fc.error_code, 0);
-    let mut tc = connect(u16::try_from(fc.port).expect("port")).await;
-    let mut init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(sb("tv2"))))
-        .with_transaction_timeout_ms(30_000);
-    init.producer_id = ProducerId(-1);
-    init.producer_epoch = -1;
-    let mut got = (0, 0);
-    let e = until_ok!("InitProducerId", {
-        let r = tc.call(&init, 5).await.expect("init");
-        got = (r.producer_id.0, r.producer_epoch);
-        r.error_code
-    });
-    assert_eq!(e, 0);
-    let (pid, mut epoch) = got;
+    let mut tc = coordinator(&mut c, 1, "tv2").await;
+    let (pid, mut epoch) = init_producer(&mut tc, "tv2", 5).await;
 
     for (round, commit) in [(0, true), (1, false), (2, true)] {
-        let add = AddPartitionsToTxnRequest::default()
-            .with_v3_and_below_transactional_id(TransactionalId(sb("tv2")))
-            .with_v3_and_below_producer_id(ProducerId(pid))
-            .with_v3_and_below_producer_epoch(epoch)
-            .with_v3_and_below_topics(vec![
-                AddPartitionsToTxnTopic::default()
-                    .with_name(TopicName(sb("t")))
-                    .with_partitions(vec![0, 1, 2]),
-            ]);
-        let e = until_ok!("AddPartitionsToTxn", {
-            let r = tc.call(&add, 3).await.expect("add partitions");
-            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
-        });
-        assert_eq!(e, 0);
+        add_partitions(&mut tc, "tv2", (pid, epoch), vec![0, 1, 2]).await;
         for p in 0..3 {
             let mut pc = connect(port_of(leaders[usize::try_from(p).expect("p")])).await;
             let value = format!("r{round}-p{p}");
-            let req = ProduceRequest::default()
-                .with_transactional_id(Some(TransactionalId(sb("tv2"))))
-                .with_acks(-1)
-                .with_timeout_ms(5000)
-                .with_topic_data(vec![
-                    TopicProduceData::default()
-                        .with_name(TopicName(sb("t")))
-                        .with_partition_data(vec![
-                            PartitionProduceData::default()
-                                .with_index(p)
-                                .with_records(Some(txn_batch(pid, epoch, 0, &[&value]))),
-                        ]),
-                ]);
-            let r = pc.call(&req, 9).await.expect("produce");
-            assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+            let e = produce_txn(&mut pc, "tv2", (pid, epoch, 0), p, &value).await;
+            assert_eq!(e, 0);
         }
-        let mut answered = (0, 0);
-        let e = until_ok!("EndTxn", {
-            let r = tc
-                .call(
-                    &EndTxnRequest::default()
-                        .with_transactional_id(TransactionalId(sb("tv2")))
-                        .with_producer_id(ProducerId(pid))
-                        .with_producer_epoch(epoch)
-                        .with_committed(commit),
-                    5,
-                )
-                .await
-                .expect("end txn");
-            answered = (r.producer_id.0, r.producer_epoch);
-            r.error_code
-        });
-        assert_eq!(e, 0);
+        let answered = end_txn(&mut tc, "tv2", (pid, epoch), commit, 5).await;
         assert_eq!(answered, (pid, epoch + 1), "EndTxn v5 bumps the epoch");
         epoch += 1;
     }
@@ -603,66 +485,20 @@ async fn the_verifier_counts_its_calls_on_metrics() {
         "transaction.state.log.num.partitions=1".to_owned(),
     ]
     .to_vec();
-    let _broker = BrokerProcess::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")),
-        &args,
-        Duration::from_secs(30),
-    )
-    .expect("refbroker starts");
+    let _broker =
+        BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args);
     let page = scrape(metrics).await;
     assert_eq!(sample(&page, "refbroker_verification_calls_total"), 0);
     assert!(page.contains("process_cpu_seconds_total"), "{page}");
 
     let mut c = connect(port).await;
-    let mut init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(sb("m"))))
-        .with_transaction_timeout_ms(30_000);
-    init.producer_id = ProducerId(-1);
-    init.producer_epoch = -1;
-    let mut pid = (0, 0);
-    let e = until_ok!("InitProducerId", {
-        let r = c.call(&init, 4).await.expect("init");
-        pid = (r.producer_id.0, r.producer_epoch);
-        r.error_code
-    });
-    assert_eq!(e, 0);
-    let (pid, epoch) = pid;
-    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-    let add = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(TransactionalId(sb("m")))
-        .with_v3_and_below_producer_id(ProducerId(pid))
-        .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![
-            AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(sb("t")))
-                .with_partitions(vec![0]),
-        ]);
-    let e = until_ok!("AddPartitionsToTxn", {
-        let r = c.call(&add, 3).await.expect("add partitions");
-        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
-    });
-    assert_eq!(e, 0);
+    let (pid, epoch) = init_producer(&mut c, "m", 4).await;
+    add_partitions(&mut c, "m", (pid, epoch), vec![0]).await;
     // Partition 0 was added: verified. Partition 1 was not: refused (a TV1 produce, v9).
-    let produce = |partition: i32| {
-        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-        ProduceRequest::default()
-            .with_transactional_id(Some(TransactionalId(sb("m"))))
-            .with_acks(-1)
-            .with_timeout_ms(5000)
-            .with_topic_data(vec![
-                TopicProduceData::default()
-                    .with_name(TopicName(sb("t")))
-                    .with_partition_data(vec![
-                        PartitionProduceData::default()
-                            .with_index(partition)
-                            .with_records(Some(txn_batch(pid, epoch, 0, &["v"]))),
-                    ]),
-            ])
-    };
-    let r = c.call(&produce(0), 9).await.expect("produce");
-    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
-    let r = c.call(&produce(1), 9).await.expect("produce");
-    assert_ne!(r.responses[0].partition_responses[0].error_code, 0);
+    let e = produce_txn(&mut c, "m", (pid, epoch, 0), 0, "v").await;
+    assert_eq!(e, 0);
+    let e = produce_txn(&mut c, "m", (pid, epoch, 0), 1, "v").await;
+    assert_ne!(e, 0);
 
     let page = scrape(metrics).await;
     assert_eq!(

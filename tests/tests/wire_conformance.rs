@@ -5,15 +5,15 @@
 //! Error codes are Apache Kafka's for the same requests.
 
 mod e2e;
+#[path = "../../coordinator/tests/daemon_support/requests.rs"]
+mod requests;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
-use kafka_protocol::messages::{
-    self as km, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages as km;
+use requests::{add_errors, add_req_v3, end_req, init_req, s};
 use txn_tests::fault::client::Pool;
 
 const NONE: i16 = 0;
@@ -26,61 +26,6 @@ const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const PRODUCER_FENCED: i16 = 90;
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_owned())
-}
-
-fn init(id: Option<&str>, timeout_ms: i32) -> km::InitProducerIdRequest {
-    km::InitProducerIdRequest::default()
-        .with_transactional_id(id.map(|i| km::TransactionalId(s(i))))
-        .with_transaction_timeout_ms(timeout_ms)
-}
-
-fn add(id: &str, pid: i64, epoch: i16, parts: &[(&str, i32)]) -> km::AddPartitionsToTxnRequest {
-    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
-    for (t, p) in parts {
-        match topics.iter_mut().find(|x| x.name.0.as_str() == *t) {
-            Some(x) => x.partitions.push(*p),
-            None => topics.push(
-                AddPartitionsToTxnTopic::default()
-                    .with_name(km::TopicName(s(t)))
-                    .with_partitions(vec![*p]),
-            ),
-        }
-    }
-    km::AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(km::TransactionalId(s(id)))
-        .with_v3_and_below_producer_id(km::ProducerId(pid))
-        .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(topics)
-}
-
-fn errors(r: &km::AddPartitionsToTxnResponse) -> Vec<(String, i32, i16)> {
-    let mut v: Vec<_> = r
-        .results_by_topic_v3_and_below
-        .iter()
-        .flat_map(|t| {
-            t.results_by_partition.iter().map(move |p| {
-                (
-                    t.name.0.to_string(),
-                    p.partition_index,
-                    p.partition_error_code,
-                )
-            })
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-fn end(id: &str, pid: i64, epoch: i16, commit: bool) -> km::EndTxnRequest {
-    km::EndTxnRequest::default()
-        .with_transactional_id(km::TransactionalId(s(id)))
-        .with_producer_id(km::ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(commit)
-}
 
 /// The coordinator of `id` (FindCoordinator through the first broker), once it answers.
 async fn coordinator_of(cluster: &Cluster, id: &str) -> SocketAddr {
@@ -98,7 +43,7 @@ async fn coordinator_of(cluster: &Cluster, id: &str) -> SocketAddr {
 /// PROGRESS and NOT_COORDINATOR are retried, bounded).
 async fn init_ok(pool: &mut Pool, at: SocketAddr, id: &str, timeout_ms: i32) -> (i64, i16) {
     for _ in 0..300 {
-        let r = pool.call(at, &init(Some(id), timeout_ms), 4).await;
+        let r = pool.call(at, &init_req(Some(id), timeout_ms), 4).await;
         match r.map(|r| (r.error_code, r.producer_id.0, r.producer_epoch)) {
             Ok((0, pid, epoch)) => return (pid, epoch),
             Ok((14 | 15 | 16 | 51, ..)) | Err(_) => {
@@ -128,31 +73,31 @@ async fn error_paths_match_kafka(mode: Mode) {
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &init(Some(""), 1000), 1).await,
+        pool.call(at, &init_req(Some(""), 1000), 1).await,
     );
     assert_eq!(r.error_code, INVALID_REQUEST, "{mode:?}");
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &init(Some("x"), 100_001), 4).await,
+        pool.call(at, &init_req(Some("x"), 100_001), 4).await,
     );
     assert_eq!(r.error_code, INVALID_TRANSACTION_TIMEOUT, "{mode:?}");
     // EndTxn with nothing open: INVALID_TXN_STATE.
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &end("x", pid, epoch, true), 1).await,
+        pool.call(at, &end_req("x", pid, epoch, true), 1).await,
     );
     assert_eq!(r.error_code, INVALID_TXN_STATE, "{mode:?}");
     // Wrong epoch on AddPartitionsToTxn v0 (PRODUCER_FENCED mapped for old versions).
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &add("x", pid, epoch + 1, &[("t", 0)]), 0)
+        pool.call(at, &add_req_v3("x", pid, epoch + 1, &[("t", 0)]), 0)
             .await,
     );
     assert_eq!(
-        errors(&r),
+        add_errors(&r),
         [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
         "{mode:?}"
     );
@@ -160,11 +105,11 @@ async fn error_paths_match_kafka(mode: Mode) {
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &add("x", pid + 12345, epoch, &[("t", 0)]), 3)
+        pool.call(at, &add_req_v3("x", pid + 12345, epoch, &[("t", 0)]), 3)
             .await,
     );
     assert_eq!(
-        errors(&r),
+        add_errors(&r),
         [("t".into(), 0, INVALID_PRODUCER_ID_MAPPING)],
         "{mode:?}"
     );
@@ -175,13 +120,13 @@ async fn error_paths_match_kafka(mode: Mode) {
         &cluster,
         pool.call(
             at,
-            &add("x", pid, epoch, &[("t", 0), ("nope", 0), ("t", 7)]),
+            &add_req_v3("x", pid, epoch, &[("t", 0), ("nope", 0), ("t", 7)]),
             3,
         )
         .await,
     );
     assert_eq!(
-        errors(&r),
+        add_errors(&r),
         [
             ("nope".into(), 0, UNKNOWN_TOPIC_OR_PARTITION),
             ("t".into(), 0, OPERATION_NOT_ATTEMPTED),
@@ -192,7 +137,7 @@ async fn error_paths_match_kafka(mode: Mode) {
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &end("x", pid, epoch, false), 1).await,
+        pool.call(at, &end_req("x", pid, epoch, false), 1).await,
     );
     assert_eq!(
         r.error_code, INVALID_TXN_STATE,
@@ -213,16 +158,22 @@ async fn error_paths_match_kafka(mode: Mode) {
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &add("x", pid, epoch, &[("t", 0)]), 3).await,
+        pool.call(at, &add_req_v3("x", pid, epoch, &[("t", 0)]), 3)
+            .await,
     );
-    assert_eq!(errors(&r), [("t".into(), 0, PRODUCER_FENCED)], "{mode:?}");
+    assert_eq!(
+        add_errors(&r),
+        [("t".into(), 0, PRODUCER_FENCED)],
+        "{mode:?}"
+    );
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &add("x", pid, epoch, &[("t", 0)]), 1).await,
+        pool.call(at, &add_req_v3("x", pid, epoch, &[("t", 0)]), 1)
+            .await,
     );
     assert_eq!(
-        errors(&r),
+        add_errors(&r),
         [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
         "{mode:?}"
     );
@@ -230,13 +181,14 @@ async fn error_paths_match_kafka(mode: Mode) {
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &add("x", pid2, epoch2, &[("t", 0)]), 3).await,
+        pool.call(at, &add_req_v3("x", pid2, epoch2, &[("t", 0)]), 3)
+            .await,
     );
-    assert_eq!(errors(&r), [("t".into(), 0, NONE)], "{mode:?}");
+    assert_eq!(add_errors(&r), [("t".into(), 0, NONE)], "{mode:?}");
     let r = must(
         mode,
         &cluster,
-        pool.call(at, &end("x", pid2, epoch2, false), 5).await,
+        pool.call(at, &end_req("x", pid2, epoch2, false), 5).await,
     );
     assert_eq!(r.error_code, NONE, "{mode:?}");
     assert_eq!(

@@ -27,6 +27,8 @@
 //! - [`codec`]: the on-disk keys and envelope (docs/txn-log-format.md); the only bincode user.
 //! - `suite` (feature `testing`): the conformance suite for any `TxnLog`; no stability promise.
 //!   `SledTxnLog::fail_next_sync` (fsync fault injection) is also behind `testing`.
+//! - [`rng`]: the seeded generator the test side and the fuzz mutator draw from (so that a
+//!   printed seed replays a run); no stability promise.
 //! - [`sync`]: the loom facade.
 //!
 //! The binary `txn-log-crash-writer` is a test helper of `tests/sled.rs`, not a user tool.
@@ -43,6 +45,7 @@ mod log;
 pub mod mem;
 mod node_scoped;
 mod record;
+pub mod rng;
 pub mod security;
 #[cfg(feature = "sled")]
 pub mod sled_log;

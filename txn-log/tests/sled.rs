@@ -13,48 +13,20 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crash_record::expected_record;
 use txn_log::codec;
 use txn_log::mem::block_on;
+use txn_log::rng::Rng;
 use txn_log::suite::{assert_disjoint, join_all, record, tid};
 use txn_log::{
-    CoordinatorEpoch, LogEntry, LogError, LogPartition, ProducerEpoch, ProducerId, ProducerIdBlock,
-    SledConfig, SledTxnLog, SyncMode, TopicPartition, TxnLog, TxnRecord, TxnState,
+    CoordinatorEpoch, LogEntry, LogError, LogPartition, ProducerId, ProducerIdBlock, SledConfig,
+    SledTxnLog, SyncMode, TxnLog, TxnRecord, TxnState,
 };
 
+#[path = "../src/bin/crash_writer/record.rs"]
+mod crash_record;
+
 const P: LogPartition = LogPartition(0);
-
-/// Must match `expected_record` in `src/bin/txn-log-crash-writer.rs`.
-fn expected_record(pid: i64) -> TxnRecord {
-    TxnRecord {
-        producer_id: ProducerId(pid),
-        prev_producer_id: ProducerId(pid ^ 0x5555),
-        next_producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch(i16::try_from(pid % 30_000).unwrap_or(0)),
-        last_producer_epoch: ProducerEpoch::NONE,
-        session_producer_epoch: ProducerEpoch::NONE,
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 60_000,
-        state: TxnState::Ongoing,
-        partitions: (0..=i32::try_from(pid % 7).unwrap_or(0))
-            .map(|p| TopicPartition::new(format!("topic-{pid}"), p))
-            .collect(),
-        txn_start_ms: pid,
-        txn_last_update_ms: pid * 2,
-        client_txn_version: txn_log::TxnVersion::V2,
-    }
-}
-
-/// A small deterministic PRNG (xorshift64*), so a failing run can be replayed from its seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 /// What one child printed before it was killed.
 #[derive(Default)]
@@ -96,7 +68,7 @@ fn parse_child_output(lines: &[String], cycle: i64) -> ChildLog {
 fn acknowledged_writes_survive_sigkill_and_nothing_is_torn() {
     let seed = 0x7a3c_19e5_u64;
     eprintln!("crash test seed {seed:#x}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let writers = 4;
     let cycles = 30;
@@ -129,7 +101,7 @@ fn acknowledged_writes_survive_sigkill_and_nothing_is_torn() {
         first_rx
             .recv_timeout(Duration::from_secs(20))
             .expect("child did not start");
-        std::thread::sleep(Duration::from_millis(5 + rng.next() % 150));
+        std::thread::sleep(Duration::from_millis(5 + rng.next_u64() % 150));
         child.kill().unwrap(); // SIGKILL on Unix
         child.wait().unwrap();
         let lines = reader.join().unwrap();

@@ -579,6 +579,7 @@ mod tests {
         assert_eq!(check(&both, true), Ok(()));
         assert_eq!(check(&[on_id(AclOperation::All)], true), Ok(()));
         let denied_2pc = d
+            .family()
             .get_or_create(&DenialLabels {
                 api: "InitProducerId".into(),
                 operation: "TWO_PHASE_COMMIT".into(),

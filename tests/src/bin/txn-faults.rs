@@ -28,7 +28,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use txn_tests::fault::client::TxnVersion;
-use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions};
+use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions, daemon_bin_from_env};
 use txn_tests::fault::process::bin_path;
 use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run_on, seed_from_env};
 
@@ -121,8 +121,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         TxnVersion::Tv2
     };
-    let daemon_bin = std::env::var_os("TXN_COORDINATOR_BIN")
-        .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from);
+    let daemon_bin = daemon_bin_from_env();
     let mut seeds = Rng::new(seed);
     let (mut txns, mut faults) = (0usize, 0usize);
     let (mut markers, mut completes) = (0usize, 0usize);
@@ -165,13 +164,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     refbroker_bin: bin_path("refbroker"),
                     log_dir: log_dir.as_ref().map(|d| d.join(format!("round-{round}"))),
                 },
-                w3: Some(W3Options {
-                    transformers: 2,
-                    output_partitions: 3,
-                    abort_p: 0.1,
-                    restart_p: 0.05,
-                    crash_p: 0.05,
-                }),
+                w3: Some(W3Options::default()),
             },
             cluster.then(EtcdOptions::default),
         )

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::process::{Proc, Spec, free_port};
+use super::process::{Proc, Spec, bin_path, free_port};
 use super::proxy::FaultProxy;
 use crate::etcd::EtcdCluster;
 
@@ -92,6 +92,39 @@ pub struct ClusterOptions {
     /// it they go to `logs/` in the run's temporary root, kept only if the run is invalid
     /// ([`FaultCluster::keep_files`]).
     pub log_dir: Option<PathBuf>,
+}
+
+impl ClusterOptions {
+    /// `brokers` refbrokers (`refbroker_bin`) hosting `partitions` of `topic` and one daemon
+    /// with `txn_log_partitions` log partitions, the reaper every 500 ms, transaction version
+    /// 2; the daemon from `TXN_COORDINATOR_BIN` (else [`bin_path`]), the process logs in
+    /// `TXN_FAULT_LOG_DIR` when it is set.
+    pub fn from_env(
+        refbroker_bin: PathBuf,
+        brokers: usize,
+        topic: &str,
+        partitions: i32,
+        txn_log_partitions: u32,
+    ) -> Self {
+        Self {
+            brokers,
+            topic: topic.to_owned(),
+            partitions,
+            extra_topics: Vec::new(),
+            txn_log_partitions,
+            reaper_interval_ms: 500,
+            transaction_version: 2,
+            daemon_bin: daemon_bin_from_env(),
+            refbroker_bin,
+            log_dir: std::env::var_os("TXN_FAULT_LOG_DIR").map(PathBuf::from),
+        }
+    }
+}
+
+/// The daemon binary: `TXN_COORDINATOR_BIN`, else the workspace's (see [`bin_path`]).
+pub fn daemon_bin_from_env() -> PathBuf {
+    std::env::var_os("TXN_COORDINATOR_BIN")
+        .map_or_else(|| bin_path("txn-coordinator"), PathBuf::from)
 }
 
 /// A running fault cluster (every process killed on drop).

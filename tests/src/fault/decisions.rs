@@ -746,18 +746,7 @@ mod tests {
             ..Record::default()
         };
         h.decisions.topic = "fq".into();
-        h.decisions.logs.insert(
-            fq(0),
-            vec![
-                data(0, 7, "a"),
-                marker(1, 7, 1, true, T0 + 10),
-                data(2, 7, "c"),
-                marker(3, 7, 2, false, T0 + 30),
-            ],
-        );
-        h.decisions
-            .logs
-            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 1, true, T0 + 11)]);
+        logs(&mut h, 1, 2);
         h.decisions.transitions = vec![
             tr("t7", TxnState::PrepareCommit, 1, &[0, 1], T0 + 5),
             tr("t7", TxnState::CompleteCommit, 1, &[], T0 + 12),
@@ -771,6 +760,24 @@ mod tests {
             },
         ];
         h
+    }
+
+    /// The partition logs of `base`'s two transactions: "a" and "b" committed at
+    /// `commit_epoch` on partitions 0 and 1, "c" aborted at `abort_epoch` on partition 0.
+    fn logs(h: &mut Record, commit_epoch: i16, abort_epoch: i16) {
+        h.decisions.logs.insert(
+            fq(0),
+            vec![
+                data(0, 7, "a"),
+                marker(1, 7, commit_epoch, true, T0 + 10),
+                data(2, 7, "c"),
+                marker(3, 7, abort_epoch, false, T0 + 30),
+            ],
+        );
+        h.decisions.logs.insert(
+            fq(1),
+            vec![data(0, 7, "b"), marker(1, 7, commit_epoch, true, T0 + 11)],
+        );
     }
 
     fn count(found: &[(Anomaly, String)], a: Anomaly) -> usize {
@@ -810,18 +817,7 @@ mod tests {
             t.epoch = 0;
             t.txn_version = 1;
         }
-        h.decisions.logs.insert(
-            fq(0),
-            vec![
-                data(0, 7, "a"),
-                marker(1, 7, 0, true, T0 + 10),
-                data(2, 7, "c"),
-                marker(3, 7, 0, false, T0 + 30),
-            ],
-        );
-        h.decisions
-            .logs
-            .insert(fq(1), vec![data(0, 7, "b"), marker(1, 7, 0, true, T0 + 11)]);
+        logs(&mut h, 0, 0);
         let (found, n) = check(&h);
         assert!(found.is_empty(), "{found:?}");
         assert_eq!(n.completes, 2);

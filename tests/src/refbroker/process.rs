@@ -17,6 +17,13 @@ pub struct BrokerProcess {
 }
 
 impl BrokerProcess {
+    /// Runs the refbroker `bin` with `args` as `spawn` does, with 30 s to start; panics if it
+    /// does not.
+    pub fn start(bin: &Path, args: &[impl AsRef<str>]) -> Self {
+        let args: Vec<String> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+        Self::spawn(bin, &args, Duration::from_secs(30)).expect("refbroker starts")
+    }
+
     /// Runs `bin` with `args` (use `--listen 127.0.0.1:0` for a free port) and waits up to
     /// `startup` for the broker to report its address.
     pub fn spawn(bin: &Path, args: &[String], startup: Duration) -> anyhow::Result<Self> {

@@ -368,3 +368,44 @@ fn checker_flags_each_anomaly() {
             .contains("did not reach the end")
     );
 }
+
+/// What a producer's `commit` and `abort` events say its topic must hold.
+pub(crate) struct Outcomes {
+    /// For read_committed: committed records present, aborted ones absent.
+    pub(crate) committed: Expect,
+    /// For read_uncommitted: every record present.
+    pub(crate) all: Expect,
+    /// `C` or `A` per transaction ended, in order.
+    pub(crate) sequence: String,
+}
+
+impl Outcomes {
+    /// The outcomes of `events`, each transaction named by `txn` of its event.
+    pub(crate) fn of(events: &[Json], txn: impl Fn(&Json) -> String) -> Self {
+        let mut out = Self {
+            committed: Expect::default(),
+            all: Expect::default(),
+            sequence: String::new(),
+        };
+        for e in events {
+            let (must, letter) = match ev(e) {
+                "commit" => (Must::Present, 'C'),
+                "abort" => (Must::Absent, 'A'),
+                _ => continue,
+            };
+            let name = txn(e);
+            out.committed.add_txn(&name, &values(e, "values"), must);
+            out.all.add_txn(&name, &values(e, "values"), Must::Present);
+            out.sequence.push(letter);
+        }
+        out
+    }
+}
+
+/// Adds the transaction of a producer stream's event `e` to `expect` as `must`, named by the
+/// event and its first value (`commit-<value>`).
+pub(crate) fn add_stream_txn(expect: &mut Expect, e: &Json, must: Must) {
+    let vals = values(e, "values");
+    let txn = format!("{}-{}", ev(e), vals[0].1);
+    expect.add_txn(&txn, &vals, must);
+}

@@ -416,82 +416,24 @@ impl Cluster {
         let broker_addrs: Vec<SocketAddr> =
             ports[..spec.brokers].iter().map(|p| addr(*p)).collect();
         let daemon_addr = addr(ports[spec.brokers]);
-        let cluster_arg = broker_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
         let mut daemon = None;
         if spec.mode == Mode::Standalone {
-            let data = dir.path().join("daemon-data");
-            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-            let mut args = vec![
-                "serve".to_owned(),
-                "--listen".to_owned(),
-                daemon_addr.to_string(),
-                "--data-dir".to_owned(),
-                data.display().to_string(),
-                "--bootstrap-servers".to_owned(),
-                broker_addrs
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ];
-            for kv in &spec.settings {
-                args.push("--set".to_owned());
-                args.push(kv.clone());
-            }
-            daemon = Some(Server::new(
+            daemon = Some(daemon_server(
                 "daemon",
-                daemon_bin(),
-                args,
+                dir.path(),
                 daemon_addr,
-                dir.path(),
-            ));
+                &broker_addrs,
+                &[],
+                &spec.settings,
+            )?);
         }
-        let mut brokers = Vec::new();
-        for (i, a) in broker_addrs.iter().enumerate() {
-            let data = dir.path().join(format!("broker{}-data", i + 1));
-            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-            let mut args = vec![
-                "--listen".to_owned(),
-                a.to_string(),
-                "--data-dir".to_owned(),
-                data.display().to_string(),
-                "--topics".to_owned(),
-                spec.topics.join(","),
-                "--node-id".to_owned(),
-                (i + 1).to_string(),
-                "--cluster".to_owned(),
-                cluster_arg.clone(),
-            ];
-            match spec.mode {
-                Mode::Embedded => {
-                    args.push("--embedded-coordinator".to_owned());
-                    for kv in &spec.settings {
-                        args.push("--set".to_owned());
-                        args.push(kv.clone());
-                    }
-                }
-                Mode::Standalone => {
-                    args.push("--coordinator".to_owned());
-                    args.push(daemon_addr.to_string());
-                }
-            }
-            for kv in &spec.broker_settings {
-                args.push("--set".to_owned());
-                args.push(kv.clone());
-            }
-            brokers.push(Server::new(
-                &format!("broker{}", i + 1),
-                refbroker_bin(),
-                args,
-                *a,
-                dir.path(),
-            ));
-        }
+        let brokers = refbroker_servers(
+            spec,
+            dir.path(),
+            &broker_addrs,
+            &spec.settings,
+            &daemon_addr.to_string(),
+        )?;
         let mut cluster = Self {
             spec: spec.clone(),
             brokers,
@@ -548,88 +490,25 @@ impl Cluster {
             settings.push(format!("etcd.lease.ttl.ms={ETCD_LEASE_MS}"));
         }
         settings.extend(spec.settings.iter().cloned());
-        let join = |addrs: &[SocketAddr]| {
-            addrs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
         let mut daemons = Vec::new();
         for (i, a) in daemon_addrs.iter().enumerate() {
             let node = ETCD_DAEMON_NODE_ID + i;
-            let data = dir.path().join(format!("daemon-{node}-data"));
-            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-            let mut args = vec![
-                "serve".to_owned(),
-                "--listen".to_owned(),
-                a.to_string(),
-                "--node-id".to_owned(),
-                node.to_string(),
-                "--data-dir".to_owned(),
-                data.display().to_string(),
-                "--bootstrap-servers".to_owned(),
-                join(&broker_addrs),
-            ];
-            for kv in &settings {
-                args.push("--set".to_owned());
-                args.push(kv.clone());
-            }
-            daemons.push(Server::new(
+            daemons.push(daemon_server(
                 &format!("daemon-{node}"),
-                daemon_bin(),
-                args,
-                *a,
                 dir.path(),
-            ));
-        }
-        let cluster_arg = broker_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut brokers = Vec::new();
-        for (i, a) in broker_addrs.iter().enumerate() {
-            let data = dir.path().join(format!("broker{}-data", i + 1));
-            std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-            let mut args = vec![
-                "--listen".to_owned(),
-                a.to_string(),
-                "--data-dir".to_owned(),
-                data.display().to_string(),
-                "--topics".to_owned(),
-                spec.topics.join(","),
-                "--node-id".to_owned(),
-                (i + 1).to_string(),
-                "--cluster".to_owned(),
-                cluster_arg.clone(),
-            ];
-            match spec.mode {
-                Mode::Embedded => {
-                    args.push("--embedded-coordinator".to_owned());
-                    for kv in &settings {
-                        args.push("--set".to_owned());
-                        args.push(kv.clone());
-                    }
-                }
-                Mode::Standalone => {
-                    args.push("--coordinator".to_owned());
-                    args.push(join(&daemon_addrs));
-                }
-            }
-            for kv in &spec.broker_settings {
-                args.push("--set".to_owned());
-                args.push(kv.clone());
-            }
-            brokers.push(Server::new(
-                &format!("broker{}", i + 1),
-                refbroker_bin(),
-                args,
                 *a,
-                dir.path(),
-            ));
+                &broker_addrs,
+                &["--node-id".to_owned(), node.to_string()],
+                &settings,
+            )?);
         }
+        let brokers = refbroker_servers(
+            spec,
+            dir.path(),
+            &broker_addrs,
+            &settings,
+            &join_addrs(&daemon_addrs),
+        )?;
         let mut cluster = Self {
             spec: spec.clone(),
             brokers,
@@ -821,6 +700,104 @@ impl Drop for Cluster {
     }
 }
 
+/// `a,b,c` from addresses.
+fn join_addrs(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A `txn-coordinator serve` named `name` on `addr` for `brokers`, its data in
+/// `dir/<name>-data`, with `extra` arguments and each of `settings` as `--set`.
+fn daemon_server(
+    name: &str,
+    dir: &Path,
+    addr: SocketAddr,
+    brokers: &[SocketAddr],
+    extra: &[String],
+    settings: &[String],
+) -> Result<Server, String> {
+    let data = dir.join(format!("{name}-data"));
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    let mut args = vec![
+        "serve".to_owned(),
+        "--listen".to_owned(),
+        addr.to_string(),
+        "--data-dir".to_owned(),
+        data.display().to_string(),
+        "--bootstrap-servers".to_owned(),
+        join_addrs(brokers),
+    ];
+    args.extend(extra.iter().cloned());
+    for kv in settings {
+        args.push("--set".to_owned());
+        args.push(kv.clone());
+    }
+    Ok(Server::new(name, daemon_bin(), args, addr, dir))
+}
+
+/// The refbrokers of `spec` on `addrs` (node ids from 1), their data in `dir/broker<N>-data`:
+/// embedded, each coordinator with `settings`; standalone, using the daemons at
+/// `coordinators` (`host:port[,...]`).
+fn refbroker_servers(
+    spec: &ClusterSpec,
+    dir: &Path,
+    addrs: &[SocketAddr],
+    settings: &[String],
+    coordinators: &str,
+) -> Result<Vec<Server>, String> {
+    let cluster_arg = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut brokers = Vec::new();
+    for (i, a) in addrs.iter().enumerate() {
+        let data = dir.join(format!("broker{}-data", i + 1));
+        std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+        let mut args = vec![
+            "--listen".to_owned(),
+            a.to_string(),
+            "--data-dir".to_owned(),
+            data.display().to_string(),
+            "--topics".to_owned(),
+            spec.topics.join(","),
+            "--node-id".to_owned(),
+            (i + 1).to_string(),
+            "--cluster".to_owned(),
+            cluster_arg.clone(),
+        ];
+        match spec.mode {
+            Mode::Embedded => {
+                args.push("--embedded-coordinator".to_owned());
+                for kv in settings {
+                    args.push("--set".to_owned());
+                    args.push(kv.clone());
+                }
+            }
+            Mode::Standalone => {
+                args.push("--coordinator".to_owned());
+                args.push(coordinators.to_owned());
+            }
+        }
+        for kv in &spec.broker_settings {
+            args.push("--set".to_owned());
+            args.push(kv.clone());
+        }
+        brokers.push(Server::new(
+            &format!("broker{}", i + 1),
+            refbroker_bin(),
+            args,
+            *a,
+            dir,
+        ));
+    }
+    Ok(brokers)
+}
+
 /// FindCoordinator v1 (key_type 1) against `broker`: the coordinator's address.
 pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAddr, String> {
     let mut s =
@@ -918,15 +895,8 @@ impl Client {
     /// with Kafka's jars on `classpath`; stderr goes to a file in `dir`.
     pub(crate) fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
         compat::used("java");
-        let mut cmd = Command::new("java");
-        cmd.args([
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-            classpath,
-        ])
-        .arg(java_dir().join("TxnClient.java"))
-        .args(args);
+        let mut cmd = txn_tests::kafka_tool::java(classpath);
+        cmd.arg(java_dir().join("TxnClient.java")).args(args);
         Self::spawn_command(dir, name, cmd)
     }
 
@@ -1101,34 +1071,84 @@ pub(crate) fn args(pairs: &[(&str, &str)]) -> Vec<String> {
     out
 }
 
-/// Reads `topic`'s `partitions` from the beginning with `script`'s `consume` at `isolation`
-/// until every partition is at its end and at least `min` records were read (bounded).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn read_topic(
-    python: &Path,
-    dir: &Path,
-    script: &str,
-    bootstrap: &str,
-    topic: &str,
-    partitions: &str,
-    isolation: &str,
-    min: usize,
-) -> checks::ReadResult {
-    let events = run(
-        python,
-        dir,
-        isolation,
-        script,
-        &args(&[
-            ("consume", ""),
-            ("--bootstrap", bootstrap),
-            ("--topic", topic),
-            ("--partitions", partitions),
-            ("--isolation", isolation),
-            ("--min-records", &min.to_string()),
-            ("--deadline", "30"),
-        ]),
-        Duration::from_secs(60),
-    );
-    checks::ReadResult::from_events(&events)
+/// One topic's partitions as a scenario reads them back with a client script.
+pub(crate) struct TopicReader<'a> {
+    python: &'a Path,
+    dir: &'a Path,
+    script: &'a str,
+    bootstrap: &'a str,
+    topic: &'a str,
+    partitions: &'a str,
 }
+
+impl<'a> TopicReader<'a> {
+    /// `topic`'s `partitions` on the cluster at `bootstrap`, read with `script`.
+    pub(crate) fn new(
+        python: &'a Path,
+        dir: &'a Path,
+        script: &'a str,
+        bootstrap: &'a str,
+        topic: &'a str,
+        partitions: &'a str,
+    ) -> Self {
+        Self {
+            python,
+            dir,
+            script,
+            bootstrap,
+            topic,
+            partitions,
+        }
+    }
+
+    /// Reads the partitions from the beginning with the script's `consume` at `isolation`
+    /// until every partition is at its end and at least `min` records were read (bounded).
+    pub(crate) fn read(&self, isolation: &str, min: usize) -> checks::ReadResult {
+        let events = run(
+            self.python,
+            self.dir,
+            isolation,
+            self.script,
+            &args(&[
+                ("consume", ""),
+                ("--bootstrap", self.bootstrap),
+                ("--topic", self.topic),
+                ("--partitions", self.partitions),
+                ("--isolation", isolation),
+                ("--min-records", &min.to_string()),
+                ("--deadline", "30"),
+            ]),
+            Duration::from_secs(60),
+        );
+        checks::ReadResult::from_events(&events)
+    }
+
+    /// Reads at `isolation` (as `read`, for `expect`'s present records) and asserts the read
+    /// holds to `expect`, reported as `what`; returns the read.
+    pub(crate) fn assert_reads(
+        &self,
+        isolation: &str,
+        what: &str,
+        expect: &checks::Expect,
+    ) -> checks::ReadResult {
+        let read = self.read(isolation, expect.present());
+        checks::assert_clean(&expect.check(what, &read), &read);
+        read
+    }
+}
+
+/// The `#[test]` cases of a scenario file, each `name: Mode, "script";` calling the file's
+/// `scenario(Mode, &str)`.
+#[allow(unused_macros)] // not every scenario file has the matrix
+macro_rules! scenario_tests {
+    ($($name:ident: $mode:ident, $script:literal;)+) => {
+        $(
+            #[test]
+            fn $name() {
+                scenario($crate::e2e::Mode::$mode, $script);
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use scenario_tests;
