@@ -14,7 +14,8 @@
 //!   sharing a log in a three-member etcd cluster, behind one `refbroker --coordinator
 //!   H:P1,H:P2`; the daemons probe each other over TLS on their SASL_SSL listeners; the ACLs
 //!   and the SCRAM credentials are written once into etcd with `txn-coordinator acl add` and
-//!   `scram add`, and `dump-log` reads the log from etcd).
+//!   `scram add`, each daemon logs mallory in and refuses its InitProducerId when asked
+//!   directly, and `dump-log` reads the log from etcd).
 //! - `mtls_principal_is_the_subject`: an SSL listener requiring client certificates; the
 //!   principal is `User:CN=carol,O=example`, the subject of the client's certificate, and the
 //!   ACLs are granted to it.
@@ -489,6 +490,44 @@ fn secured_daemon_keys(pki: &Pki, port: u16) -> Vec<String> {
     keys
 }
 
+/// InitProducerId for `txn_id` sent straight to the daemon at `127.0.0.1:port` over SASL_SSL
+/// as `user` (SCRAM-SHA-512): the error code (the authorization check comes before the
+/// ownership one, so any member answers it).
+fn init_at_daemon(pki: &Pki, port: u16, user: &str, txn_id: &str) -> i16 {
+    use coordinator::server::outgoing::ClientSecurity;
+    use kafka_protocol::messages::{InitProducerIdRequest, ProducerId, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+    let keys = scram_outgoing("", pki, user);
+    let client = ClientSecurity::from_keys("", |k| {
+        keys.iter()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('=').map(str::to_owned))
+    })
+    .expect("client settings");
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+            txn_id.to_owned(),
+        ))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let mut conn = client
+                .connector()
+                .connect("127.0.0.1", port, "refbroker-security-test")
+                .await
+                .expect("SASL_SSL login to the daemon");
+            tokio::time::timeout(Duration::from_secs(10), conn.call(&req, 4))
+                .await
+                .expect("answered in time")
+                .expect("answered")
+                .error_code
+        })
+}
+
 fn sasl_ssl_scram(setup: Setup) {
     let test = format!("sasl_ssl_scram_{}", setup.tag());
     let Some(python) = e2e::python_or_skip(&test) else {
@@ -515,6 +554,7 @@ fn sasl_ssl_scram(setup: Setup) {
     ];
     let mut extra = Vec::new();
     let mut daemons = Vec::new();
+    let mut daemon_ports = Vec::new();
     // Kept (with its data) until the log is dumped at the end.
     let mut etcd = None;
     let log_store = match setup {
@@ -573,6 +613,7 @@ fn sasl_ssl_scram(setup: Setup) {
                 a.extend(sets(&keys));
                 daemons.push(Daemon::start(&a, &dir.join(format!("daemon-{node}.log"))));
                 coordinators.push(format!("127.0.0.1:{dport}"));
+                daemon_ports.push(dport);
             }
             extra.extend(["--coordinator".to_owned(), coordinators.join(",")]);
             store
@@ -606,6 +647,17 @@ fn sasl_ssl_scram(setup: Setup) {
         &scram_client(&pki, "mallory"),
         "secured",
     );
+
+    // Each daemon on etcd logs mallory in with the credential stored in etcd and refuses its
+    // InitProducerId itself (the client above may have been stopped by the broker's own check
+    // of FindCoordinator first).
+    for &dport in &daemon_ports {
+        assert_eq!(
+            init_at_daemon(&pki, dport, "mallory", "sec-m"),
+            53,
+            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED from the daemon at {dport}"
+        );
+    }
 
     // Nothing of mallory's id in the transaction log; alice's is there.
     broker.kill();
