@@ -8,9 +8,14 @@
 //!   TRANSACTIONAL_ID_AUTHORIZATION_FAILED from `init_transactions` and leaves nothing in the
 //!   transaction log (`txn-coordinator dump-log` after the run), and reads nothing of the
 //!   topic (TOPIC_AUTHORIZATION_FAILED). Embedded
-//!   (`--embedded-coordinator`) and standalone (a daemon with a SASL_SSL listener only: the
+//!   (`--embedded-coordinator`), standalone (a daemon with a SASL_SSL listener only: the
 //!   broker reaches it as `User:refbroker` with the `coordinator.*` keys, the daemon reaches
-//!   the broker as `User:daemon` with the `broker.*` keys).
+//!   the broker as `User:daemon` with the `broker.*` keys), and on etcd (two such daemons
+//!   sharing a log in a three-member etcd cluster, behind one `refbroker --coordinator
+//!   H:P1,H:P2`; the daemons probe each other over TLS on their SASL_SSL listeners; the ACLs
+//!   and the SCRAM credentials are written once into etcd with `txn-coordinator acl add` and
+//!   `scram add`, each daemon logs mallory in and refuses its InitProducerId when asked
+//!   directly, and `dump-log` reads the log from etcd).
 //! - `mtls_principal_is_the_subject`: an SSL listener requiring client certificates; the
 //!   principal is `User:CN=carol,O=example`, the subject of the client's certificate, and the
 //!   ACLs are granted to it.
@@ -22,7 +27,7 @@
 //!   after a restart.
 //!
 //! ACLs are written before the start with `txn-coordinator acl add` into the log backends
-//! (the broker's `<data-dir>/txn-log`, the daemon's data directory). Certificates are made
+//! (the broker's `<data-dir>/txn-log`, the daemon's data directory, etcd). Certificates are made
 //! with rcgen. Needs `TXN_TEST_PYTHON` (and `TXN_TEST_KAFKA_CLASSPATH` for Java); without them
 //! the tests say they skipped.
 
@@ -34,8 +39,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e::json::Json;
-use e2e::{Client, Mode, args, daemon_bin, free_port, refbroker_bin};
+use e2e::{Client, args, daemon_bin, free_port, refbroker_bin};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use txn_tests::etcd::EtcdCluster;
 use txn_tests::refbroker::process::BrokerProcess;
 
 const AUTHORIZER: &str =
@@ -94,14 +100,21 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// `txn-coordinator acl add` (ALLOW) into the sled log in `data_dir`.
-fn acl(data_dir: &Path, principal: &str, resource: (&str, &str, &str), operation: &str) {
+/// The arguments of an offline command (`acl add`, `scram add`, `dump-log`) naming the sled
+/// log in `data_dir`.
+fn sled(data_dir: &Path) -> Vec<String> {
+    vec!["--data-dir".to_owned(), path(data_dir).to_owned()]
+}
+
+/// `txn-coordinator acl add` (ALLOW) into the log backend `store` names (`sled`, or the
+/// `--set` keys of a log in etcd).
+fn acl(store: &[String], principal: &str, resource: (&str, &str, &str), operation: &str) {
     let (rtype, name, pattern) = resource;
     let out = Command::new(daemon_bin())
         .args(["acl", "add", "--principal", principal])
         .args(["--resource-type", rtype, "--resource-name", name])
         .args(["--pattern-type", pattern, "--operation", operation])
-        .args(["--data-dir", path(data_dir)])
+        .args(store)
         .output()
         .expect("txn-coordinator acl add");
     assert!(
@@ -113,23 +126,49 @@ fn acl(data_dir: &Path, principal: &str, resource: (&str, &str, &str), operation
 
 /// The ACLs a transactional producer and a reader need: WRITE on the ids starting with
 /// `ids`, WRITE and READ on `topic`, READ on the groups starting with `groups`.
-fn grant_transactions(data_dir: &Path, principal: &str, ids: &str, topic: &str, groups: &str) {
+fn grant_transactions(store: &[String], principal: &str, ids: &str, topic: &str, groups: &str) {
     acl(
-        data_dir,
+        store,
         principal,
         ("TransactionalId", ids, "prefixed"),
         "Write",
     );
-    acl(data_dir, principal, ("Topic", topic, "prefixed"), "Write");
-    acl(data_dir, principal, ("Topic", topic, "prefixed"), "Read");
-    acl(data_dir, principal, ("Group", groups, "prefixed"), "Read");
+    acl(store, principal, ("Topic", topic, "prefixed"), "Write");
+    acl(store, principal, ("Topic", topic, "prefixed"), "Read");
+    acl(store, principal, ("Group", groups, "prefixed"), "Read");
 }
 
-/// The transaction records of the sled log in `data_dir` (`dump-log --json`, no process on
-/// it).
-fn dump_log(data_dir: &Path) -> String {
+/// `txn-coordinator scram add` of `user` (SCRAM-SHA-512, password `<user>-secret`) into the
+/// log backend `store` names; the password file goes in `dir`.
+fn scram_add(store: &[String], dir: &Path, user: &str) {
+    let file = dir.join(format!("{user}.password"));
+    std::fs::write(&file, format!("{user}-secret\n")).expect("write");
     let out = Command::new(daemon_bin())
-        .args(["dump-log", "--json", "--data-dir", path(data_dir)])
+        .args([
+            "scram",
+            "add",
+            "--user",
+            user,
+            "--mechanism",
+            "SCRAM-SHA-512",
+        ])
+        .args(["--password-file", path(&file)])
+        .args(store)
+        .output()
+        .expect("txn-coordinator scram add");
+    assert!(
+        out.status.success(),
+        "scram add {user}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The transaction records of the log backend `store` names (`dump-log --json`; no process
+/// on a sled log).
+fn dump_log(store: &[String]) -> String {
+    let out = Command::new(daemon_bin())
+        .args(["dump-log", "--json"])
+        .args(store)
         .output()
         .expect("txn-coordinator dump-log");
     assert!(
@@ -405,8 +444,92 @@ fn denied_read(python: &Path, dir: &Path, bootstrap: &str, client: &[String], to
     );
 }
 
-fn sasl_ssl_scram(mode: Mode) {
-    let test = format!("sasl_ssl_scram_{}", mode.tag());
+/// Where the coordinator of `sasl_ssl_scram` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// In the broker (`--embedded-coordinator`), its log in the broker's data directory.
+    Embedded,
+    /// One daemon with a sled log.
+    Standalone,
+    /// Two daemons sharing a log in a three-member etcd cluster.
+    OnEtcd,
+}
+
+impl Setup {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Embedded => "embedded",
+            Self::Standalone => "standalone",
+            Self::OnEtcd => "on_etcd",
+        }
+    }
+}
+
+/// A three-member etcd cluster (bounded start).
+fn etcd_cluster() -> EtcdCluster {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(EtcdCluster::start(3))
+        .expect("etcd cluster")
+}
+
+/// The keys of a daemon whose only listener is SASL_SSL (SCRAM-SHA-512) at `port`, with the
+/// authorizer, `User:refbroker` as super user, and the `broker.*` keys of its login to the
+/// broker as `User:daemon`.
+fn secured_daemon_keys(pki: &Pki, port: u16) -> Vec<String> {
+    let mut keys = vec![
+        format!("listeners=SASL_SSL://127.0.0.1:{port}"),
+        format!("ssl.keystore.location={}", path(&pki.keystore)),
+        "sasl.enabled.mechanisms=SCRAM-SHA-512".to_owned(),
+        AUTHORIZER.to_owned(),
+        "super.users=User:refbroker".to_owned(),
+    ];
+    keys.extend(scram_outgoing("broker.", pki, "daemon"));
+    keys
+}
+
+/// InitProducerId for `txn_id` sent straight to the daemon at `127.0.0.1:port` over SASL_SSL
+/// as `user` (SCRAM-SHA-512): the error code (the authorization check comes before the
+/// ownership one, so any member answers it).
+fn init_at_daemon(pki: &Pki, port: u16, user: &str, txn_id: &str) -> i16 {
+    use coordinator::server::outgoing::ClientSecurity;
+    use kafka_protocol::messages::{InitProducerIdRequest, ProducerId, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+    let keys = scram_outgoing("", pki, user);
+    let client = ClientSecurity::from_keys("", |k| {
+        keys.iter()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('=').map(str::to_owned))
+    })
+    .expect("client settings");
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+            txn_id.to_owned(),
+        ))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let mut conn = client
+                .connector()
+                .connect("127.0.0.1", port, "refbroker-security-test")
+                .await
+                .expect("SASL_SSL login to the daemon");
+            tokio::time::timeout(Duration::from_secs(10), conn.call(&req, 4))
+                .await
+                .expect("answered in time")
+                .expect("answered")
+                .error_code
+        })
+}
+
+fn sasl_ssl_scram(setup: Setup) {
+    let test = format!("sasl_ssl_scram_{}", setup.tag());
     let Some(python) = e2e::python_or_skip(&test) else {
         return;
     };
@@ -414,7 +537,7 @@ fn sasl_ssl_scram(mode: Mode) {
     let dir = tmp.path();
     let pki = pki(dir);
     let (rb_data, d_data) = (dir.join("rb"), dir.join("daemon"));
-    let rb_log = rb_data.join("txn-log");
+    let rb_log = sled(&rb_data.join("txn-log"));
     grant_transactions(&rb_log, "User:alice", "sec-", "secured", "sec-");
     // mallory may use one group, nothing else: its reads then meet the topic's check.
     let mallory_group = ("Group", "sec-denied", "literal");
@@ -430,33 +553,74 @@ fn sasl_ssl_scram(mode: Mode) {
         "super.users=User:daemon".to_owned(),
     ];
     let mut extra = Vec::new();
-    let mut daemon = None;
-    match mode {
-        Mode::Embedded => extra.push("--embedded-coordinator".to_owned()),
-        Mode::Standalone => {
-            grant_transactions(&d_data, "User:alice", "sec-", "secured", "sec-");
-            acl(&d_data, "User:mallory", mallory_group, "Read");
-            let dport = free_port();
-            let mut keys = vec![
-                format!("listeners=SASL_SSL://127.0.0.1:{dport}"),
-                format!("ssl.keystore.location={}", path(&pki.keystore)),
-                "sasl.enabled.mechanisms=SCRAM-SHA-512".to_owned(),
-                scram_credentials(&["alice", "mallory", "refbroker"]),
-                AUTHORIZER.to_owned(),
-                "super.users=User:refbroker".to_owned(),
-            ];
-            keys.extend(scram_outgoing("broker.", &pki, "daemon"));
-            let mut a = vec![
-                "--data-dir".to_owned(),
-                path(&d_data).to_owned(),
-                "--bootstrap-servers".to_owned(),
-                bootstrap.clone(),
-            ];
-            a.extend(sets(&keys));
-            daemon = Some(Daemon::start(&a, &dir.join("daemon.log")));
-            extra.extend(["--coordinator".to_owned(), format!("127.0.0.1:{dport}")]);
-            broker_keys.extend(scram_outgoing("coordinator.", &pki, "refbroker"));
+    let mut daemons = Vec::new();
+    let mut daemon_ports = Vec::new();
+    // Kept (with its data) until the log is dumped at the end.
+    let mut etcd = None;
+    let log_store = match setup {
+        Setup::Embedded => {
+            extra.push("--embedded-coordinator".to_owned());
+            rb_log.clone()
         }
+        Setup::Standalone => {
+            let store = sled(&d_data);
+            grant_transactions(&store, "User:alice", "sec-", "secured", "sec-");
+            acl(&store, "User:mallory", mallory_group, "Read");
+            let dport = free_port();
+            let mut keys = secured_daemon_keys(&pki, dport);
+            keys.push(scram_credentials(&["alice", "mallory", "refbroker"]));
+            let mut a = store.clone();
+            a.extend(["--bootstrap-servers".to_owned(), bootstrap.clone()]);
+            a.extend(sets(&keys));
+            daemons.push(Daemon::start(&a, &dir.join("daemon.log")));
+            extra.extend(["--coordinator".to_owned(), format!("127.0.0.1:{dport}")]);
+            store
+        }
+        Setup::OnEtcd => {
+            // The ACLs and the SCRAM credentials are written once, offline, into etcd, where
+            // both daemons read them.
+            let cluster = etcd_cluster();
+            let log_keys = vec![
+                "txn.log.backend=etcd".to_owned(),
+                format!("etcd.endpoints={}", cluster.endpoints_arg()),
+                "etcd.key.prefix=/sasl-ssl-scram".to_owned(),
+                "etcd.lease.ttl.ms=2000".to_owned(),
+                "transaction.state.log.num.partitions=8".to_owned(),
+            ];
+            etcd = Some(cluster);
+            let store = sets(&log_keys);
+            grant_transactions(&store, "User:alice", "sec-", "secured", "sec-");
+            acl(&store, "User:mallory", mallory_group, "Read");
+            for user in ["alice", "mallory", "refbroker"] {
+                scram_add(&store, dir, user);
+            }
+            let mut coordinators = Vec::new();
+            for node in [1001, 1002] {
+                let dport = free_port();
+                let mut keys = log_keys.clone();
+                keys.extend(secured_daemon_keys(&pki, dport));
+                // The inter-broker listener runs TLS: the probes of the other member check its
+                // certificate against this.
+                keys.push(format!("ssl.truststore.location={}", path(&pki.ca)));
+                let mut a = vec![
+                    "--node-id".to_owned(),
+                    node.to_string(),
+                    "--data-dir".to_owned(),
+                    path(&dir.join(format!("daemon-{node}"))).to_owned(),
+                    "--bootstrap-servers".to_owned(),
+                    bootstrap.clone(),
+                ];
+                a.extend(sets(&keys));
+                daemons.push(Daemon::start(&a, &dir.join(format!("daemon-{node}.log"))));
+                coordinators.push(format!("127.0.0.1:{dport}"));
+                daemon_ports.push(dport);
+            }
+            extra.extend(["--coordinator".to_owned(), coordinators.join(",")]);
+            store
+        }
+    };
+    if setup != Setup::Embedded {
+        broker_keys.extend(scram_outgoing("coordinator.", &pki, "refbroker"));
     }
     extra.extend(sets(&broker_keys));
     let mut broker = refbroker(&rb_data, "secured:2", &extra);
@@ -484,28 +648,41 @@ fn sasl_ssl_scram(mode: Mode) {
         "secured",
     );
 
+    // Each daemon on etcd logs mallory in with the credential stored in etcd and refuses its
+    // InitProducerId itself (the client above may have been stopped by the broker's own check
+    // of FindCoordinator first).
+    for &dport in &daemon_ports {
+        assert_eq!(
+            init_at_daemon(&pki, dport, "mallory", "sec-m"),
+            53,
+            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED from the daemon at {dport}"
+        );
+    }
+
     // Nothing of mallory's id in the transaction log; alice's is there.
     broker.kill();
-    let log_dir = match daemon.take() {
-        Some(d) => {
-            d.kill();
-            d_data
-        }
-        None => rb_log,
-    };
-    let dumped = dump_log(&log_dir);
+    for d in daemons {
+        d.kill();
+    }
+    let dumped = dump_log(&log_store);
     assert!(dumped.contains("\"sec-a\""), "{dumped}");
     assert!(!dumped.contains("sec-m"), "{dumped}");
+    drop(etcd);
 }
 
 #[test]
 fn sasl_ssl_scram_embedded() {
-    sasl_ssl_scram(Mode::Embedded);
+    sasl_ssl_scram(Setup::Embedded);
 }
 
 #[test]
 fn sasl_ssl_scram_standalone() {
-    sasl_ssl_scram(Mode::Standalone);
+    sasl_ssl_scram(Setup::Standalone);
+}
+
+#[test]
+fn sasl_ssl_scram_on_etcd() {
+    sasl_ssl_scram(Setup::OnEtcd);
 }
 
 #[test]
@@ -518,7 +695,7 @@ fn mtls_principal_is_the_subject() {
     let pki = pki(dir);
     let rb_data = dir.join("rb");
     grant_transactions(
-        &rb_data.join("txn-log"),
+        &sled(&rb_data.join("txn-log")),
         "User:CN=carol,O=example",
         "mtls-",
         "certs",
@@ -557,7 +734,7 @@ fn java_sasl_ssl_plain() {
     let dir = tmp.path();
     let pki = pki(dir);
     let rb_data = dir.join("rb");
-    let rb_log = rb_data.join("txn-log");
+    let rb_log = sled(&rb_data.join("txn-log"));
     grant_transactions(&rb_log, "User:bob", "j-", "j", "j-");
     let port = free_port();
     let bootstrap = format!("127.0.0.1:{port}");
@@ -729,7 +906,7 @@ async fn acls_created_through_the_broker_apply_and_persist() {
     use kafka_protocol::protocol::StrBytes;
     let tmp = tempfile::tempdir().expect("tmp");
     let rb_data = tmp.path().join("rb");
-    let rb_log = rb_data.join("txn-log");
+    let rb_log = sled(&rb_data.join("txn-log"));
     for op in ["Alter", "Describe"] {
         acl(
             &rb_log,
