@@ -196,13 +196,13 @@ fn main() {
         let bob = tenant("bob");
         let as_bob = Authz::new(Some(authorizer.clone()), &bob, &denials, "InitProducerId");
         assert_eq!(
-            as_bob.init_producer_id(Some("alice-orders")),
+            as_bob.init_producer_id(Some("alice-orders"), false),
             Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         );
         println!("authorized first: User:bob may not use alice-orders");
         let alice = tenant("alice");
         let as_alice = Authz::new(Some(authorizer.clone()), &alice, &denials, "InitProducerId");
-        assert_eq!(as_alice.init_producer_id(Some("alice-orders")), Ok(()));
+        assert_eq!(as_alice.init_producer_id(Some("alice-orders"), false), Ok(()));
         let init = coordinator
             .init_producer_id(InitProducerIdRequest {
                 version: 5,
