@@ -204,8 +204,13 @@ pub fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
 /// log fails (then returns the error).
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let settings = opts.settings.clone();
+    // With the key `listeners` set, --listen is not used: say what will be bound.
+    let listen = match settings.security.get("listeners") {
+        Some(listeners) if !listeners.is_empty() => listeners.clone(),
+        _ => opts.listen.clone(),
+    };
     tracing::info!(
-        listen = %opts.listen,
+        listen = %listen,
         advertised = ?opts.advertised_listener,
         data_dir = %opts.data_dir.display(),
         node_id = opts.node_id,
