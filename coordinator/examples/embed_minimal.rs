@@ -17,7 +17,7 @@ use markers::participant::{
     BatchHeader, Marker, ParticipantConfig, PartitionState, ProduceDecision,
 };
 use txn_log::sync::Mutex;
-use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition, TxnState};
+use txn_log::{MemTxnLog, TopicPartition, TxnState};
 
 /// The broker: one partition. A real one keeps a log per partition; here the offsets are enough.
 struct Broker {
@@ -77,15 +77,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The producer's calls, as the broker's request handlers would make them.
     let init = coordinator
-        .init_producer_id(InitProducerIdRequest {
-            version: 5,
-            transactional_id: Some("app".into()),
-            transaction_timeout_ms: 60_000,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        })
+        .init_producer_id(InitProducerIdRequest::new_producer(5, "app", 60_000))
         .await;
     assert!(init.error.is_none(), "InitProducerId: {}", init.error);
     let (producer_id, epoch) = (init.producer_id, init.producer_epoch);

@@ -119,17 +119,9 @@ fn run(label: &str, log: Option<MemTxnLog>) {
     let mut cycles = 0u64;
     for _ in 0..rounds {
         for id in &ids {
-            let Response::InitProducerId(r) =
-                d.send(Request::InitProducerId(InitProducerIdRequest {
-                    version: 4,
-                    transactional_id: Some(id.clone()),
-                    transaction_timeout_ms: 60_000,
-                    producer_id: ProducerId::NONE,
-                    producer_epoch: ProducerEpoch::NONE,
-                    enable_2pc: false,
-                    keep_prepared_txn: false,
-                }))
-            else {
+            let Response::InitProducerId(r) = d.send(Request::InitProducerId(
+                InitProducerIdRequest::new_producer(4, id, 60_000),
+            )) else {
                 panic!("wrong response")
             };
             assert!(r.error.is_none(), "{r:?}");

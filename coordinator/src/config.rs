@@ -279,7 +279,7 @@ mod tests {
         }
     }
 
-    /// S41: the group maps to `__consumer_offsets-<abs(hash(g)) % 50>`.
+    /// AddOffsetsToTxn: the group maps to `__consumer_offsets-<abs(hash(g)) % 50>`.
     #[test]
     fn s41_add_offsets_partition_mapping() {
         let c = Config::default();

@@ -47,6 +47,22 @@ pub struct InitProducerIdRequest {
     pub keep_prepared_txn: bool,
 }
 
+impl InitProducerIdRequest {
+    /// The InitProducerId of a producer starting afresh for `transactional_id` at `version`:
+    /// no producer id or epoch yet, no two-phase commit.
+    pub fn new_producer(version: i16, transactional_id: &str, transaction_timeout_ms: i32) -> Self {
+        Self {
+            version,
+            transactional_id: Some(transactional_id.to_owned()),
+            transaction_timeout_ms,
+            producer_id: ProducerId::NONE,
+            producer_epoch: ProducerEpoch::NONE,
+            enable_2pc: false,
+            keep_prepared_txn: false,
+        }
+    }
+}
+
 /// InitProducerId response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitProducerIdResponse {

@@ -12,24 +12,6 @@ use std::time::{Duration, Instant};
 
 use coordinator::server::outgoing::ClientSecurity;
 use daemon_support::*;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-
-/// Writes the CA (`ca.pem`) and the daemon's keystore (`server.pem`, for 127.0.0.1).
-fn pki(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "test CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_pem = ca.self_signed(&ca_key).expect("self-signed").pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = leaf.signed_by(&key, &issuer).expect("signed");
-    let (ca_path, ks_path) = (dir.join("ca.pem"), dir.join("server.pem"));
-    std::fs::write(&ca_path, ca_pem).expect("write ca");
-    std::fs::write(&ks_path, format!("{}{}", cert.pem(), key.serialize_pem())).expect("write");
-    (ca_path, ks_path)
-}
 
 fn jaas(user: &str, password: &str) -> String {
     format!(
@@ -58,7 +40,7 @@ fn command_config(dir: &Path, ca: &Path, user: &str, password: &str) -> PathBuf 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_over_sasl_ssl_with_command_config() {
     let dir = tempfile::tempdir().expect("tmp");
-    let (ca, keystore) = pki(dir.path());
+    let (ca, keystore) = pki::ca_and_keystore(dir.path(), "server.pem");
     let data = dir.path().join("data");
     let data_arg = data.to_string_lossy().into_owned();
     // alice may describe the ids starting with `visible-` (stored before the daemon runs).

@@ -19,7 +19,6 @@ use std::time::Duration;
 use daemon_support::*;
 use kafka_protocol::messages::{self as km, RequestKind, ResponseKind};
 use markers::wire::{decode_request, encode_response, read_frame, write_frame};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use security::sasl::{
@@ -42,44 +41,24 @@ struct Pki {
     client: PathBuf,
 }
 
-fn ca(name: &str) -> Issuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().expect("key");
-    Issuer::new(params, key)
-}
-
-fn leaf(issuer: &Issuer<'static, KeyPair>, names: &[&str]) -> String {
-    let params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-        .expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, issuer).expect("signed");
-    format!("{}{}", cert.pem(), key.serialize_pem())
-}
-
 fn pki() -> Pki {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "brokers CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_pem = ca_params.self_signed(&ca_key).expect("self-signed").pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let other = ca("other CA");
+    let ca = pki::Ca::new("brokers CA");
+    let other = pki::Ca::new("other CA");
     let write = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).expect("write");
         p
     };
     Pki {
-        ca: write("ca.pem", &ca_pem),
-        server: write("server.pem", &leaf(&issuer, &["localhost", "127.0.0.1"])),
-        localhost_only: write("localhost.pem", &leaf(&issuer, &["localhost"])),
-        stranger: write("stranger.pem", &leaf(&other, &["localhost", "127.0.0.1"])),
-        client: write("client.pem", &leaf(&issuer, &["txn-coordinator"])),
+        ca: write("ca.pem", &ca.pem),
+        server: write("server.pem", &ca.keystore(&["localhost", "127.0.0.1"], &[])),
+        localhost_only: write("localhost.pem", &ca.keystore(&["localhost"], &[])),
+        stranger: write(
+            "stranger.pem",
+            &other.keystore(&["localhost", "127.0.0.1"], &[]),
+        ),
+        client: write("client.pem", &ca.keystore(&["txn-coordinator"], &[])),
         dir,
     }
 }

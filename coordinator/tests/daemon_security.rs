@@ -16,7 +16,7 @@ use bytes::Bytes;
 use daemon_support::*;
 use kafka_protocol::messages as km;
 use markers::wire::KafkaConnection;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rcgen::DnType;
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -36,41 +36,10 @@ struct Pki {
     stranger: PathBuf,
 }
 
-fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().expect("key");
-    let pem = params.self_signed(&key).expect("self-signed").pem();
-    (pem, Issuer::new(params, key))
-}
-
-fn leaf(
-    issuer: &Issuer<'static, KeyPair>,
-    names: &[&str],
-    dn: &[(DnType, &str)],
-    expired: bool,
-) -> String {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-            .expect("params");
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    for (t, v) in dn {
-        params.distinguished_name.push(t.clone(), *v);
-    }
-    if expired {
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    }
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, issuer).expect("signed");
-    format!("{}{}", cert.pem(), key.serialize_pem())
-}
-
 fn pki() -> Pki {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ca_pem, issuer) = ca("test CA");
-    let (_, other) = ca("other CA");
+    let ca = pki::Ca::new("test CA");
+    let other = pki::Ca::new("other CA");
     let write = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).expect("write");
@@ -82,19 +51,17 @@ fn pki() -> Pki {
         (DnType::CommonName, "alice"),
     ];
     Pki {
-        ca: write("ca.pem", &ca_pem),
+        ca: write("ca.pem", &ca.pem),
         server: write(
             "server.pem",
-            &leaf(
-                &issuer,
+            &ca.keystore(
                 &["localhost", "127.0.0.1"],
                 &[(DnType::CommonName, "txn-coordinator")],
-                false,
             ),
         ),
-        alice: write("alice.pem", &leaf(&issuer, &[], &alice_dn, false)),
-        expired: write("expired.pem", &leaf(&issuer, &[], &alice_dn, true)),
-        stranger: write("stranger.pem", &leaf(&other, &[], &alice_dn, false)),
+        alice: write("alice.pem", &ca.keystore(&[], &alice_dn)),
+        expired: write("expired.pem", &ca.expired_keystore(&[], &alice_dn)),
+        stranger: write("stranger.pem", &other.keystore(&[], &alice_dn)),
         _dir: dir,
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use txn_log::sync::Mutex;
-use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
+use txn_log::MemTxnLog;
 
 use coordinator::shell::{
     Coordinator, CoordinatorOptions, ManualClock, Metrics, RecordingMarkerSink,
@@ -69,15 +69,7 @@ fn init_logged(filter: &str) -> String {
             let mut r = None;
             for _ in 0..1000 {
                 let answer = coordinator
-                    .init_producer_id(InitProducerIdRequest {
-                        version: 4,
-                        transactional_id: Some("app".into()),
-                        transaction_timeout_ms: 60_000,
-                        producer_id: ProducerId::NONE,
-                        producer_epoch: ProducerEpoch::NONE,
-                        enable_2pc: false,
-                        keep_prepared_txn: false,
-                    })
+                    .init_producer_id(InitProducerIdRequest::new_producer(4, "app", 60_000))
                     .await;
                 if answer.error != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {
                     r = Some(answer);

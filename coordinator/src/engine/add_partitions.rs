@@ -253,7 +253,7 @@ impl Engine {
         if r.state.is_prepare() {
             return AddDecision::Busy;
         }
-        // Already present (S34), or nothing to add: NONE without a write. (An empty add would
+        // Already present (Kafka answers NONE without a write), or nothing to add: NONE without a write. (An empty add would
         // make Kafka write an Ongoing transaction without partitions; we write nothing.)
         if parts.is_empty() || (r.state == TxnState::Ongoing && parts.is_subset(&r.partitions)) {
             return AddDecision::Reply(ErrorCode::NONE);

@@ -84,7 +84,8 @@ impl Engine {
         };
         // A new decision (Ongoing, Empty) follows the request's TV: v5+ on a TV2 cluster. A
         // request that meets a decision already made (Prepare*, Complete*) is judged by the TV
-        // that decision was made under, as Kafka's `TransactionCoordinator` judges by the stored metadata's TV (scenarios S54, S55).
+        // that decision was made under, as Kafka's `TransactionCoordinator` judges by the stored
+        // metadata's TV (tests `s54_tv_downgrade_mid_flight`, `s55_tv_upgrade_mid_flight`).
         let request_tv2 = version >= 5 && self.config.transaction_version.bumps_epoch_per_txn();
         let tv2 = match cur.state {
             Ongoing | Empty => request_tv2,

@@ -256,7 +256,7 @@ impl Engine {
     ) {
         self.now = now;
         // Kafka installs a load only if the partition is still loading (or loaded: re-immigration
-        // at a new epoch). A load that completes after an unload is dropped (S83).
+        // at a new epoch). A load that completes after an unload is dropped.
         if self.status == Status::Unloaded {
             return;
         }

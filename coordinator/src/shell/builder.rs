@@ -254,18 +254,10 @@ mod tests {
     use super::*;
     use crate::InitProducerIdRequest;
     use crate::shell::RecordingMarkerSink;
-    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
+    use txn_log::MemTxnLog;
 
     fn init(id: &str) -> InitProducerIdRequest {
-        InitProducerIdRequest {
-            version: 4,
-            transactional_id: Some(id.into()),
-            transaction_timeout_ms: 60_000,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        }
+        InitProducerIdRequest::new_producer(4, id, 60_000)
     }
 
     #[tokio::test]
@@ -335,7 +327,7 @@ mod in_process_tests {
     use markers::apply::ApplyError;
     use markers::participant::{Marker, TxnVersion};
     use txn_log::sync::Mutex;
-    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition, TxnResult, TxnState};
+    use txn_log::{MemTxnLog, TopicPartition, TxnResult, TxnState};
 
     use super::*;
     use crate::{
@@ -370,15 +362,7 @@ mod in_process_tests {
             .unwrap();
         c.load_all_partitions().await.unwrap();
         let init = c
-            .init_producer_id(InitProducerIdRequest {
-                version: 5,
-                transactional_id: Some("app".into()),
-                transaction_timeout_ms: 60_000,
-                producer_id: ProducerId::NONE,
-                producer_epoch: ProducerEpoch::NONE,
-                enable_2pc: false,
-                keep_prepared_txn: false,
-            })
+            .init_producer_id(InitProducerIdRequest::new_producer(5, "app", 60_000))
             .await;
         assert!(init.error.is_none());
         let tp = TopicPartition::new("orders", 2);

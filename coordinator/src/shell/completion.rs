@@ -65,7 +65,7 @@ mod tests {
     use std::time::Duration;
 
     use markers::writer::MarkerOutcome;
-    use txn_log::{CoordinatorEpoch, LogPartition, MemTxnLog, ProducerEpoch, ProducerId};
+    use txn_log::{CoordinatorEpoch, LogPartition, MemTxnLog};
     use txn_log::{TopicPartition, TxnLog};
 
     use super::*;
@@ -110,15 +110,7 @@ mod tests {
     async fn init(c: &Coordinator) -> InitProducerIdResponse {
         for _ in 0..1000 {
             let r = c
-                .init_producer_id(InitProducerIdRequest {
-                    version: 4,
-                    transactional_id: Some("app".into()),
-                    transaction_timeout_ms: 60_000,
-                    producer_id: ProducerId::NONE,
-                    producer_epoch: ProducerEpoch::NONE,
-                    enable_2pc: false,
-                    keep_prepared_txn: false,
-                })
+                .init_producer_id(InitProducerIdRequest::new_producer(4, "app", 60_000))
                 .await;
             if r.error != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {
                 assert!(r.error.is_none(), "{r:?}");

@@ -118,7 +118,7 @@ impl Coordinator {
 mod tests {
     use std::sync::Arc;
 
-    use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TxnLog};
+    use txn_log::{MemTxnLog, TxnLog};
 
     use crate::shell::RecordingMarkerSink;
     use crate::{Config, ErrorCode, InitProducerIdRequest};
@@ -126,15 +126,7 @@ mod tests {
     use super::*;
 
     fn init() -> InitProducerIdRequest {
-        InitProducerIdRequest {
-            version: 4,
-            transactional_id: Some("app".into()),
-            transaction_timeout_ms: 60_000,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        }
+        InitProducerIdRequest::new_producer(4, "app", 60_000)
     }
 
     fn start(log: Arc<dyn TxnLog>) -> Coordinator {

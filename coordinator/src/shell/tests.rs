@@ -47,15 +47,7 @@ fn harness(auto_markers: bool) -> Harness {
 }
 
 fn init(id: &str) -> InitProducerIdRequest {
-    InitProducerIdRequest {
-        version: 4,
-        transactional_id: Some(id.into()),
-        transaction_timeout_ms: 60_000,
-        producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch::NONE,
-        enable_2pc: false,
-        keep_prepared_txn: false,
-    }
+    InitProducerIdRequest::new_producer(4, id, 60_000)
 }
 
 fn add(id: &str, pid: ProducerId, epoch: ProducerEpoch, topic: &str) -> AddPartitionsToTxnRequest {

@@ -3,7 +3,7 @@
 //! Kafka's fixtures (txnId "known", pid 10, epoch 1, timeout 1, partitions {topic1-0};
 //! the pid generator yields 0, 1, 2, ...; coordinator epoch 0).
 
-use txn_log::{LogError, ProducerEpoch, ProducerId, TxnResult, TxnState};
+use txn_log::{LogError, ProducerEpoch, ProducerId, TxnRecord, TxnResult, TxnState};
 
 use super::fixture::*;
 use crate::*;
@@ -18,7 +18,7 @@ fn rec2(
     epoch: i16,
     state: TxnState,
     parts: &[txn_log::TopicPartition],
-) -> txn_log::TxnRecord {
+) -> TxnRecord {
     let mut r = rec(pid, epoch, state, parts);
     r.client_txn_version = txn_log::TxnVersion::V2;
     r
@@ -322,7 +322,7 @@ fn s16_old_pid_after_remap_is_fenced() {
     assert_eq!(init_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
 }
 
-fn empty_10_10_9() -> txn_log::TxnRecord {
+fn empty_10_10_9() -> TxnRecord {
     let mut r = rec(10, 10, TxnState::Empty, &[]);
     r.last_producer_epoch = ProducerEpoch(9);
     r
@@ -417,7 +417,8 @@ fn s20_rotation_then_stale_epoch_is_fenced() {
     assert_eq!(init_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
 }
 
-/// S22/S24 serialized (the engine is single-owner, so "concurrent" means back to back).
+/// A KIP-360 bump, its retry and a new producer for the same id, serialized (the engine is
+/// single-owner, so "concurrent" means back to back).
 #[test]
 fn s22_s24_bump_retry_and_new_producer_serialize() {
     let mut fx = Fx::new(vec![]);
@@ -443,7 +444,7 @@ fn s22_s24_bump_retry_and_new_producer_serialize() {
     );
 }
 
-/// S21/S23 serialized: two InitProducerId for a new id before the first is durable — the
+/// Serialized: two InitProducerId for a new id before the first is durable — the
 /// first wins with epoch 0, the second waits (CONCURRENT_TRANSACTIONS).
 #[test]
 fn s21_s23_second_init_for_new_id_waits() {
@@ -455,7 +456,7 @@ fn s21_s23_second_init_for_new_id_waits() {
     assert_eq!(init_reply(&fx.ack(&evs), a), (ErrorCode::NONE, 0, 0));
 }
 
-/// S26: a failed InitProducerId does not leak an epoch bump: the next one bumps exactly once.
+/// A failed InitProducerId does not leak an epoch bump: the next one bumps exactly once.
 #[test]
 fn s26_failed_init_does_not_leak_a_bump() {
     let mut fx = Fx::new(vec![("known", rec(10, 4, TxnState::CompleteCommit, &[]))]);
@@ -502,40 +503,43 @@ fn s27_tv2_rebump_after_failed_write() {
 
 // ===== 6.2 AddPartitionsToTxn / verification =====
 
+/// Asserts the answer of an AddPartitionsToTxn of `t1()` by (`id`, `pid`, `epoch`), made
+/// without a write: `want` for its one partition.
+fn assert_add_t1(fx: &mut Fx, id: &str, pid: i64, epoch: i16, want: ErrorCode) {
+    let to = fx.add(id, pid, epoch, &t1());
+    assert_eq!(add_reply(&fx.effects(), to), vec![(tp("topic1", 0), want)]);
+}
+
 #[test]
 fn s28_add_partitions_unknown_id_is_invalid_pid_mapping() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.add("known", 0, 1, &t1());
-    assert_eq!(
-        add_reply(&fx.effects(), to),
-        vec![(tp("topic1", 0), ErrorCode::INVALID_PRODUCER_ID_MAPPING)]
+    assert_add_t1(
+        &mut fx,
+        "known",
+        0,
+        1,
+        ErrorCode::INVALID_PRODUCER_ID_MAPPING,
     );
 }
 
 #[test]
 fn s29_add_partitions_empty_id_is_invalid_request() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.add("", 0, 1, &t1());
-    assert_eq!(
-        add_reply(&fx.effects(), to),
-        vec![(tp("topic1", 0), ErrorCode::INVALID_REQUEST)]
-    );
+    assert_add_t1(&mut fx, "", 0, 1, ErrorCode::INVALID_REQUEST);
 }
 
 #[test]
 fn s30_add_partitions_ownership() {
     let mut fx = Fx::with_config(Config::default(), vec![]);
-    let to = fx.add("known", 10, 1, &t1());
-    assert_eq!(
-        add_reply(&fx.effects(), to),
-        vec![(tp("topic1", 0), ErrorCode::NOT_COORDINATOR)]
-    );
+    assert_add_t1(&mut fx, "known", 10, 1, ErrorCode::NOT_COORDINATOR);
     fx.eng.handle_begin_load();
     let _ = fx.effects();
-    let to = fx.add("polygenelubricants", 10, 1, &t1());
-    assert_eq!(
-        add_reply(&fx.effects(), to),
-        vec![(tp("topic1", 0), ErrorCode::COORDINATOR_LOAD_IN_PROGRESS)]
+    assert_add_t1(
+        &mut fx,
+        "polygenelubricants",
+        10,
+        1,
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
     );
 }
 
@@ -908,36 +912,37 @@ fn s53_epoch_too_large_or_too_small() {
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
 }
 
-/// S54: a TV2 decision in flight, retried by a TV0 client, is judged by TV2 rules.
+/// The producer (pid 10, epoch 1) retries its commit, decided in `record` (PrepareCommit), with
+/// an EndTxn at `version`: while the markers are in flight (CONCURRENT_TRANSACTIONS) and after
+/// the decision completed (success, answered with `answered_epoch`).
+fn retry_commit_across_completion(record: TxnRecord, version: i16, answered_epoch: i16) {
+    let mut fx = Fx::new(vec![("known", record)]);
+    let loaded = fx.loaded.clone();
+    let to = fx.end(version, "known", 10, 1, true);
+    assert_eq!(
+        end_reply(&fx.effects(), to),
+        (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
+    );
+    let _ = fx.settle(loaded);
+    let to = fx.end(version, "known", 10, 1, true);
+    assert_eq!(
+        end_reply(&fx.effects(), to),
+        (ErrorCode::NONE, 10, answered_epoch)
+    );
+}
+
+/// A TV2 decision in flight, retried by a TV0 client, is judged by TV2 rules.
 #[test]
 fn s54_tv_downgrade_mid_flight() {
     let mut r = rec2(10, 2, TxnState::PrepareCommit, &t1());
     r.last_producer_epoch = ProducerEpoch(1);
-    let mut fx = Fx::new(vec![("known", r)]);
-    let loaded = fx.loaded.clone();
-    let to = fx.end(3, "known", 10, 1, true);
-    assert_eq!(
-        end_reply(&fx.effects(), to),
-        (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
-    );
-    let _ = fx.settle(loaded);
-    let to = fx.end(3, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to), (ErrorCode::NONE, 10, 2));
+    retry_commit_across_completion(r, 3, 2);
 }
 
-/// S55: a TV0 decision in flight, retried by a TV2 client, is judged by TV0 rules (no bump).
+/// A TV0 decision in flight, retried by a TV2 client, is judged by TV0 rules (no bump).
 #[test]
 fn s55_tv_upgrade_mid_flight() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareCommit, &t1()))]);
-    let loaded = fx.loaded.clone();
-    let to = fx.end(5, "known", 10, 1, true);
-    assert_eq!(
-        end_reply(&fx.effects(), to),
-        (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
-    );
-    let _ = fx.settle(loaded);
-    let to = fx.end(5, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to), (ErrorCode::NONE, 10, 1));
+    retry_commit_across_completion(rec(10, 1, TxnState::PrepareCommit, &t1()), 5, 1);
 }
 
 #[test]
@@ -1392,7 +1397,7 @@ fn s88_reload_starting_during_an_append_answers_load_in_progress() {
     );
 }
 
-/// S89/S98: a failed Complete append keeps the transaction pending-to-complete and is retried;
+/// A failed Complete append keeps the transaction pending-to-complete and is retried;
 /// requests meanwhile get CONCURRENT_TRANSACTIONS.
 #[test]
 fn s89_s98_failed_complete_is_retried_not_dropped() {
@@ -1414,7 +1419,7 @@ fn s89_s98_failed_complete_is_retried_not_dropped() {
     );
 }
 
-/// S97: NOT_COORDINATOR on the Complete write (our `Fenced`): the engine unloads and the new
+/// NOT_COORDINATOR on the Complete write (our `Fenced`): the engine unloads and the new
 /// owner re-drives the markers from the durable PrepareCommit.
 #[test]
 fn s97_fenced_complete_unloads_and_new_owner_completes() {

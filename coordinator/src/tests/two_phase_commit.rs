@@ -55,6 +55,18 @@ fn keep(fx: &mut Fx) {
 /// Kafka answers `Enable2Pc` on a cluster without `transaction.two.phase.commit.enable`
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), and writes nothing; `KeepPreparedTxn` without
 /// `Enable2Pc` is INVALID_REQUEST.
+/// The markers of `tpc`'s transaction on `t-0` at (pid, epoch), coordinator epoch 0.
+fn tpc_markers(pid: i64, epoch: i16, result: TxnResult) -> Ev {
+    Ev::Markers {
+        id: "tpc".into(),
+        pid,
+        epoch,
+        ce: 0,
+        result,
+        parts: t0(),
+    }
+}
+
 #[test]
 fn enable_2pc_with_the_feature_off_is_transactional_id_authorization_failed() {
     let mut fx = Fx::new(Vec::new());
@@ -70,13 +82,8 @@ fn enable_2pc_with_the_feature_off_is_transactional_id_authorization_failed() {
     }
     let mut fx = Fx::with_config(enabled(), Vec::new());
     let to = fx.send(Request::InitProducerId(InitProducerIdRequest {
-        version: 6,
-        transactional_id: Some("tpc".into()),
-        transaction_timeout_ms: 60_000,
-        producer_id: txn_log::ProducerId::NONE,
-        producer_epoch: txn_log::ProducerEpoch::NONE,
-        enable_2pc: false,
         keep_prepared_txn: true,
+        ..InitProducerIdRequest::new_producer(6, "tpc", 60_000)
     }));
     assert_eq!(
         init_reply(&fx.effects(), to),
@@ -118,13 +125,8 @@ fn a_two_phase_commit_transaction_is_never_timed_out() {
 fn enable_2pc_does_not_check_the_transaction_timeout() {
     let mut fx = Fx::with_config(enabled(), Vec::new());
     let to = fx.send(Request::InitProducerId(InitProducerIdRequest {
-        version: 6,
-        transactional_id: Some("tpc".into()),
-        transaction_timeout_ms: i32::MAX,
-        producer_id: txn_log::ProducerId::NONE,
-        producer_epoch: txn_log::ProducerEpoch::NONE,
         enable_2pc: true,
-        keep_prepared_txn: false,
+        ..InitProducerIdRequest::new_producer(6, "tpc", i32::MAX)
     }));
     let evs = fx.effects();
     assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
@@ -177,14 +179,7 @@ fn keep_prepared_txn_returns_the_ongoing_pair_and_the_next_end_txn_commits_it() 
     );
     let all = fx.settle(evs);
     assert_eq!(end_reply(&all, to), (ErrorCode::NONE, 0, 2));
-    assert!(all.contains(&Ev::Markers {
-        id: "tpc".into(),
-        pid: 0,
-        epoch: 2,
-        ce: 0,
-        result: TxnResult::Commit,
-        parts: t0(),
-    }));
+    assert!(all.contains(&tpc_markers(0, 2, TxnResult::Commit)));
     assert_eq!(
         fx.record("tpc").map(|r| (r.state, r.producer_epoch.0)),
         Some((TxnState::CompleteCommit, 2))
@@ -215,14 +210,7 @@ fn a_recovery_commit_of_a_committed_transaction_is_success() {
             (ErrorCode::NONE, 0, after),
             "v{version}"
         );
-        assert!(all.contains(&Ev::Markers {
-            id: "tpc".into(),
-            pid: 0,
-            epoch: after,
-            ce: 0,
-            result: TxnResult::Commit,
-            parts: t0(),
-        }));
+        assert!(all.contains(&tpc_markers(0, after, TxnResult::Commit)));
         let to = fx.end(version, "tpc", 0, 1, true);
         let evs = fx.effects();
         assert_eq!(
@@ -245,14 +233,7 @@ fn the_session_aborts_a_kept_transaction() {
     let evs = fx.effects();
     let all = fx.settle(evs);
     assert_eq!(end_reply(&all, to), (ErrorCode::NONE, 0, 1));
-    assert!(all.contains(&Ev::Markers {
-        id: "tpc".into(),
-        pid: 0,
-        epoch: 1,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t0(),
-    }));
+    assert!(all.contains(&tpc_markers(0, 1, TxnResult::Abort)));
     assert_eq!(
         fx.record("tpc").map(|r| (r.state, r.session())),
         Some((TxnState::CompleteAbort, None))
@@ -303,14 +284,7 @@ fn an_init_without_keep_prepared_txn_aborts_a_kept_transaction() {
     );
     let all = fx.settle(evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
-    assert!(all.contains(&Ev::Markers {
-        id: "tpc".into(),
-        pid: 0,
-        epoch: 2,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t0(),
-    }));
+    assert!(all.contains(&tpc_markers(0, 2, TxnResult::Abort)));
     let to = fx.init_v(6, Some("tpc"), 60_000, None);
     let evs = fx.effects();
     let done = fx.ack(&evs);
@@ -350,14 +324,7 @@ fn keep_prepared_txn_at_exhausted_epochs_hands_out_a_new_producer_id() {
     let evs = fx.effects();
     let all = fx.settle(evs);
     assert_eq!(end_reply(&all, to), (ErrorCode::NONE, 0, 1));
-    assert!(all.contains(&Ev::Markers {
-        id: "tpc".into(),
-        pid: 10,
-        epoch: 32767,
-        ce: 0,
-        result: TxnResult::Commit,
-        parts: t0(),
-    }));
+    assert!(all.contains(&tpc_markers(10, 32767, TxnResult::Commit)));
     let r = fx.record("tpc").expect("present");
     assert_eq!(
         (

@@ -3,6 +3,9 @@
 //! Metadata, FindCoordinator and WriteTxnMarkers.
 #![allow(dead_code, unreachable_pub)]
 
+/// Test certificates, shared with the `txn-tests` TLS tests.
+#[path = "../../../tests/tests/pki/mod.rs"]
+pub mod pki;
 pub mod requests;
 pub use requests::*;
 

@@ -297,27 +297,55 @@ fn valid_ops() -> impl Iterator<Item = AclOperation> {
         .filter(|op| !matches!(op, AclOperation::Any | AclOperation::Unknown))
 }
 
+/// Every operation an ALL implies (ALLOW) or denies (DENY): all but ANY, UNKNOWN and ALL.
+const ALL_COVERS: &[AclOperation] = &[
+    Read,
+    Write,
+    Create,
+    Delete,
+    Alter,
+    Describe,
+    ClusterAction,
+    DescribeConfigs,
+    AlterConfigs,
+    IdempotentWrite,
+    CreateTokens,
+    DescribeTokens,
+    TwoPhaseCommit,
+];
+
+/// `perm` of `op` on the cluster for `User:alice` from any host.
+fn alice_on_cluster(op: AclOperation, perm: AclPermissionType) -> AclBinding {
+    acl(
+        Cluster,
+        "kafka-cluster",
+        Literal,
+        "User:alice",
+        "*",
+        op,
+        perm,
+    )
+}
+
+/// Asserts, for every valid operation, alice's answer on the cluster under `acls`: `hit`
+/// for the operations in `covered`, the other answer for the rest.
+fn assert_cluster_ops(acls: &[AclBinding], covered: &[AclOperation], hit: AuthorizationResult) {
+    let a = authorizer(acls);
+    let miss = if hit == Allowed { Denied } else { Allowed };
+    for op in valid_ops() {
+        let want = if covered.contains(&op) { hit } else { miss };
+        assert_eq!(
+            check(&a, "alice", H1, op, Cluster, "kafka-cluster"),
+            want,
+            "{acls:?} -> {op}"
+        );
+    }
+}
+
 #[test]
 fn allow_implications_as_kafka() {
     let implied: [(AclOperation, &[AclOperation]); 6] = [
-        (
-            All,
-            &[
-                Read,
-                Write,
-                Create,
-                Delete,
-                Alter,
-                Describe,
-                ClusterAction,
-                DescribeConfigs,
-                AlterConfigs,
-                IdempotentWrite,
-                CreateTokens,
-                DescribeTokens,
-                TwoPhaseCommit,
-            ],
-        ),
+        (All, ALL_COVERS),
         (Read, &[Describe]),
         (Write, &[Describe]),
         (Delete, &[Describe]),
@@ -325,27 +353,8 @@ fn allow_implications_as_kafka() {
         (AlterConfigs, &[DescribeConfigs]),
     ];
     for (parent, allowed) in implied {
-        let a = authorizer(&[acl(
-            Cluster,
-            "kafka-cluster",
-            Literal,
-            "User:alice",
-            "*",
-            parent,
-            Allow,
-        )]);
-        for op in valid_ops() {
-            let want = if op == parent || allowed.contains(&op) {
-                Allowed
-            } else {
-                Denied
-            };
-            assert_eq!(
-                check(&a, "alice", H1, op, Cluster, "kafka-cluster"),
-                want,
-                "ALLOW {parent} -> {op}"
-            );
-        }
+        let covered: Vec<AclOperation> = allowed.iter().copied().chain([parent]).collect();
+        assert_cluster_ops(&[alice_on_cluster(parent, Allow)], &covered, Allowed);
     }
     // Nothing else implies anything.
     for parent in
@@ -366,62 +375,16 @@ fn allow_implications_as_kafka() {
 #[test]
 fn deny_does_not_imply() {
     let denied: [(AclOperation, &[AclOperation]); 5] = [
-        (
-            All,
-            &[
-                Read,
-                Write,
-                Create,
-                Delete,
-                Alter,
-                Describe,
-                ClusterAction,
-                DescribeConfigs,
-                AlterConfigs,
-                IdempotentWrite,
-                CreateTokens,
-                DescribeTokens,
-                TwoPhaseCommit,
-            ],
-        ),
+        (All, ALL_COVERS),
         (Describe, &[]),
         (DescribeConfigs, &[]),
         (Read, &[]),
         (AlterConfigs, &[]),
     ];
     for (parent, also) in denied {
-        let a = authorizer(&[
-            acl(
-                Cluster,
-                "kafka-cluster",
-                Literal,
-                "User:alice",
-                "*",
-                parent,
-                Deny,
-            ),
-            acl(
-                Cluster,
-                "kafka-cluster",
-                Literal,
-                "User:alice",
-                "*",
-                All,
-                Allow,
-            ),
-        ]);
-        for op in valid_ops() {
-            let want = if op == parent || also.contains(&op) {
-                Denied
-            } else {
-                Allowed
-            };
-            assert_eq!(
-                check(&a, "alice", H1, op, Cluster, "kafka-cluster"),
-                want,
-                "DENY {parent} -> {op}"
-            );
-        }
+        let covered: Vec<AclOperation> = also.iter().copied().chain([parent]).collect();
+        let acls = [alice_on_cluster(parent, Deny), alice_on_cluster(All, Allow)];
+        assert_cluster_ops(&acls, &covered, Denied);
     }
 }
 
