@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
-use txn_log::sync::Mutex;
 use txn_log::MemTxnLog;
+use txn_log::sync::Mutex;
 
 use coordinator::shell::{
     Coordinator, CoordinatorOptions, ManualClock, Metrics, RecordingMarkerSink,

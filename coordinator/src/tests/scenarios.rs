@@ -13,12 +13,7 @@ fn t1() -> Vec<txn_log::TopicPartition> {
 }
 
 /// A record written under TV2 (`client_txn_version` 2), as the fixtures of Kafka's TV2 tests.
-fn rec2(
-    pid: i64,
-    epoch: i16,
-    state: TxnState,
-    parts: &[txn_log::TopicPartition],
-) -> TxnRecord {
+fn rec2(pid: i64, epoch: i16, state: TxnState, parts: &[txn_log::TopicPartition]) -> TxnRecord {
     let mut r = rec(pid, epoch, state, parts);
     r.client_txn_version = txn_log::TxnVersion::V2;
     r
