@@ -81,7 +81,7 @@ impl TxnRecord {
             return Err("record without producer epoch".into());
         }
         // A next id is freshly allocated for a rotation. (A previous id may equal the current
-        // one: Kafka's TV2 overflow retry, reference S57.)
+        // one: Kafka's TV2 overflow retry, the coordinator's test `s57_tv2_overflow_retry`.)
         if self.next_producer_id == self.producer_id {
             return Err("next producer id equal to the current one".into());
         }
@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(
             retry.check_persistable(),
             Ok(()),
-            "S57: prev = current is allowed"
+            "the TV2 overflow retry: prev = current is allowed"
         );
         let mut idle = ongoing();
         idle.state = TxnState::CompleteCommit;
