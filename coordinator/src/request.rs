@@ -299,6 +299,55 @@ pub enum Response {
     ListTransactions(ListTransactionsResponse),
 }
 
+impl Response {
+    /// The InitProducerId answer `error` as a client of `version` knows it (PRODUCER_FENCED is
+    /// INVALID_PRODUCER_EPOCH before v4).
+    pub fn init_producer_id_error(version: i16, error: ErrorCode) -> Self {
+        let error = error.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE);
+        Self::InitProducerId(InitProducerIdResponse::error(error))
+    }
+
+    /// The AddOffsetsToTxn answer `error` as a client of `version` knows it.
+    pub fn add_offsets_error(version: i16, error: ErrorCode) -> Self {
+        Self::AddOffsetsToTxn(error.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE))
+    }
+
+    /// The EndTxn answer `error` as a client of `version` knows it.
+    pub fn end_txn_error(version: i16, error: ErrorCode) -> Self {
+        let error = error.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE);
+        Self::EndTxn(EndTxnResponse::error(error))
+    }
+}
+
+impl Request {
+    /// The answer to this request carrying only `error` (for every transaction and partition
+    /// it names), as a client of its version knows the code.
+    pub fn error_response(&self, error: ErrorCode) -> Response {
+        match self {
+            Self::InitProducerId(r) => Response::init_producer_id_error(r.version, error),
+            Self::AddPartitionsToTxn(r) => {
+                Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::all(
+                    r,
+                    error.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
+                ))
+            }
+            Self::AddOffsetsToTxn(r) => Response::add_offsets_error(r.version, error),
+            Self::EndTxn(r) => Response::end_txn_error(r.version, error),
+            Self::DescribeTransactions(r) => Response::DescribeTransactions(
+                r.transactional_ids
+                    .iter()
+                    .map(|id| DescribedTxn::error(id, error))
+                    .collect(),
+            ),
+            Self::ListTransactions(r) => Response::ListTransactions(ListTransactionsResponse {
+                error,
+                unknown_state_filters: unknown_state_filters(&r.state_filters),
+                transactions: Vec::new(),
+            }),
+        }
+    }
+}
+
 impl InitProducerIdResponse {
     /// An error response (pid and epoch -1).
     pub fn error(error: ErrorCode) -> Self {

@@ -1,7 +1,17 @@
 //! AddPartitionsToTxn (also the KIP-890 verify-only form) and AddOffsetsToTxn: the shared add
 //! path and the per-request reply of a broker's batch.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use txn_log::{LogOp, ProducerEpoch, ProducerId, TopicPartition, TransactionalId, TxnState};
+
+use super::state::Txn;
+use super::{Continuation, Engine, assert_transition};
+use crate::request::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    AddPartitionsTxn, AddPartitionsTxnResult,
+};
+use crate::{ErrorCode, Millis, Request, RequestId, Response};
 
 /// The answer to an AddPartitionsToTxn that needs no log partition: v0-3 (one transaction)
 /// with an empty transactional id gets INVALID_REQUEST. `None`: route it (v4+ batches name
@@ -13,46 +23,104 @@ pub(crate) fn add_partitions_precheck(
         .then(|| AddPartitionsToTxnResponse::all(r, ErrorCode::INVALID_REQUEST))
 }
 
+/// The reply to an AddPartitionsToTxn batch, filled in as its transactions' appends finish.
 #[derive(Debug)]
 pub(super) struct BatchReply {
-    pub(super) version: i16,
-    pub(super) response: AddPartitionsToTxnResponse,
-    pub(super) outstanding: usize,
+    version: i16,
+    response: AddPartitionsToTxnResponse,
+    outstanding: usize,
+}
+
+/// The continuation of one transaction's add in an AddPartitionsToTxn batch: fills its slot
+/// of the batch's reply.
+#[derive(Debug)]
+struct AddedToBatch {
+    to: RequestId,
+    index: usize,
+    /// The add begins a transaction.
+    began: bool,
+}
+
+impl Continuation for AddedToBatch {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        _ops: &[(TransactionalId, LogOp)],
+        error: Option<ErrorCode>,
+    ) {
+        if error.is_none() && self.began {
+            engine.metrics.transactions_begun += 1;
+        }
+        engine.batch_fill(self.to, self.index, error.unwrap_or(ErrorCode::NONE));
+    }
+
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        engine.batch_fill(self.to, self.index, code);
+    }
+}
+
+/// The continuation of an AddOffsetsToTxn's append.
+#[derive(Debug)]
+struct AddedOffsets {
+    to: RequestId,
+    version: i16,
+    /// The add begins a transaction.
+    began: bool,
+}
+
+impl Continuation for AddedOffsets {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        _ops: &[(TransactionalId, LogOp)],
+        error: Option<ErrorCode>,
+    ) {
+        if error.is_none() && self.began {
+            engine.metrics.transactions_begun += 1;
+        }
+        self.abandon(engine, error.unwrap_or(ErrorCode::NONE));
+    }
+
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        engine.respond(self.to, Response::add_offsets_error(self.version, code));
+    }
 }
 
 impl Engine {
-    /// The continuation of one transaction's add in an AddPartitionsToTxn batch.
-    pub(super) fn add_partitions_done(
+    /// The continuation of `request`, a client's add that was parked and now goes into the
+    /// append of its id's Complete* (see `take_parked_add`); `began`: it begins a transaction.
+    pub(super) fn resumed_add(
         &mut self,
         to: RequestId,
-        index: usize,
+        request: &Request,
         began: bool,
-        error: Option<ErrorCode>,
-    ) {
-        if error.is_none() && began {
-            self.metrics.transactions_begun += 1;
+    ) -> Box<dyn Continuation> {
+        match request {
+            Request::AddPartitionsToTxn(r) => {
+                self.batches.insert(
+                    to,
+                    BatchReply {
+                        version: r.version,
+                        response: AddPartitionsToTxnResponse::all(r, ErrorCode::NONE),
+                        outstanding: 1,
+                    },
+                );
+                Box::new(AddedToBatch {
+                    to,
+                    index: 0,
+                    began,
+                })
+            }
+            Request::AddOffsetsToTxn(r) => Box::new(AddedOffsets {
+                to,
+                version: r.version,
+                began,
+            }),
+            other => panic!("{other:?} is not an add"),
         }
-        self.batch_fill(to, index, error.unwrap_or(ErrorCode::NONE));
     }
 
-    /// The continuation of an AddOffsetsToTxn's append.
-    pub(super) fn add_offsets_done(
-        &mut self,
-        to: RequestId,
-        version: i16,
-        began: bool,
-        error: Option<ErrorCode>,
-    ) {
-        if error.is_none() && began {
-            self.metrics.transactions_begun += 1;
-        }
-        let code = error
-            .unwrap_or(ErrorCode::NONE)
-            .for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE);
-        self.respond(to, Response::AddOffsetsToTxn(code));
-    }
-
-    pub(super) fn batch_fill(&mut self, to: RequestId, index: usize, code: ErrorCode) {
+    fn batch_fill(&mut self, to: RequestId, index: usize, code: ErrorCode) {
         let b = self
             .batches
             .get_mut(&to)
@@ -134,7 +202,7 @@ impl Engine {
                 response.results[index].partitions = code_mapped;
             }
             if let Some((_, id, record, began)) = writes.last().filter(|w| w.0 == index) {
-                let (id, record, began) = (id.clone(), record.clone(), *began);
+                let began = *began;
                 self.batches.entry(to).or_insert_with(|| BatchReply {
                     version,
                     response: AddPartitionsToTxnResponse {
@@ -143,11 +211,11 @@ impl Engine {
                     },
                     outstanding: 0,
                 });
-                self.begin_one(&id, record, Purpose::AddPartitions { to, index, began });
+                self.begin_one(id, record, Box::new(AddedToBatch { to, index, began }));
             }
         }
         if let Some(id) = park {
-            return self.busy(&id, to, ParkedRequest::AddPartitionsToTxn(r), park_until);
+            return self.busy(&id, to, Request::AddPartitionsToTxn(r), park_until);
         }
         if outstanding == 0 {
             self.batches.remove(&to);
@@ -168,9 +236,7 @@ impl Engine {
         r: AddOffsetsToTxnRequest,
         park_until: Option<Millis>,
     ) {
-        let reply = |e: ErrorCode| {
-            Response::AddOffsetsToTxn(e.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE))
-        };
+        let reply = |e: ErrorCode| Response::add_offsets_error(r.version, e);
         let Ok(id) = TransactionalId::new(r.transactional_id.as_str()) else {
             return self.respond(to, reply(ErrorCode::INVALID_REQUEST));
         };
@@ -178,17 +244,17 @@ impl Engine {
         match self.prepare_add(&id, r.producer_id, r.producer_epoch, &parts) {
             AddDecision::Reply(code) => self.respond(to, reply(code)),
             AddDecision::Busy => {
-                self.busy(&id, to, ParkedRequest::AddOffsetsToTxn(r), park_until);
+                self.busy(&id, to, Request::AddOffsetsToTxn(r), park_until);
             }
             AddDecision::Write(record, began) => {
                 self.begin_one(
                     &id,
-                    record,
-                    Purpose::AddOffsets {
+                    &record,
+                    Box::new(AddedOffsets {
                         to,
                         version: r.version,
                         began,
-                    },
+                    }),
                 );
             }
         }
@@ -207,67 +273,61 @@ impl Engine {
         if let Err(e) = self.owner_check(id) {
             return AddDecision::Reply(e);
         }
-        let Some(entry) = self.txns.get(id).filter(|e| e.durable) else {
+        let Some(entry) = self.txns.get(id).filter(|e| e.txn.is_some()) else {
             return AddDecision::Reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         };
-        if entry.pending.is_some() {
-            return AddDecision::Busy;
+        match entry.idle() {
+            None => AddDecision::Busy,
+            Some(txn) => self.add_to(id, txn, pid, epoch, parts),
         }
-        self.add_to(id, &entry.record, pid, epoch, parts)
     }
 
-    /// The add path from `r`, the id's record with no transition in flight: the Ongoing record
+    /// The add path from `txn`, the id's state with no transition in flight: the Ongoing state
     /// to write, or the answer.
     pub(super) fn add_to(
         &self,
         id: &TransactionalId,
-        r: &TxnRecord,
+        txn: &Txn,
         pid: ProducerId,
         epoch: ProducerEpoch,
         parts: &BTreeSet<TopicPartition>,
     ) -> AddDecision {
-        if r.state.is_prepare() && r.next_producer_id.is_some() && pid == r.next_producer_id {
+        let state = txn.state();
+        let producer = txn.producer();
+        if state.is_prepare() && txn.next_producer_id() == Some(pid) {
             return AddDecision::Busy;
         }
-        if let Some((spid, sepoch)) = r.session() {
+        if let Some((spid, sepoch)) = txn.session() {
             // A kept transaction (KIP-939): its session may only end it, the producer that
             // began it is fenced. A session that ended it with another producer id waits for
             // the completion, as a TV2 producer on its next id does.
-            if r.state.is_prepare() && pid == spid {
+            if state.is_prepare() && pid == spid {
                 return AddDecision::Busy;
             }
             return AddDecision::Reply(if (pid, epoch) == (spid, sepoch) {
                 ErrorCode::INVALID_TXN_STATE
-            } else if pid == spid || pid == r.producer_id {
+            } else if pid == spid || pid == producer.id {
                 ErrorCode::PRODUCER_FENCED
             } else {
                 ErrorCode::INVALID_PRODUCER_ID_MAPPING
             });
         }
-        if pid != r.producer_id {
+        if pid != producer.id {
             return AddDecision::Reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         }
-        if epoch != r.producer_epoch {
+        if epoch != producer.epoch {
             return AddDecision::Reply(ErrorCode::PRODUCER_FENCED);
         }
-        if r.state.is_prepare() {
+        if state.is_prepare() {
             return AddDecision::Busy;
         }
         // Already present (Kafka answers NONE without a write), or nothing to add: NONE without a write. (An empty add would
         // make Kafka write an Ongoing transaction without partitions; we write nothing.)
-        if parts.is_empty() || (r.state == TxnState::Ongoing && parts.is_subset(&r.partitions)) {
+        if parts.is_empty() || txn.partitions().is_some_and(|p| parts.is_subset(p)) {
             return AddDecision::Reply(ErrorCode::NONE);
         }
-        assert_transition(id, r.state, TxnState::Ongoing);
-        let began = r.state.is_idle();
-        let mut next = r.clone();
-        next.state = TxnState::Ongoing;
-        next.partitions.extend(parts.iter().cloned());
-        if began {
-            next.txn_start_ms = self.now.0;
-        }
-        next.txn_last_update_ms = self.now.0;
-        AddDecision::Write(next, began)
+        assert_transition(id, state, TxnState::Ongoing);
+        AddDecision::Write(txn.with_partitions(parts, self.now.0), state.is_idle())
     }
 
     /// The verify path (`handleVerifyPartitionsInTransaction`, KIP-890 part 1): no write,
@@ -280,26 +340,27 @@ impl Engine {
         if let Err(e) = self.owner_check(&id) {
             return all(e);
         }
-        let Some(r) = self.record(&id) else {
+        let Some(t) = self.txn(&id) else {
             return all(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         };
-        if r.producer_id != txn.producer_id {
+        if t.producer().id != txn.producer_id {
             return all(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         }
         // The producer that began a kept transaction (KIP-939) is fenced.
-        if r.producer_epoch != txn.producer_epoch || r.session().is_some() {
+        if t.producer().epoch != txn.producer_epoch || t.session().is_some() {
             return all(ErrorCode::PRODUCER_FENCED);
         }
-        if r.state.is_prepare() {
+        if t.state().is_prepare() {
             return all(ErrorCode::CONCURRENT_TRANSACTIONS);
         }
+        let present = t.partitions();
         AddPartitionsTxnResult {
             transactional_id: txn.transactional_id.clone(),
             partitions: txn
                 .partitions
                 .iter()
                 .map(|p| {
-                    let c = if r.partitions.contains(p) {
+                    let c = if present.is_some_and(|ps| ps.contains(p)) {
                         ErrorCode::NONE
                     } else {
                         ErrorCode::TRANSACTION_ABORTABLE
@@ -315,7 +376,8 @@ pub(super) enum AddDecision {
     Reply(ErrorCode),
     /// CONCURRENT_TRANSACTIONS: the id has a transition in flight or is completing.
     Busy,
-    Write(TxnRecord, bool),
+    /// The Ongoing state to append, and whether it begins a transaction.
+    Write(Txn, bool),
 }
 
 pub(super) enum AddOutcome {

@@ -1,16 +1,33 @@
 //! The reaper (timed-out transactions are fenced and aborted) and transactional-id expiry, each
 //! examining a bounded slice of ids per call.
 
-use super::*;
+use std::ops::Bound;
 
-impl Engine {
-    /// The continuation of an expiry batch of `ids` tombstones.
-    pub(super) fn expire_done(&mut self, ids: usize, error: Option<ErrorCode>) {
+use txn_log::{LogOp, TransactionalId, TxnState};
+
+use super::{Continuation, Engine, assert_transition};
+use crate::{ErrorCode, Millis};
+
+/// The continuation of an expiry batch of tombstones: count them once durable.
+#[derive(Debug)]
+struct Expired;
+
+impl Continuation for Expired {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        ops: &[(TransactionalId, LogOp)],
+        error: Option<ErrorCode>,
+    ) {
         if error.is_none() {
-            self.metrics.transactional_ids_expired += ids as u64;
+            engine.metrics.transactional_ids_expired += ops.len() as u64;
         }
     }
 
+    fn abandon(self: Box<Self>, _engine: &mut Engine, _code: ErrorCode) {}
+}
+
+impl Engine {
     pub(super) fn scan_ids(
         &self,
         cursor: &Option<TransactionalId>,
@@ -34,14 +51,14 @@ impl Engine {
     pub(super) fn reap_chunk(&mut self, now: Millis) {
         let (ids, finished) = self.scan_ids(&self.reap_cursor);
         for id in &ids {
-            let e = &self.txns[id];
             // A two-phase-commit transaction (KIP-939) is never timed out: only a producer
             // ends it.
-            let timed_out = e.durable
-                && e.pending.is_none()
-                && e.record.state == TxnState::Ongoing
-                && !e.record.two_phase_commit
-                && e.record.txn_start_ms + i64::from(e.record.timeout_ms) < now.0;
+            let timed_out = self.txns[id].idle().is_some_and(|t| {
+                t.state() == TxnState::Ongoing
+                    && !t.two_phase_commit()
+                    && t.start_ms()
+                        .is_some_and(|s| s + i64::from(t.timeout_ms()) < now.0)
+            });
             if timed_out {
                 self.fence_and_abort(id, None, 0, true);
             }
@@ -62,14 +79,13 @@ impl Engine {
         let mut batch = Vec::new();
         let mut last = None;
         for id in ids {
-            let e = &self.txns[&id];
-            let expired = e.durable
-                && e.pending.is_none()
-                && e.record.state.is_idle()
-                && !self.markers.contains_key(&id)
-                && e.record.txn_last_update_ms <= deadline;
-            if expired {
-                assert_transition(&id, e.record.state, TxnState::Dead);
+            let expired = self.txns[&id].idle().filter(|t| {
+                t.state().is_idle()
+                    && !self.markers.contains_key(&id)
+                    && t.last_update_ms() <= deadline
+            });
+            if let Some(t) = expired {
+                assert_transition(&id, t.state(), TxnState::Dead);
                 batch.push((id.clone(), LogOp::Tombstone));
             }
             last = Some(id);
@@ -79,7 +95,7 @@ impl Engine {
             }
         }
         if !batch.is_empty() {
-            self.begin(batch, Purpose::Expire);
+            self.begin(batch, Box::new(Expired));
         }
         if finished {
             self.expire_cursor = None;

@@ -1,36 +1,84 @@
 //! EndTxn (TV0/1 and TV2), then the markers of the decision and its Complete* record.
 
-use super::*;
+use txn_log::{
+    LogOp, ProducerEpoch, ProducerId, TransactionalId, TxnMarkerRequest, TxnResult, TxnState,
+    TxnVersion,
+};
 
-impl Engine {
-    /// The continuation of an EndTxn's Prepare* append: answer, then write the markers.
-    pub(super) fn end_txn_done(
-        &mut self,
-        id: &TransactionalId,
-        to: RequestId,
-        version: i16,
-        (pid, epoch): (ProducerId, ProducerEpoch),
+use super::state::{Producer, Session, Txn};
+use super::{Continuation, Engine, MarkerWork, Status, assert_transition, is_epoch_exhausted};
+use crate::request::{EndTxnRequest, EndTxnResponse};
+use crate::{Effect, ErrorCode, Millis, RequestId, Response};
+
+/// The continuation of an EndTxn's Prepare* append: answer (with the pair the producer goes
+/// on with), then write the markers.
+#[derive(Debug)]
+struct Decided {
+    to: RequestId,
+    version: i16,
+    pid: ProducerId,
+    epoch: ProducerEpoch,
+}
+
+impl Continuation for Decided {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        ops: &[(TransactionalId, LogOp)],
         error: Option<ErrorCode>,
     ) {
-        let resp = match error {
-            None => EndTxnResponse {
-                error: ErrorCode::NONE,
-                producer_id: pid,
-                producer_epoch: epoch,
-            },
-            Some(e) => {
-                EndTxnResponse::error(e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE))
-            }
+        if let Some(e) = error {
+            return self.abandon(engine, e);
+        }
+        let resp = EndTxnResponse {
+            error: ErrorCode::NONE,
+            producer_id: self.pid,
+            producer_epoch: self.epoch,
         };
-        self.respond(to, Response::EndTxn(resp));
-        if error.is_none() {
-            self.after_prepare(id);
+        engine.respond(self.to, Response::EndTxn(resp));
+        let (id, _) = ops.first().expect("a decision writes one record");
+        engine.after_prepare(id);
+    }
+
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        engine.respond(self.to, Response::end_txn_error(self.version, code));
+    }
+}
+
+/// The continuation of a Complete* append: the transaction is over (its parked requests run
+/// again), or the append is retried after `complete_retry_backoff_ms`. `then`: a parked add
+/// of the next transaction written in the same append (see `take_parked_add`).
+#[derive(Debug)]
+struct Completed {
+    then: Option<Box<dyn Continuation>>,
+}
+
+impl Continuation for Completed {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        ops: &[(TransactionalId, LogOp)],
+        error: Option<ErrorCode>,
+    ) {
+        let Some((id, LogOp::Upsert(record))) = ops.first() else {
+            panic!("a Complete append without its record: {ops:?}");
+        };
+        engine.complete_done(id.clone(), record.state, error);
+        if let Some(add) = self.then {
+            add.finish(engine, ops, error);
         }
     }
 
-    /// The continuation of a Complete* append: the transaction is over (its parked requests
-    /// run again), or the append is retried after `complete_retry_backoff_ms`.
-    pub(super) fn complete_done(
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        if let Some(add) = self.then {
+            add.abandon(engine, code);
+        }
+    }
+}
+
+impl Engine {
+    /// A Complete* append of `id` (writing `completed`) finished with `error`.
+    fn complete_done(
         &mut self,
         id: TransactionalId,
         completed: TxnState,
@@ -54,32 +102,34 @@ impl Engine {
     }
 
     pub(super) fn handle_end_txn(&mut self, to: RequestId, r: &EndTxnRequest) {
+        use TxnResult::{Abort, Commit};
+        use TxnState::*;
         let version = r.version;
-        let reply = |e: ErrorCode| {
-            Response::EndTxn(EndTxnResponse::error(
-                e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-            ))
-        };
+        let reply = |e: ErrorCode| Response::end_txn_error(version, e);
         let Ok(id) = TransactionalId::new(r.transactional_id.as_str()) else {
             return self.respond(to, reply(ErrorCode::INVALID_REQUEST));
         };
         if let Err(e) = self.owner_check(&id) {
             return self.respond(to, reply(e));
         }
-        let Some(entry) = self.txns.get(&id).filter(|e| e.durable) else {
+        let Some(entry) = self.txns.get(&id) else {
             return self.respond(to, reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING));
         };
         let pending = entry.pending.is_some();
-        let cur = entry.record.clone();
+        let Some(cur) = entry.txn.clone() else {
+            return self.respond(to, reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING));
+        };
         let result = if r.committed { Commit } else { Abort };
         if let Some(session) = cur.session() {
             return self.end_kept(&id, &cur, session, r, pending, to);
         }
-        let ok = |pid, epoch| {
+        let state = cur.state();
+        let producer = *cur.producer();
+        let ok = |p: &Producer| {
             Response::EndTxn(EndTxnResponse {
                 error: ErrorCode::NONE,
-                producer_id: pid,
-                producer_epoch: epoch,
+                producer_id: p.id,
+                producer_epoch: p.epoch,
             })
         };
         // A new decision (Ongoing, Empty) follows the request's TV: v5+ on a TV2 cluster. A
@@ -87,26 +137,24 @@ impl Engine {
         // that decision was made under, as Kafka's `TransactionCoordinator` judges by the stored
         // metadata's TV (tests `s54_tv_downgrade_mid_flight`, `s55_tv_upgrade_mid_flight`).
         let request_tv2 = version >= 5 && self.config.transaction_version.bumps_epoch_per_txn();
-        let tv2 = match cur.state {
+        let tv2 = match state {
             Ongoing | Empty => request_tv2,
-            _ => cur.client_txn_version.bumps_epoch_per_txn(),
+            _ => cur.client_txn_version().bumps_epoch_per_txn(),
         };
-        use TxnResult::{Abort, Commit};
-        use TxnState::*;
         if !tv2 {
-            if r.producer_id != cur.producer_id {
+            if r.producer_id != producer.id {
                 return self.respond(to, reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING));
             }
-            if r.producer_epoch != cur.producer_epoch {
+            if r.producer_epoch != producer.epoch {
                 return self.respond(to, reply(ErrorCode::PRODUCER_FENCED));
             }
             if pending {
                 return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
             }
-            match (cur.state, result) {
+            match (state, result) {
                 (Ongoing, _) => self.prepare_end(&id, &cur, result, false, to, version),
                 (CompleteCommit, Commit) | (CompleteAbort, Abort) => {
-                    self.respond(to, ok(cur.producer_id, cur.producer_epoch))
+                    self.respond(to, ok(&producer))
                 }
                 (PrepareCommit, Commit) | (PrepareAbort, Abort) => {
                     self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS))
@@ -117,19 +165,20 @@ impl Engine {
         }
         // TV2 (KIP-890's EndTxn table as Kafka 4.1's `TransactionCoordinator.endTransaction` applies it,
         // and KAFKA-20785).
-        let retry_overflow = cur.prev_producer_id == r.producer_id
+        // Kafka compares the previous producer id as stored: -1 when there is none.
+        let retry_overflow = producer.prev_id.unwrap_or(ProducerId::NONE) == r.producer_id
             && r.producer_epoch == ProducerEpoch::MAX
-            && cur.producer_epoch == ProducerEpoch(0);
-        if r.producer_id != cur.producer_id && !retry_overflow {
+            && producer.epoch == ProducerEpoch(0);
+        if r.producer_id != producer.id && !retry_overflow {
             return self.respond(to, reply(ErrorCode::INVALID_PRODUCER_ID_MAPPING));
         }
-        if cur.state.is_prepare() {
+        if state.is_prepare() {
             return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
         }
-        let is_current = r.producer_id == cur.producer_id && r.producer_epoch == cur.producer_epoch;
-        let retry_bump = r.producer_id == cur.producer_id
-            && i32::from(cur.producer_epoch.0) == i32::from(r.producer_epoch.0) + 1;
-        let valid = match cur.state {
+        let is_current = r.producer_id == producer.id && r.producer_epoch == producer.epoch;
+        let retry_bump = r.producer_id == producer.id
+            && i32::from(producer.epoch.0) == i32::from(r.producer_epoch.0) + 1;
+        let valid = match state {
             Ongoing | Empty => is_current,
             CompleteCommit | CompleteAbort => is_current || retry_bump || retry_overflow,
             other => panic!("{id}: state {other} in a record"),
@@ -141,7 +190,7 @@ impl Engine {
             return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
         }
         let retry = !is_current;
-        match (cur.state, result, retry) {
+        match (state, result, retry) {
             (Ongoing, _, _) => self.prepare_end(&id, &cur, result, true, to, version),
             (Empty, Abort, false)
             | (CompleteAbort, Abort, false)
@@ -149,7 +198,7 @@ impl Engine {
                 self.prepare_end(&id, &cur, Abort, true, to, version)
             }
             (CompleteAbort, Abort, true) | (CompleteCommit, Commit, true) => {
-                self.respond(to, ok(cur.producer_id, cur.producer_epoch))
+                self.respond(to, ok(&producer))
             }
             // KAFKA-20785: a commit at a retry epoch (a bump, or the rotation at overflow) of an
             // aborted transaction is PRODUCER_FENCED, whoever aborted: the commit lost a race
@@ -169,20 +218,17 @@ impl Engine {
     fn end_kept(
         &mut self,
         id: &TransactionalId,
-        cur: &TxnRecord,
-        session: (ProducerId, ProducerEpoch),
+        cur: &Txn,
+        session: Session,
         r: &EndTxnRequest,
         pending: bool,
         to: RequestId,
     ) {
         let version = r.version;
-        let reply = |e: ErrorCode| {
-            Response::EndTxn(EndTxnResponse::error(
-                e.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-            ))
-        };
+        let reply = |e: ErrorCode| Response::end_txn_error(version, e);
+        let producer = *cur.producer();
         if (r.producer_id, r.producer_epoch) != session {
-            let ours = r.producer_id == cur.producer_id || r.producer_id == session.0;
+            let ours = r.producer_id == producer.id || r.producer_id == session.0;
             return self.respond(
                 to,
                 reply(if ours {
@@ -192,7 +238,7 @@ impl Engine {
                 }),
             );
         }
-        if pending || cur.state.is_prepare() {
+        if pending || cur.state().is_prepare() {
             return self.respond(to, reply(ErrorCode::CONCURRENT_TRANSACTIONS));
         }
         let result = if r.committed {
@@ -201,41 +247,37 @@ impl Engine {
             TxnResult::Abort
         };
         let tv2 = version >= 5 && self.config.transaction_version.bumps_epoch_per_txn();
-        let mut next = cur.clone();
-        next.session_producer_id = ProducerId::NONE;
-        next.session_producer_epoch = ProducerEpoch::NONE;
-        if session.0 == cur.producer_id {
-            next.last_producer_epoch = cur.producer_epoch;
-            next.producer_epoch = session.1;
+        if session.0 == producer.id {
+            let next = cur.taken_over(session);
             return self.prepare_end(id, &next, result, tv2, to, version);
         }
-        let target = if result.is_commit() {
-            TxnState::PrepareCommit
-        } else {
-            TxnState::PrepareAbort
-        };
-        assert_transition(id, cur.state, target);
+        assert_transition(id, cur.state(), prepare_state(result));
         let after = if tv2 {
             (session.0, ProducerEpoch(session.1.0.saturating_add(1)))
         } else {
             session
         };
-        next.state = target;
-        next.producer_epoch = ProducerEpoch(cur.producer_epoch.0.saturating_add(1));
-        next.last_producer_epoch = cur.producer_epoch;
-        next.session_producer_id = after.0;
-        next.session_producer_epoch = after.1;
-        next.client_txn_version = if tv2 { TxnVersion::V2 } else { TxnVersion::V0 };
-        next.txn_last_update_ms = self.now.0;
+        let next = cur.prepared(
+            result,
+            Producer {
+                epoch: ProducerEpoch(producer.epoch.0.saturating_add(1)),
+                last_epoch: Some(producer.epoch),
+                ..producer
+            },
+            if tv2 { TxnVersion::V2 } else { TxnVersion::V0 },
+            None,
+            Some(after),
+            self.now.0,
+        );
         self.begin_one(
             id,
-            next,
-            Purpose::EndTxn {
+            &next,
+            Box::new(Decided {
                 to,
                 version,
                 pid: after.0,
                 epoch: after.1,
-            },
+            }),
         );
     }
 
@@ -244,51 +286,45 @@ impl Engine {
     pub(super) fn prepare_end(
         &mut self,
         id: &TransactionalId,
-        cur: &TxnRecord,
+        cur: &Txn,
         result: TxnResult,
         tv2: bool,
         to: RequestId,
         version: i16,
     ) {
-        let target = if result.is_commit() {
-            TxnState::PrepareCommit
-        } else {
-            TxnState::PrepareAbort
-        };
-        assert_transition(id, cur.state, target);
-        let mut next = cur.clone();
-        next.state = target;
-        next.txn_last_update_ms = self.now.0;
-        if cur.state.is_idle() {
-            next.txn_start_ms = self.now.0;
-        }
-        let (reply_pid, reply_epoch) = if tv2 {
-            next.client_txn_version = TxnVersion::V2;
-            next.last_producer_epoch = cur.producer_epoch;
-            next.producer_epoch = ProducerEpoch(cur.producer_epoch.0.saturating_add(1));
-            if is_epoch_exhausted(cur.producer_epoch) {
+        assert_transition(id, cur.state(), prepare_state(result));
+        let producer = *cur.producer();
+        let (next, (reply_pid, reply_epoch)) = if tv2 {
+            let bumped = Producer {
+                epoch: ProducerEpoch(producer.epoch.0.saturating_add(1)),
+                last_epoch: Some(producer.epoch),
+                ..producer
+            };
+            let next_pid = if is_epoch_exhausted(producer.epoch) {
                 let Some(pid) = self.allocate_pid() else {
                     let e = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
                     return self.respond(to, Response::EndTxn(EndTxnResponse::error(e)));
                 };
-                next.next_producer_id = pid;
-                (pid, ProducerEpoch(0))
+                Some(pid)
             } else {
-                (next.producer_id, next.producer_epoch)
-            }
+                None
+            };
+            let next = cur.prepared(result, bumped, TxnVersion::V2, next_pid, None, self.now.0);
+            let reply = next_pid.map_or((bumped.id, bumped.epoch), |p| (p, ProducerEpoch(0)));
+            (next, reply)
         } else {
-            next.client_txn_version = TxnVersion::V0;
-            (next.producer_id, next.producer_epoch)
+            let next = cur.prepared(result, producer, TxnVersion::V0, None, None, self.now.0);
+            (next, (producer.id, producer.epoch))
         };
         self.begin_one(
             id,
-            next,
-            Purpose::EndTxn {
+            &next,
+            Box::new(Decided {
                 to,
                 version,
                 pid: reply_pid,
                 epoch: reply_epoch,
-            },
+            }),
         );
     }
 
@@ -298,30 +334,29 @@ impl Engine {
         let Status::Loaded(coordinator_epoch) = self.status else {
             return;
         };
-        let r = &self.txns.get(id).expect("prepared id exists").record;
-        assert!(r.state.is_prepare(), "{id}: markers for {}", r.state);
-        if r.partitions.is_empty() {
+        let t = self.txn(id).expect("prepared id exists");
+        let (Some(result), Some(partitions)) = (t.decision(), t.partitions()) else {
+            panic!("{id}: markers for {}", t.state());
+        };
+        if partitions.is_empty() {
             self.start_complete(id);
             return;
         }
+        let producer = t.producer();
         let work = MarkerWork {
-            producer_id: r.producer_id,
-            producer_epoch: r.producer_epoch,
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
             coordinator_epoch,
         };
         let effect = Effect::WriteMarkers(TxnMarkerRequest {
             transactional_id: id.clone(),
-            producer_id: r.producer_id,
-            producer_epoch: r.producer_epoch,
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
             coordinator_epoch,
             log_partition: self.partition,
-            result: if r.state == TxnState::PrepareCommit {
-                TxnResult::Commit
-            } else {
-                TxnResult::Abort
-            },
-            partitions: r.partitions.iter().cloned().collect(),
-            txn_version: r.client_txn_version,
+            result,
+            partitions: partitions.iter().cloned().collect(),
+            txn_version: t.client_txn_version(),
         });
         self.markers.insert(id.clone(), work);
         self.effects.push_back(effect);
@@ -329,56 +364,32 @@ impl Engine {
 
     /// Kafka's `prepareComplete`: PrepareX -> CompleteX, TV2 overflow rolls to the next pid.
     pub(super) fn start_complete(&mut self, id: &TransactionalId) {
-        let r = &self.txns.get(id).expect("prepared id exists").record;
-        let target = match r.state {
-            TxnState::PrepareCommit => TxnState::CompleteCommit,
-            TxnState::PrepareAbort => TxnState::CompleteAbort,
-            other => panic!("{id}: complete from {other}"),
-        };
-        assert_transition(id, r.state, target);
-        let mut next = r.clone();
-        next.state = target;
-        next.partitions = BTreeSet::new();
-        next.txn_last_update_ms = self.now.0;
-        // The last epoch stays what the Prepare* record says, as in Kafka's `prepareComplete`:
-        // 32766 after a client's EndTxn (the last epoch it used), -1 after a coordinator-side
-        // abort (KAFKA-20090).
-        if let Some((pid, epoch)) = r.session() {
-            // A kept transaction ended by a session with another producer id (`end_kept`):
-            // the id is the session's from now on; under TV2 its last epoch is the one its
-            // EndTxn was sent with, for retries.
-            next.prev_producer_id = r.producer_id;
-            next.producer_id = pid;
-            next.producer_epoch = epoch;
-            next.last_producer_epoch = if r.client_txn_version.bumps_epoch_per_txn() {
-                ProducerEpoch(epoch.0 - 1)
-            } else {
-                ProducerEpoch::NONE
-            };
-            next.session_producer_id = ProducerId::NONE;
-            next.session_producer_epoch = ProducerEpoch::NONE;
-            next.next_producer_id = ProducerId::NONE;
-        } else if r.next_producer_id.is_some() {
-            next.prev_producer_id = r.producer_id;
-            next.producer_id = r.next_producer_id;
-            next.next_producer_id = ProducerId::NONE;
-            next.producer_epoch = ProducerEpoch(0);
-        }
+        let t = self.txn(id).expect("prepared id exists");
+        let next = t.completed(self.now.0);
+        assert_transition(id, t.state(), next.state());
         let work = MarkerWork {
-            producer_id: r.producer_id,
-            producer_epoch: r.producer_epoch,
+            producer_id: t.producer().id,
+            producer_epoch: t.producer().epoch,
             coordinator_epoch: self.coordinator_epoch().expect("loaded"),
         };
         self.markers.entry(id.clone()).or_insert(work);
         match self.take_parked_add(id, &next) {
             Some((ongoing, add)) => {
                 let ops = vec![
-                    (id.clone(), LogOp::Upsert(next)),
-                    (id.clone(), LogOp::Upsert(ongoing)),
+                    (id.clone(), LogOp::Upsert(next.to_record())),
+                    (id.clone(), LogOp::Upsert(ongoing.to_record())),
                 ];
-                self.begin(ops, Purpose::CompleteThenAdd(Box::new(add)));
+                self.begin(ops, Box::new(Completed { then: Some(add) }));
             }
-            None => self.begin_one(id, next, Purpose::Complete),
+            None => self.begin_one(id, &next, Box::new(Completed { then: None })),
         }
+    }
+}
+
+/// The Prepare* state of a decision.
+fn prepare_state(result: TxnResult) -> TxnState {
+    match result {
+        TxnResult::Commit => TxnState::PrepareCommit,
+        TxnResult::Abort => TxnState::PrepareAbort,
     }
 }

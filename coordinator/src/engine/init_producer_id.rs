@@ -1,7 +1,13 @@
 //! InitProducerId: the pre-checks that need no partition, the epoch bump or producer-id
 //! rotation, and the fence of an open transaction.
 
-use super::*;
+use txn_log::{LogOp, ProducerEpoch, ProducerId, TransactionalId, TxnResult, TxnState};
+
+use super::add_partitions::add_partitions_precheck;
+use super::state::{Producer, Txn};
+use super::{Continuation, Engine, assert_transition, is_epoch_exhausted};
+use crate::request::{EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse};
+use crate::{Config, Effect, ErrorCode, Millis, ProducerIdAllocator, Request, RequestId, Response};
 
 /// What the pre-checks of InitProducerId decided before any partition is involved.
 pub(super) enum InitPrecheck {
@@ -83,7 +89,7 @@ pub(super) fn init_precheck(
 
 /// The timeout an id initialized by `r` stores: Kafka's encoding of a two-phase-commit
 /// transaction (`isDistributedTwoPhaseCommitTxn`) is `Int.MaxValue`, which DescribeTransactions
-/// shows; the engine itself reads [`TxnRecord::two_phase_commit`].
+/// shows; the engine itself reads [`Txn::two_phase_commit`].
 fn stored_timeout_ms(r: &InitProducerIdRequest) -> i32 {
     if r.enable_2pc {
         i32::MAX
@@ -105,64 +111,88 @@ fn next_session(
     }
 }
 
-impl Engine {
-    /// The continuation of an InitProducerId's append.
-    pub(super) fn init_producer_id_done(
-        &mut self,
-        to: RequestId,
-        version: i16,
-        (pid, epoch): (ProducerId, ProducerEpoch),
-        ongoing: Option<(ProducerId, ProducerEpoch)>,
+/// The continuation of an InitProducerId's append: answer the new pair.
+#[derive(Debug)]
+struct Initialized {
+    to: RequestId,
+    version: i16,
+    pid: ProducerId,
+    epoch: ProducerEpoch,
+    /// The kept transaction's pair (KIP-939 `KeepPreparedTxn`), if one was kept.
+    ongoing: Option<(ProducerId, ProducerEpoch)>,
+}
+
+impl Continuation for Initialized {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        _ops: &[(TransactionalId, LogOp)],
         error: Option<ErrorCode>,
     ) {
-        let resp = match error {
-            None => {
-                self.metrics.producer_ids_initialized += 1;
-                let (ongoing_pid, ongoing_epoch) =
-                    ongoing.unwrap_or((ProducerId::NONE, ProducerEpoch::NONE));
-                InitProducerIdResponse {
-                    ongoing_txn_producer_id: ongoing_pid,
-                    ongoing_txn_producer_epoch: ongoing_epoch,
-                    ..InitProducerIdResponse::ok(pid, epoch)
-                }
-            }
-            Some(e) => InitProducerIdResponse::error(
-                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-            ),
+        if let Some(e) = error {
+            return self.abandon(engine, e);
+        }
+        engine.metrics.producer_ids_initialized += 1;
+        let (ongoing_pid, ongoing_epoch) = self
+            .ongoing
+            .unwrap_or((ProducerId::NONE, ProducerEpoch::NONE));
+        let resp = InitProducerIdResponse {
+            ongoing_txn_producer_id: ongoing_pid,
+            ongoing_txn_producer_epoch: ongoing_epoch,
+            ..InitProducerIdResponse::ok(self.pid, self.epoch)
         };
-        self.respond(to, Response::InitProducerId(resp));
+        engine.respond(self.to, Response::InitProducerId(resp));
     }
 
-    /// The continuation of a fence (an InitProducerId's, `to`, or the reaper's): answer the
-    /// caller CONCURRENT_TRANSACTIONS (it retries once the abort completed), write the markers.
-    pub(super) fn fence_abort_done(
-        &mut self,
-        id: &TransactionalId,
-        to: Option<RequestId>,
-        version: i16,
-        timed_out: bool,
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        engine.respond(
+            self.to,
+            Response::init_producer_id_error(self.version, code),
+        );
+    }
+}
+
+/// The continuation of a fence (PrepareEpochFence, then PrepareAbort): an InitProducerId's
+/// (`to`) or the reaper's. The caller gets CONCURRENT_TRANSACTIONS (it retries once the abort
+/// completed); the markers are written.
+#[derive(Debug)]
+struct Fenced {
+    to: Option<RequestId>,
+    version: i16,
+    timed_out: bool,
+}
+
+impl Continuation for Fenced {
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        ops: &[(TransactionalId, LogOp)],
         error: Option<ErrorCode>,
     ) {
         if error.is_none() {
-            self.metrics.producers_fenced += 1;
-            if timed_out {
-                self.metrics.transactions_timed_out += 1;
+            engine.metrics.producers_fenced += 1;
+            if self.timed_out {
+                engine.metrics.transactions_timed_out += 1;
             }
         }
-        if let Some(to) = to {
+        if let Some(to) = self.to {
             let code = error.unwrap_or(ErrorCode::CONCURRENT_TRANSACTIONS);
-            self.respond(
-                to,
-                Response::InitProducerId(InitProducerIdResponse::error(
-                    code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-                )),
-            );
+            engine.respond(to, Response::init_producer_id_error(self.version, code));
         }
         if error.is_none() {
-            self.after_prepare(id);
+            let (id, _) = ops.first().expect("a fence writes one record");
+            engine.after_prepare(id);
         }
     }
 
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
+        if let Some(to) = self.to {
+            engine.respond(to, Response::init_producer_id_error(self.version, code));
+        }
+    }
+}
+
+impl Engine {
     pub(super) fn handle_init_producer_id(
         &mut self,
         to: RequestId,
@@ -170,11 +200,7 @@ impl Engine {
         park_until: Option<Millis>,
     ) {
         let version = r.version;
-        let reply = |e: ErrorCode| {
-            Response::InitProducerId(InitProducerIdResponse::error(
-                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-            ))
-        };
+        let reply = |e: ErrorCode| Response::init_producer_id_error(version, e);
         let (id, expected) = match init_precheck(&self.config, &self.allocator, &r) {
             InitPrecheck::Answer(resp) => {
                 if resp.error == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
@@ -194,121 +220,94 @@ impl Engine {
         }
         let now = self.now.0;
         if self.has_pending(&id) {
-            return self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until);
+            return self.busy(&id, to, Request::InitProducerId(r), park_until);
         }
-        let current = match self.txns.get(&id) {
-            Some(e) => e.record.clone(),
-            None => {
-                let Some(pid) = self.allocate_pid() else {
-                    return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
-                };
-                let fresh = TxnRecord {
-                    producer_id: pid,
-                    prev_producer_id: ProducerId::NONE,
-                    next_producer_id: ProducerId::NONE,
-                    producer_epoch: ProducerEpoch::NONE,
-                    last_producer_epoch: ProducerEpoch::NONE,
-                    session_producer_epoch: ProducerEpoch::NONE,
-                    session_producer_id: ProducerId::NONE,
-                    two_phase_commit: r.enable_2pc,
-                    timeout_ms: stored_timeout_ms(&r),
-                    state: TxnState::Empty,
-                    partitions: BTreeSet::new(),
-                    txn_start_ms: -1,
-                    txn_last_update_ms: now,
-                    client_txn_version: TxnVersion::V0,
-                };
-                self.txns.insert(
-                    id.clone(),
-                    Entry {
-                        record: fresh.clone(),
-                        durable: false,
-                        pending: None,
-                    },
-                );
-                fresh
-            }
+        let Some(current) = self.txn(&id).cloned() else {
+            // A new id: any expectation is met (Kafka compares it with no epoch).
+            let Some(pid) = self.allocate_pid() else {
+                return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
+            };
+            let next = Txn::fresh(pid, stored_timeout_ms(&r), r.enable_2pc, now);
+            let producer = *next.producer();
+            return self.begin_one(
+                &id,
+                &next,
+                Box::new(Initialized {
+                    to,
+                    version,
+                    pid: producer.id,
+                    epoch: producer.epoch,
+                    ongoing: None,
+                }),
+            );
         };
+        let cur = *current.producer();
         if let Some((epid, eepoch)) = expected {
-            let valid = current.producer_epoch == ProducerEpoch::NONE
-                || epid == current.producer_id
+            let valid = epid == cur.id
                 || current.session().is_some_and(|(spid, _)| spid == epid)
-                || (epid == current.prev_producer_id && is_epoch_exhausted(eepoch));
+                || (Some(epid) == cur.prev_id && is_epoch_exhausted(eepoch));
             if !valid {
-                self.drop_if_fresh(&id);
                 return self.respond(to, reply(ErrorCode::PRODUCER_FENCED));
             }
         }
-        match current.state {
+        match current.state() {
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
-                self.busy(&id, to, ParkedRequest::InitProducerId(r), park_until)
+                self.busy(&id, to, Request::InitProducerId(r), park_until)
             }
             TxnState::Ongoing if r.keep_prepared_txn => {
                 self.keep_prepared(&id, &current, to, version)
             }
             TxnState::Ongoing => self.fence_and_abort(&id, Some(to), version, false),
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
-                let mut next = current.clone();
-                let exhausted = is_epoch_exhausted(current.producer_epoch);
-                if exhausted && expected.is_none_or(|(_, e)| e == current.producer_epoch) {
+                let exhausted = is_epoch_exhausted(cur.epoch);
+                let producer = if exhausted && expected.is_none_or(|(_, e)| e == cur.epoch) {
                     // Rotation (prepareProducerIdRotation).
                     let Some(pid) = self.allocate_pid() else {
                         return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
                     };
-                    next.prev_producer_id = current.producer_id;
-                    next.producer_id = pid;
-                    next.producer_epoch = ProducerEpoch(0);
-                    next.last_producer_epoch = if expected.is_some() {
-                        current.producer_epoch
-                    } else {
-                        ProducerEpoch::NONE
-                    };
+                    Producer {
+                        id: pid,
+                        epoch: ProducerEpoch(0),
+                        last_epoch: expected.map(|_| cur.epoch),
+                        prev_id: Some(cur.id),
+                    }
                 } else {
                     // prepareIncrementProducerEpoch.
+                    let bumped = ProducerEpoch(cur.epoch.0 + 1);
                     match expected {
-                        None => {
-                            next.producer_epoch = ProducerEpoch(current.producer_epoch.0 + 1);
-                            next.last_producer_epoch = ProducerEpoch::NONE;
-                        }
-                        Some((_, e))
-                            if !exhausted
-                                && (e == current.producer_epoch
-                                    || current.producer_epoch == ProducerEpoch::NONE) =>
-                        {
-                            next.producer_epoch = ProducerEpoch(current.producer_epoch.0 + 1);
-                            next.last_producer_epoch = current.producer_epoch;
-                        }
+                        None => Producer {
+                            epoch: bumped,
+                            last_epoch: None,
+                            ..cur
+                        },
+                        Some((_, e)) if !exhausted && e == cur.epoch => Producer {
+                            epoch: bumped,
+                            last_epoch: Some(cur.epoch),
+                            ..cur
+                        },
                         // A retry of a call that already bumped: same epoch, no second bump.
-                        Some((_, e)) if e == current.last_producer_epoch => {}
+                        Some((_, e)) if Some(e) == cur.last_epoch => cur,
                         Some(_) => {
-                            self.drop_if_fresh(&id);
                             return self.respond(to, reply(ErrorCode::PRODUCER_FENCED));
                         }
                     }
-                }
-                assert_transition(&id, current.state, TxnState::Empty);
-                next.state = TxnState::Empty;
-                next.partitions.clear();
-                next.txn_start_ms = -1;
-                next.timeout_ms = stored_timeout_ms(&r);
-                next.two_phase_commit = r.enable_2pc;
-                next.txn_last_update_ms = now;
-                next.next_producer_id = ProducerId::NONE;
-                let (pid, epoch) = (next.producer_id, next.producer_epoch);
+                };
+                assert_transition(&id, current.state(), TxnState::Empty);
+                let next = current.initialized(producer, stored_timeout_ms(&r), r.enable_2pc, now);
                 self.begin_one(
                     &id,
-                    next,
-                    Purpose::InitProducerId {
+                    &next,
+                    Box::new(Initialized {
                         to,
                         version,
-                        pid,
-                        epoch,
+                        pid: producer.id,
+                        epoch: producer.epoch,
                         ongoing: None,
-                    },
+                    }),
                 );
             }
             TxnState::Dead | TxnState::PrepareEpochFence => {
-                panic!("{id}: pending-only state {} in a record", current.state)
+                panic!("{id}: pending-only state {} in a record", current.state())
             }
         }
     }
@@ -319,48 +318,29 @@ impl Engine {
     /// producer id once they are exhausted), which fences the producer that began the
     /// transaction. Only a two-phase-commit transaction may be kept (INVALID_TXN_STATE
     /// otherwise: the coordinator may time any other out).
-    fn keep_prepared(
-        &mut self,
-        id: &TransactionalId,
-        current: &TxnRecord,
-        to: RequestId,
-        version: i16,
-    ) {
-        let reply = |e: ErrorCode| {
-            Response::InitProducerId(InitProducerIdResponse::error(
-                e.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-            ))
-        };
-        if !current.two_phase_commit {
+    fn keep_prepared(&mut self, id: &TransactionalId, current: &Txn, to: RequestId, version: i16) {
+        let reply = |e: ErrorCode| Response::init_producer_id_error(version, e);
+        if !current.two_phase_commit() {
             return self.respond(to, reply(ErrorCode::INVALID_TXN_STATE));
         }
-        let txn = (current.producer_id, current.producer_epoch);
+        let txn = (current.producer().id, current.producer().epoch);
         let last_session = current.session().unwrap_or(txn);
         let Some((pid, epoch)) = next_session(last_session, || self.allocate_pid()) else {
             return self.respond(to, reply(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
         };
-        assert_transition(id, current.state, TxnState::Ongoing);
-        let mut next = current.clone();
-        next.session_producer_id = pid;
-        next.session_producer_epoch = epoch;
-        next.txn_last_update_ms = self.now.0;
+        assert_transition(id, current.state(), TxnState::Ongoing);
+        let next = current.kept((pid, epoch), self.now.0);
         self.begin_one(
             id,
-            next,
-            Purpose::InitProducerId {
+            &next,
+            Box::new(Initialized {
                 to,
                 version,
                 pid,
                 epoch,
                 ongoing: Some(txn),
-            },
+            }),
         );
-    }
-
-    pub(super) fn drop_if_fresh(&mut self, id: &TransactionalId) {
-        if self.txns.get(id).is_some_and(|e| !e.durable) {
-            self.txns.remove(id);
-        }
     }
 
     /// Kafka's `prepareFenceProducerEpoch` + `endTransaction(ABORT, isFromClient = false)`:
@@ -382,22 +362,16 @@ impl Engine {
         version: i16,
         timed_out: bool,
     ) {
-        let current = self.txns.get(id).expect("exists").record.clone();
-        assert_transition(id, current.state, TxnState::PrepareEpochFence);
+        let current = self.txn(id).expect("exists");
+        assert_transition(id, current.state(), TxnState::PrepareEpochFence);
         assert_transition(id, TxnState::PrepareEpochFence, TxnState::PrepareAbort);
+        let producer = *current.producer();
         let fenced = match current.session() {
-            Some((pid, epoch)) if pid == current.producer_id => epoch,
-            _ => current.producer_epoch,
+            Some((pid, epoch)) if pid == producer.id => epoch,
+            _ => producer.epoch,
         };
-        let mut next = current.clone();
-        next.producer_epoch = ProducerEpoch(fenced.0.saturating_add(1));
-        next.last_producer_epoch = ProducerEpoch::NONE;
-        next.session_producer_id = ProducerId::NONE;
-        next.session_producer_epoch = ProducerEpoch::NONE;
-        next.state = TxnState::PrepareAbort;
-        next.txn_last_update_ms = self.now.0;
-        next.client_txn_version = self.config.transaction_version;
-        if next.client_txn_version.bumps_epoch_per_txn() && is_epoch_exhausted(fenced) {
+        let version_now = self.config.transaction_version;
+        let next_pid = if version_now.bumps_epoch_per_txn() && is_epoch_exhausted(fenced) {
             let Some(pid) = self.allocate_pid() else {
                 if let Some(to) = to {
                     let e = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
@@ -408,16 +382,31 @@ impl Engine {
                 }
                 return;
             };
-            next.next_producer_id = pid;
-        }
+            Some(pid)
+        } else {
+            None
+        };
+        let current = self.txn(id).expect("exists");
+        let next = current.prepared(
+            TxnResult::Abort,
+            Producer {
+                epoch: ProducerEpoch(fenced.0.saturating_add(1)),
+                last_epoch: None,
+                ..producer
+            },
+            version_now,
+            next_pid,
+            None,
+            self.now.0,
+        );
         self.begin_one(
             id,
-            next,
-            Purpose::FenceAbort {
+            &next,
+            Box::new(Fenced {
                 to,
                 version,
                 timed_out,
-            },
+            }),
         );
     }
 }

@@ -7,44 +7,29 @@
 //! map therefore only ever holds durable records: every answer computed from it is safe.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::ops::Bound;
 
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerEpoch,
-    ProducerId, TopicPartition, TransactionalId, TxnMarkerRequest, TxnRecord, TxnResult, TxnState,
-    TxnVersion,
+    ProducerId, TransactionalId, TxnRecord, TxnState,
 };
 
-use crate::request::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
-    AddPartitionsTxn, AddPartitionsTxnResult, DescribedTxn, EndTxnRequest, EndTxnResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ListedTxn, unknown_state_filters,
-};
 use crate::{
     Config, Effect, ErrorCode, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
     Request, RequestId, Response, UnloadReason,
 };
 
-mod add_partitions;
+pub(crate) mod add_partitions;
 mod cleanup;
 mod end_txn;
 mod init_producer_id;
 mod parking;
 mod queries;
+mod state;
 
-pub(crate) use add_partitions::add_partitions_precheck;
-use add_partitions::{AddDecision, BatchReply};
+use add_partitions::BatchReply;
 pub use init_producer_id::handle_unrouted;
-use parking::{Parked, ParkedRequest};
-
-/// The state a Complete* append writes (its first operation).
-fn completed(ops: &[(TransactionalId, LogOp)]) -> TxnState {
-    match ops.first() {
-        Some((_, LogOp::Upsert(r))) => r.state,
-        other => panic!("a Complete append without its record: {other:?}"),
-    }
-}
+use parking::Parked;
+use state::Txn;
 
 /// Kafka's `isEpochExhausted`: `epoch >= Short.MaxValue - 1`.
 pub fn is_epoch_exhausted(epoch: ProducerEpoch) -> bool {
@@ -85,69 +70,51 @@ enum Status {
     Unloaded,
 }
 
+/// One transactional id: its durable state and the append in flight for it.
 #[derive(Debug, Clone)]
 struct Entry {
-    record: TxnRecord,
-    /// False for an id whose first record is still being appended.
-    durable: bool,
+    /// None while the id's first record is still being appended.
+    txn: Option<Txn>,
     pending: Option<IoId>,
 }
 
 impl Entry {
-    /// The entry of an id whose durable record is `record`, with nothing in flight: what a
-    /// live upsert of a new id and a load install.
-    fn durable(record: TxnRecord) -> Self {
+    /// The entry of an id whose durable state is `txn`, with nothing in flight: what a live
+    /// upsert of a new id and a load install.
+    fn durable(txn: Txn) -> Self {
         Self {
-            record,
-            durable: true,
+            txn: Some(txn),
             pending: None,
         }
     }
+
+    /// The durable state with no transition in flight.
+    fn idle(&self) -> Option<&Txn> {
+        self.txn.as_ref().filter(|_| self.pending.is_none())
+    }
 }
 
-#[derive(Debug)]
-enum Purpose {
-    InitProducerId {
-        to: RequestId,
-        version: i16,
-        pid: ProducerId,
-        epoch: ProducerEpoch,
-        /// The kept transaction's pair (KIP-939 `KeepPreparedTxn`), if one was kept.
-        ongoing: Option<(ProducerId, ProducerEpoch)>,
-    },
-    /// Fence (PrepareEpochFence) + abort; `to` is the InitProducerId that caused it (None: reaper).
-    FenceAbort {
-        to: Option<RequestId>,
-        version: i16,
-        timed_out: bool,
-    },
-    AddPartitions {
-        to: RequestId,
-        index: usize,
-        began: bool,
-    },
-    AddOffsets {
-        to: RequestId,
-        version: i16,
-        began: bool,
-    },
-    EndTxn {
-        to: RequestId,
-        version: i16,
-        pid: ProducerId,
-        epoch: ProducerEpoch,
-    },
-    Complete,
-    /// Complete* and, in the same append, the next transaction's first add: a parked
-    /// AddPartitionsToTxn or AddOffsetsToTxn of the same producer (see `start_complete`).
-    CompleteThenAdd(Box<Self>),
-    Expire,
+/// What finishes an append: each API's module owns the continuations of the appends it
+/// issues, and knows how to answer its request once the append is durable or has failed.
+trait Continuation: std::fmt::Debug + Send {
+    /// The append of `ops` is durable (`error` None, its entries already applied) or failed
+    /// with `error` (the Kafka code to answer).
+    fn finish(
+        self: Box<Self>,
+        engine: &mut Engine,
+        ops: &[(TransactionalId, LogOp)],
+        error: Option<ErrorCode>,
+    );
+
+    /// The append will never finish (unload, reload): answer the waiting request with `code`.
+    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode);
 }
 
+/// An append in flight: its entries and what finishes it.
 #[derive(Debug)]
 struct Inflight {
     ops: Vec<(TransactionalId, LogOp)>,
-    purpose: Purpose,
+    then: Box<dyn Continuation>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +254,8 @@ impl Engine {
                     "{id} was loaded from the wrong log partition"
                 );
                 assert_record_invariants(&id, &record);
-                (id, Entry::durable(record))
+                let txn = Txn::from_record(&record);
+                (id, Entry::durable(txn))
             })
             .collect();
         self.status = Status::Loaded(coordinator_epoch);
@@ -298,7 +266,7 @@ impl Engine {
         let prepared: Vec<TransactionalId> = self
             .txns
             .iter()
-            .filter(|(_, e)| e.record.state.is_prepare())
+            .filter(|(_, e)| e.txn.as_ref().is_some_and(|t| t.state().is_prepare()))
             .map(|(id, _)| id.clone())
             .collect();
         for id in prepared {
@@ -319,6 +287,11 @@ impl Engine {
         self.now = now;
         let park_until =
             (self.config.park_max_ms > 0).then(|| Millis(now.0 + self.config.park_max_ms));
+        self.dispatch(to, request, park_until);
+    }
+
+    /// Handles `request`, new or parked before; `park_until`: how long it may park.
+    fn dispatch(&mut self, to: RequestId, request: Request, park_until: Option<Millis>) {
         match request {
             Request::InitProducerId(r) => self.handle_init_producer_id(to, r, park_until),
             Request::AddPartitionsToTxn(r) => self.handle_add_partitions(to, r, park_until),
@@ -333,7 +306,7 @@ impl Engine {
                 self.respond(to, Response::DescribeTransactions(out));
             }
             Request::ListTransactions(r) => {
-                let out = self.list_transactions(now, &r);
+                let out = self.list_transactions(self.now, &r);
                 self.respond(to, Response::ListTransactions(out));
             }
         }
@@ -355,7 +328,7 @@ impl Engine {
             entry.pending = None;
             self.apply(id, op);
         }
-        self.finish(inflight, None);
+        inflight.then.finish(self, &inflight.ops, None);
     }
 
     /// The append `io` failed. `Fenced`/`NotClaimed`/`Poisoned`/`Closed` unload the engine
@@ -370,7 +343,7 @@ impl Engine {
         for (id, _) in &inflight.ops {
             let entry = self.txns.get_mut(id).expect("a pending id has an entry");
             entry.pending = None;
-            if !entry.durable {
+            if entry.txn.is_none() {
                 self.txns.remove(id);
             }
         }
@@ -380,7 +353,8 @@ impl Engine {
             self.unload(UnloadReason::LogFailed(err));
             return;
         }
-        self.finish(inflight, Some(ErrorCode::for_append_error(&err)));
+        let error = ErrorCode::for_append_error(&err);
+        inflight.then.finish(self, &inflight.ops, Some(error));
     }
 
     /// The markers of a [`Effect::WriteMarkers`] finished. `Completed` appends CompleteCommit /
@@ -420,25 +394,7 @@ impl Engine {
         if !matches!(self.status, Status::Loaded(_)) {
             return;
         }
-        while let Some((until, to, id)) = self.park_deadlines.first().cloned()
-            && until <= now
-        {
-            self.park_deadlines.pop_first();
-            let parked = self
-                .parked
-                .get_mut(&id)
-                .expect("a deadline has its request");
-            let at = parked
-                .iter()
-                .position(|p| p.to == to)
-                .expect("a deadline has its request");
-            let p = parked.remove(at);
-            if parked.is_empty() {
-                self.parked.remove(&id);
-            }
-            self.metrics.parked_requests_timed_out += 1;
-            self.dispatch_parked(p.to, p.request, None);
-        }
+        self.expire_parked(now);
         if self.complete_retry_at.is_some_and(|t| t <= now) {
             self.complete_retry_at = None;
             let ids = std::mem::take(&mut self.complete_retry);
@@ -446,7 +402,8 @@ impl Engine {
                 let ready = self
                     .txns
                     .get(&id)
-                    .is_some_and(|e| e.pending.is_none() && e.record.state.is_prepare());
+                    .and_then(Entry::idle)
+                    .is_some_and(|t| t.state().is_prepare());
                 if ready {
                     self.start_complete(&id);
                 }
@@ -517,17 +474,16 @@ impl Engine {
         self.status == Status::Loading
     }
 
-    /// The durable record of `id`, if any.
-    pub fn record(&self, id: &TransactionalId) -> Option<&TxnRecord> {
-        self.txns.get(id).filter(|e| e.durable).map(|e| &e.record)
+    /// The durable record of `id`, if any (its state projected as the log persists it).
+    pub fn record(&self, id: &TransactionalId) -> Option<TxnRecord> {
+        self.txn(id).map(Txn::to_record)
     }
 
     /// Every durable record, ordered by id (equals what a reload of the log would produce).
-    pub fn records(&self) -> impl Iterator<Item = (&TransactionalId, &TxnRecord)> {
+    pub fn records(&self) -> impl Iterator<Item = (&TransactionalId, TxnRecord)> {
         self.txns
             .iter()
-            .filter(|(_, e)| e.durable)
-            .map(|(id, e)| (id, &e.record))
+            .filter_map(|(id, e)| e.txn.as_ref().map(|t| (id, t.to_record())))
     }
 
     /// Whether `id` has a transition waiting for its append.
@@ -553,38 +509,42 @@ impl Engine {
 
     // ===== apply: the one function for live operation and replay =====
 
-    /// Applies one durable log operation to the in-memory state, asserting the transition
-    /// table against the previous durable record.
+    /// Applies one durable log operation to the in-memory state (the record becomes a [`Txn`]
+    /// as a load builds it), asserting the transition table against the previous durable state.
     fn apply(&mut self, id: &TransactionalId, op: &LogOp) {
         match op {
             LogOp::Upsert(record) => {
                 assert_record_invariants(id, record);
+                let txn = Txn::from_record(record);
                 let Some(entry) = self.txns.get_mut(id) else {
-                    self.txns.insert(id.clone(), Entry::durable(record.clone()));
+                    self.txns.insert(id.clone(), Entry::durable(txn));
                     return;
                 };
-                if entry.durable {
-                    assert_transition(id, entry.record.state, record.state);
-                    if entry.record.producer_id == record.producer_id {
+                if let Some(old) = &entry.txn {
+                    assert_transition(id, old.state(), txn.state());
+                    let (old, new) = (old.producer(), txn.producer());
+                    if old.id == new.id {
                         assert!(
-                            record.producer_epoch >= entry.record.producer_epoch,
+                            new.epoch >= old.epoch,
                             "{id}: producer epoch went backwards: {:?} -> {:?}",
-                            entry.record.producer_epoch,
-                            record.producer_epoch
+                            old.epoch,
+                            new.epoch
                         );
                     }
                 }
-                entry.record = record.clone();
-                entry.durable = true;
+                entry.txn = Some(txn);
             }
             LogOp::Tombstone => {
-                if let Some(e) = self.txns.remove(id)
-                    && e.durable
-                {
-                    assert_transition(id, e.record.state, TxnState::Dead);
+                if let Some(Entry { txn: Some(t), .. }) = self.txns.remove(id) {
+                    assert_transition(id, t.state(), TxnState::Dead);
                 }
             }
         }
+    }
+
+    /// The durable state of `id`, if any.
+    fn txn(&self, id: &TransactionalId) -> Option<&Txn> {
+        self.txns.get(id).and_then(|e| e.txn.as_ref())
     }
 
     // ===== internals =====
@@ -615,17 +575,27 @@ impl Engine {
     }
 
     /// Starts a transition: marks every id pending and emits the append.
-    fn begin(&mut self, ops: Vec<(TransactionalId, LogOp)>, purpose: Purpose) -> IoId {
+    fn begin(&mut self, ops: Vec<(TransactionalId, LogOp)>, then: Box<dyn Continuation>) {
         let Status::Loaded(coordinator_epoch) = self.status else {
             panic!("append while not loaded");
         };
         let io = IoId(self.next_io);
         self.next_io += 1;
-        for (id, _) in &ops {
-            let e = self
-                .txns
-                .get_mut(id)
-                .expect("an id is in the map before its append");
+        for (id, op) in &ops {
+            // A new id is in the map from its first append on, without a durable state.
+            let e = match self.txns.entry(id.clone()) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    assert!(
+                        matches!(op, LogOp::Upsert(_)),
+                        "{id}: tombstone of a new id"
+                    );
+                    v.insert(Entry {
+                        txn: None,
+                        pending: None,
+                    })
+                }
+            };
             assert!(
                 e.pending.is_none() || e.pending == Some(io),
                 "{id}: second pending transition"
@@ -646,119 +616,31 @@ impl Engine {
             coordinator_epoch,
             entries,
         });
-        self.inflight.insert(io, Inflight { ops, purpose });
-        io
+        self.inflight.insert(io, Inflight { ops, then });
     }
 
-    fn begin_one(&mut self, id: &TransactionalId, record: TxnRecord, purpose: Purpose) {
-        self.begin(vec![(id.clone(), LogOp::Upsert(record))], purpose);
-    }
-
-    /// Follow-up of an append: `error` None = durable.
-    fn finish(&mut self, inflight: Inflight, error: Option<ErrorCode>) {
-        let first_id = || {
-            inflight
-                .ops
-                .first()
-                .map(|(id, _)| id.clone())
-                .expect("one op")
-        };
-        let completed = || completed(&inflight.ops);
-        match inflight.purpose {
-            Purpose::InitProducerId {
-                to,
-                version,
-                pid,
-                epoch,
-                ongoing,
-            } => self.init_producer_id_done(to, version, (pid, epoch), ongoing, error),
-            Purpose::FenceAbort {
-                to,
-                version,
-                timed_out,
-            } => self.fence_abort_done(&first_id(), to, version, timed_out, error),
-            Purpose::AddPartitions { to, index, began } => {
-                self.add_partitions_done(to, index, began, error);
-            }
-            Purpose::AddOffsets { to, version, began } => {
-                self.add_offsets_done(to, version, began, error);
-            }
-            Purpose::EndTxn {
-                to,
-                version,
-                pid,
-                epoch,
-            } => self.end_txn_done(&first_id(), to, version, (pid, epoch), error),
-            Purpose::Complete => self.complete_done(first_id(), completed(), error),
-            Purpose::CompleteThenAdd(add) => {
-                self.complete_done(first_id(), completed(), error);
-                let ops = inflight.ops;
-                self.finish(Inflight { ops, purpose: *add }, error);
-            }
-            Purpose::Expire => self.expire_done(inflight.ops.len(), error),
-        }
+    /// Starts the transition of `id` to `next`, persisted as its record.
+    fn begin_one(&mut self, id: &TransactionalId, next: &Txn, then: Box<dyn Continuation>) {
+        self.begin(vec![(id.clone(), LogOp::Upsert(next.to_record()))], then);
     }
 
     /// Drops all state; every waiting request is answered with `code`.
     fn reset(&mut self, code: ErrorCode) {
         let inflight = std::mem::take(&mut self.inflight);
         for (_, f) in inflight {
-            self.abandon(f.purpose, code);
+            f.then.abandon(self, code);
         }
         assert!(
             self.batches.is_empty(),
             "a batch reply outlived its appends"
         );
-        for (_, parked) in std::mem::take(&mut self.parked) {
-            for p in parked {
-                self.respond(p.to, p.request.error(code));
-            }
-        }
-        self.park_deadlines.clear();
+        self.drop_parked(code);
         self.txns.clear();
         self.markers.clear();
         self.complete_retry.clear();
         self.complete_retry_at = None;
         self.reap_cursor = None;
         self.expire_cursor = None;
-    }
-
-    /// Answers the request waiting for an append that will not finish with `code`.
-    fn abandon(&mut self, purpose: Purpose, code: ErrorCode) {
-        match purpose {
-            Purpose::InitProducerId { to, version, .. }
-            | Purpose::FenceAbort {
-                to: Some(to),
-                version,
-                ..
-            } => {
-                self.respond(
-                    to,
-                    Response::InitProducerId(InitProducerIdResponse::error(
-                        code.for_version(version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-                    )),
-                );
-            }
-            Purpose::AddPartitions { to, index, .. } => self.batch_fill(to, index, code),
-            Purpose::AddOffsets { to, version, .. } => {
-                self.respond(
-                    to,
-                    Response::AddOffsetsToTxn(
-                        code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-                    ),
-                );
-            }
-            Purpose::EndTxn { to, version, .. } => {
-                self.respond(
-                    to,
-                    Response::EndTxn(EndTxnResponse::error(
-                        code.for_version(version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-                    )),
-                );
-            }
-            Purpose::CompleteThenAdd(add) => self.abandon(*add, code),
-            Purpose::FenceAbort { to: None, .. } | Purpose::Complete | Purpose::Expire => {}
-        }
     }
 
     fn unload(&mut self, reason: UnloadReason) {

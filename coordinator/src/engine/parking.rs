@@ -1,54 +1,34 @@
 //! Parking (`Config::park_max_ms`): a request that meets its id's previous transaction
 //! completing waits for the Complete* instead of getting CONCURRENT_TRANSACTIONS at once.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use txn_log::{TopicPartition, TransactionalId};
+
+use super::add_partitions::AddDecision;
+use super::state::Txn;
+use super::{Continuation, Engine};
+#[cfg(doc)]
+use crate::Config;
+use crate::{ErrorCode, Millis, Request, RequestId};
 
 /// A request that met its id's previous transaction completing and waits for its Complete*
 /// (see [`Config::park_max_ms`]); it is handled again when that is durable, or at `until`
-/// without waiting any longer.
+/// without waiting any longer. Only the requests a client sends right after EndTxn park:
+/// InitProducerId, AddOffsetsToTxn and AddPartitionsToTxn with exactly one transaction (a
+/// client's request, not a broker's batch).
 #[derive(Debug)]
 pub(super) struct Parked {
-    pub(super) to: RequestId,
-    pub(super) request: ParkedRequest,
-    pub(super) until: Millis,
-}
-
-/// The requests that may park: those a client sends right after EndTxn.
-#[derive(Debug)]
-pub(super) enum ParkedRequest {
-    InitProducerId(InitProducerIdRequest),
-    /// With exactly one transaction (a client's request, not a broker's batch).
-    AddPartitionsToTxn(AddPartitionsToTxnRequest),
-    AddOffsetsToTxn(AddOffsetsToTxnRequest),
-}
-
-impl ParkedRequest {
-    /// The answer `code` for every part of the request.
-    pub(super) fn error(&self, code: ErrorCode) -> Response {
-        match self {
-            Self::InitProducerId(r) => Response::InitProducerId(InitProducerIdResponse::error(
-                code.for_version(r.version, ErrorCode::INIT_PRODUCER_ID_FENCED_SINCE),
-            )),
-            Self::AddPartitionsToTxn(r) => {
-                Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::all(
-                    r,
-                    code.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-                ))
-            }
-            Self::AddOffsetsToTxn(r) => Response::AddOffsetsToTxn(
-                code.for_version(r.version, ErrorCode::TXN_REQUEST_FENCED_SINCE),
-            ),
-        }
-    }
+    to: RequestId,
+    request: Request,
+    until: Millis,
 }
 
 impl Engine {
     /// Whether `id`'s durable record is PrepareCommit/PrepareAbort: its markers or its
     /// Complete* append are under way, so a request that meets it can wait for the end.
     pub(super) fn completing(&self, id: &TransactionalId) -> bool {
-        self.txns
-            .get(id)
-            .is_some_and(|e| e.durable && e.record.state.is_prepare())
+        self.txn(id).is_some_and(|t| t.state().is_prepare())
     }
 
     /// Kafka's CONCURRENT_TRANSACTIONS for a request that met `id` busy; parked instead until
@@ -57,7 +37,7 @@ impl Engine {
         &mut self,
         id: &TransactionalId,
         to: RequestId,
-        request: ParkedRequest,
+        request: Request,
         park_until: Option<Millis>,
     ) {
         match park_until {
@@ -70,34 +50,34 @@ impl Engine {
                     .push(Parked { to, request, until });
             }
             _ => {
-                let answer = request.error(ErrorCode::CONCURRENT_TRANSACTIONS);
+                let answer = request.error_response(ErrorCode::CONCURRENT_TRANSACTIONS);
                 self.respond(to, answer);
             }
         }
     }
 
     /// The first parked request of `id` if it is an add that `complete` (the Complete* record
-    /// about to be written) accepts: taken off the parked list, with the next transaction's
+    /// state about to be written) accepts: taken off the parked list, with the next transaction's
     /// Ongoing record and the add's continuation, so that both go into one append. The add is
     /// answered only once that append is durable, as if it had arrived just after the
     /// Complete*; the client's next transaction then costs one log write less.
     pub(super) fn take_parked_add(
         &mut self,
         id: &TransactionalId,
-        complete: &TxnRecord,
-    ) -> Option<(TxnRecord, Purpose)> {
+        complete: &Txn,
+    ) -> Option<(Txn, Box<dyn Continuation>)> {
         let first = self.parked.get(id)?.first()?;
         let (pid, epoch, parts) = match &first.request {
-            ParkedRequest::AddPartitionsToTxn(r) => {
+            Request::AddPartitionsToTxn(r) => {
                 let t = r.transactions.first()?;
                 let parts: BTreeSet<TopicPartition> = t.partitions.iter().cloned().collect();
                 (t.producer_id, t.producer_epoch, parts)
             }
-            ParkedRequest::AddOffsetsToTxn(r) => {
+            Request::AddOffsetsToTxn(r) => {
                 let parts = BTreeSet::from([self.config.offsets_partition_for(&r.group_id)]);
                 (r.producer_id, r.producer_epoch, parts)
             }
-            ParkedRequest::InitProducerId(_) => return None,
+            _ => return None,
         };
         let AddDecision::Write(ongoing, began) = self.add_to(id, complete, pid, epoch, &parts)
         else {
@@ -109,30 +89,8 @@ impl Engine {
             self.parked.remove(id);
         }
         self.park_deadlines.remove(&(p.until, p.to, id.clone()));
-        let purpose = match p.request {
-            ParkedRequest::AddPartitionsToTxn(r) => {
-                self.batches.insert(
-                    p.to,
-                    BatchReply {
-                        version: r.version,
-                        response: AddPartitionsToTxnResponse::all(&r, ErrorCode::NONE),
-                        outstanding: 1,
-                    },
-                );
-                Purpose::AddPartitions {
-                    to: p.to,
-                    index: 0,
-                    began,
-                }
-            }
-            ParkedRequest::AddOffsetsToTxn(r) => Purpose::AddOffsets {
-                to: p.to,
-                version: r.version,
-                began,
-            },
-            ParkedRequest::InitProducerId(_) => unreachable!("checked above"),
-        };
-        Some((ongoing, purpose))
+        let then = self.resumed_add(p.to, &p.request, began);
+        Some((ongoing, then))
     }
 
     /// `id`'s Complete* is durable: handle its parked requests again, in arrival order.
@@ -142,20 +100,41 @@ impl Engine {
         };
         for p in parked {
             self.park_deadlines.remove(&(p.until, p.to, id.clone()));
-            self.dispatch_parked(p.to, p.request, Some(p.until));
+            self.dispatch(p.to, p.request, Some(p.until));
         }
     }
 
-    pub(super) fn dispatch_parked(
-        &mut self,
-        to: RequestId,
-        request: ParkedRequest,
-        park_until: Option<Millis>,
-    ) {
-        match request {
-            ParkedRequest::InitProducerId(r) => self.handle_init_producer_id(to, r, park_until),
-            ParkedRequest::AddPartitionsToTxn(r) => self.handle_add_partitions(to, r, park_until),
-            ParkedRequest::AddOffsetsToTxn(r) => self.handle_add_offsets(to, r, park_until),
+    /// Answers every parked request whose wait ended by `now` CONCURRENT_TRANSACTIONS (they
+    /// are handled again without parking).
+    pub(super) fn expire_parked(&mut self, now: Millis) {
+        while let Some((until, to, id)) = self.park_deadlines.first().cloned()
+            && until <= now
+        {
+            self.park_deadlines.pop_first();
+            let parked = self
+                .parked
+                .get_mut(&id)
+                .expect("a deadline has its request");
+            let at = parked
+                .iter()
+                .position(|p| p.to == to)
+                .expect("a deadline has its request");
+            let p = parked.remove(at);
+            if parked.is_empty() {
+                self.parked.remove(&id);
+            }
+            self.metrics.parked_requests_timed_out += 1;
+            self.dispatch(p.to, p.request, None);
         }
+    }
+
+    /// Answers every parked request `code` and forgets them.
+    pub(super) fn drop_parked(&mut self, code: ErrorCode) {
+        for (_, parked) in std::mem::take(&mut self.parked) {
+            for p in parked {
+                self.respond(p.to, p.request.error_response(code));
+            }
+        }
+        self.park_deadlines.clear();
     }
 }

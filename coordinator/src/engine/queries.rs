@@ -1,6 +1,13 @@
 //! DescribeTransactions and ListTransactions: read-only answers from the durable records.
 
-use super::*;
+use txn_log::{TransactionalId, TxnState};
+
+use super::{Engine, Status};
+use crate::request::{
+    DescribedTxn, ListTransactionsRequest, ListTransactionsResponse, ListedTxn,
+    unknown_state_filters,
+};
+use crate::{ErrorCode, Millis};
 
 impl Engine {
     /// DescribeTransactions for one id (Kafka's `TransactionCoordinator.handleDescribeTransactions`).
@@ -11,18 +18,19 @@ impl Engine {
         if let Err(e) = self.owner_check(&id) {
             return DescribedTxn::error(raw, e);
         }
-        let Some(r) = self.record(&id) else {
+        let Some(t) = self.txn(&id) else {
             return DescribedTxn::error(raw, ErrorCode::TRANSACTIONAL_ID_NOT_FOUND);
         };
         DescribedTxn {
             error: ErrorCode::NONE,
             transactional_id: raw.to_owned(),
-            state: Some(r.state),
-            timeout_ms: r.timeout_ms,
-            start_time_ms: r.txn_start_ms,
-            producer_id: r.producer_id,
-            producer_epoch: r.producer_epoch,
-            partitions: r.partitions.iter().cloned().collect(),
+            state: Some(t.state()),
+            timeout_ms: t.timeout_ms(),
+            // Kafka's -1: no transaction started.
+            start_time_ms: t.start_ms().unwrap_or(-1),
+            producer_id: t.producer().id,
+            producer_epoch: t.producer().epoch,
+            partitions: t.partitions().into_iter().flatten().cloned().collect(),
         }
     }
 
@@ -56,19 +64,23 @@ impl Engine {
         if !req.state_filters.is_empty() && states.is_empty() {
             return out;
         }
-        for (id, r) in self.records() {
-            if r.state == TxnState::Dead {
-                continue;
-            }
+        for (id, t) in self
+            .txns
+            .iter()
+            .filter_map(|(id, e)| Some((id, e.txn.as_ref()?)))
+        {
+            let (state, producer_id) = (t.state(), t.producer().id);
             if !req.producer_id_filters.is_empty()
-                && !req.producer_id_filters.contains(&r.producer_id)
+                && !req.producer_id_filters.contains(&producer_id)
             {
                 continue;
             }
-            if !states.is_empty() && !states.contains(&r.state) {
+            if !states.is_empty() && !states.contains(&state) {
                 continue;
             }
-            if req.duration_filter_ms >= 0 && now.0 - r.txn_start_ms <= req.duration_filter_ms {
+            // Kafka's duration is measured from the start time as stored (-1: none).
+            let start_ms = t.start_ms().unwrap_or(-1);
+            if req.duration_filter_ms >= 0 && now.0 - start_ms <= req.duration_filter_ms {
                 continue;
             }
             if let Some(p) = &req.transactional_id_pattern
@@ -78,8 +90,8 @@ impl Engine {
             }
             out.transactions.push(ListedTxn {
                 transactional_id: id.to_string(),
-                producer_id: r.producer_id,
-                state: r.state,
+                producer_id,
+                state,
             });
         }
         out

@@ -359,10 +359,8 @@ impl Driver {
         match msg {
             Msg::Request { request, reply } => {
                 if self.shutdown.is_some() {
-                    let _ = reply.send(super::error_response(
-                        &request,
-                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                    ));
+                    let _ =
+                        reply.send(request.error_response(ErrorCode::COORDINATOR_NOT_AVAILABLE));
                     return;
                 }
                 let park = self.shared.config.park_max_ms;
@@ -456,10 +454,8 @@ impl Driver {
             }
             Msg::Shutdown { done } => {
                 for (request, reply, _) in self.held_for_load.drain(..) {
-                    let _ = reply.send(super::error_response(
-                        &request,
-                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                    ));
+                    let _ =
+                        reply.send(request.error_response(ErrorCode::COORDINATOR_NOT_AVAILABLE));
                 }
                 self.shutdown = Some(done);
             }

@@ -68,7 +68,7 @@ pub use writer::WriterSink;
 
 use driver::{Driver, EpochChoice, Msg};
 
-use crate::engine::add_partitions_precheck;
+use crate::engine::add_partitions::add_partitions_precheck;
 use crate::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     AddPartitionsTxnResult, Config, DescribeTransactionsRequest, DescribedTxn, EndTxnRequest,
@@ -179,31 +179,6 @@ impl Shared {
                 false
             }
         });
-    }
-}
-
-/// The response to `request` carrying only `error`.
-pub(crate) fn error_response(request: &Request, error: ErrorCode) -> Response {
-    match request {
-        Request::InitProducerId(_) => {
-            Response::InitProducerId(InitProducerIdResponse::error(error))
-        }
-        Request::AddPartitionsToTxn(r) => {
-            Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::all(r, error))
-        }
-        Request::AddOffsetsToTxn(_) => Response::AddOffsetsToTxn(error),
-        Request::EndTxn(_) => Response::EndTxn(EndTxnResponse::error(error)),
-        Request::DescribeTransactions(r) => Response::DescribeTransactions(
-            r.transactional_ids
-                .iter()
-                .map(|id| DescribedTxn::error(id, error))
-                .collect(),
-        ),
-        Request::ListTransactions(r) => Response::ListTransactions(ListTransactionsResponse {
-            error,
-            unknown_state_filters: crate::unknown_state_filters(&r.state_filters),
-            transactions: Vec::new(),
-        }),
     }
 }
 
@@ -456,10 +431,10 @@ impl Coordinator {
     /// Sends `request` to the driver of `partition` and awaits its answer.
     async fn route(&self, partition: LogPartition, request: Request) -> Response {
         let Some(tx) = self.existing_driver(partition) else {
-            return error_response(&request, ErrorCode::NOT_COORDINATOR);
+            return request.error_response(ErrorCode::NOT_COORDINATOR);
         };
         let (reply, rx) = oneshot::channel();
-        let fallback = error_response(&request, ErrorCode::NOT_COORDINATOR);
+        let fallback = request.error_response(ErrorCode::NOT_COORDINATOR);
         if tx.send(Msg::Request { request, reply }).is_err() {
             return fallback;
         }
@@ -479,7 +454,7 @@ impl Coordinator {
         }
         match raw_id.and_then(|id| self.partition_of(id)) {
             Some(p) => self.route(p, request).await,
-            None => error_response(&request, ErrorCode::INVALID_REQUEST),
+            None => request.error_response(ErrorCode::INVALID_REQUEST),
         }
     }
 

@@ -360,7 +360,7 @@ impl Fx {
     }
 
     pub(crate) fn record(&self, id: &str) -> Option<TxnRecord> {
-        self.eng.record(&tid(id)).cloned()
+        self.eng.record(&tid(id))
     }
 }
 
