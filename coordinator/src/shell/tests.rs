@@ -736,14 +736,15 @@ async fn shutdown_answers_requests_held_for_a_load() {
 /// writer's own completions channel stays empty.
 #[tokio::test]
 async fn writer_completions_reach_their_own_driver_without_a_router() {
-    use markers::writer::{
+    use ::markers::writer::{
         BrokerEndpoint, InProcessTransport, StaticLeaderResolver, WriterConfig, build_response,
         codes,
     };
-    let delivered = Arc::new(txn_log::sync::Mutex::new(Vec::new()));
+    let delivered = Arc::new(Mutex::new(Vec::new()));
     let seen = delivered.clone();
     let transport = InProcessTransport::from_fn(move |_, request, _| {
-        seen.lock().extend(request.markers.iter().map(|m| m.producer_id));
+        seen.lock()
+            .extend(request.markers.iter().map(|m| m.producer_id.0));
         Ok(build_response(&request, |_, _, _| codes::NONE))
     });
     let (writer_tx, mut writer_rx) = mpsc::channel(16);
@@ -788,7 +789,7 @@ async fn writer_completions_reach_their_own_driver_without_a_router() {
             .end_txn(end(id.as_str(), r.producer_id, r.producer_epoch, true))
             .await;
         assert_eq!(e.error, ErrorCode::NONE);
-        pids.push(r.producer_id);
+        pids.push(r.producer_id.0);
     }
     for id in [&first, &second] {
         let mut state = String::new();
