@@ -7,7 +7,10 @@
 //! decoders (see `vendor/kafka-protocol/PATCHED.md`). Nothing here panics on input.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader,
+    ResponseKind,
+};
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Request, StrBytes, VersionRange,
     decode_request_header_from_buffer, encode_request_header_into_buffer,
@@ -267,6 +270,8 @@ pub struct KafkaConnection<S> {
     client_id: StrBytes,
     next_correlation_id: i32,
     max_frame_bytes: usize,
+    /// The node's answer to [`KafkaConnection::api_versions`], once asked.
+    api_versions: Option<ApiVersionsResponse>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> KafkaConnection<S> {
@@ -277,7 +282,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KafkaConnection<S> {
             client_id: StrBytes::from_string(client_id.to_owned()),
             next_correlation_id: 1,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            api_versions: None,
         }
+    }
+
+    /// The node's API versions: asked (ApiVersions v0, which every Kafka node answers) on the
+    /// first call only; later calls on this connection return that answer without a request.
+    /// A connector that asks during its handshake (TLS) thus spares its caller a second one.
+    pub async fn api_versions(&mut self) -> Result<&ApiVersionsResponse, CallError> {
+        if self.api_versions.is_none() {
+            let answer = self.call(&ApiVersionsRequest::default(), 0).await?;
+            self.api_versions = Some(answer);
+        }
+        Ok(self
+            .api_versions
+            .get_or_insert_with(ApiVersionsResponse::default))
     }
 
     /// Sends `request` at `version` and waits for its response.
@@ -649,6 +668,41 @@ mod tests {
             .expect("call");
         assert_eq!(resp.producer_id, ProducerId(7));
         server.await.expect("server");
+    }
+
+    /// ApiVersions is asked on the first `api_versions` call only: the server answers one
+    /// request, and the connection closes after it (a second request would find it closed).
+    #[tokio::test]
+    async fn api_versions_are_asked_once_per_connection() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.expect("accept");
+            let frame = read_frame(&mut sock, 1024)
+                .await
+                .expect("read")
+                .expect("frame");
+            let req = decode_request(frame, all).expect("decode");
+            assert_eq!(req.api_key, ApiKey::ApiVersions);
+            let resp =
+                ResponseKind::ApiVersions(ApiVersionsResponse::default().with_error_code(35));
+            let out = encode_response(req.api_key, req.version(), req.header.correlation_id, &resp)
+                .expect("encode");
+            write_frame(&mut sock, &out).await.expect("write");
+            // Anything more on this connection is a second request.
+            read_frame(&mut sock, 1024).await.expect("read").is_some()
+        });
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut conn = KafkaConnection::new(stream, "test");
+        assert_eq!(conn.api_versions().await.expect("first").error_code, 35);
+        assert_eq!(conn.api_versions().await.expect("second").error_code, 35);
+        drop(conn);
+        assert!(
+            !server.await.expect("server"),
+            "a second ApiVersions was sent"
+        );
     }
 
     #[tokio::test]

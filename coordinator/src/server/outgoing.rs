@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiVersionsRequest, SaslAuthenticateRequest, SaslHandshakeRequest};
+use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::{
     BoxedConnection, ConnectError, Connector, KafkaConnection, KafkaStream, PlaintextConnector,
@@ -303,12 +303,12 @@ impl ClientSecurity {
             // the client's side of the handshake is done: the refusal arrives with the first
             // answer. Ask for one here (ApiVersions, as Kafka's clients do first), so that it
             // is this connection's TLS error and not a failure of the caller's first request.
-            conn.call(&ApiVersionsRequest::default(), 0)
-                .await
-                .map_err(|e| ConnectError::Tls {
-                    addr: addr.clone(),
-                    reason: format!("the session failed at its first request: {e}"),
-                })?;
+            // The answer stays with the connection: the marker transport reads the broker's
+            // WriteTxnMarkers version from it instead of asking a second time.
+            conn.api_versions().await.map_err(|e| ConnectError::Tls {
+                addr: addr.clone(),
+                reason: format!("the session failed at its first request: {e}"),
+            })?;
         }
         if let Some((mechanism, creds)) = &self.sasl {
             authenticate(&mut conn, *mechanism, creds)

@@ -21,7 +21,7 @@ use super::metrics::LogPartitionLabels;
 use crate::{MarkerCompletion, TxnMarkerRequest};
 
 use super::clock::BoxFuture;
-use super::{Shared, trail};
+use super::{MarkerReply, Shared, trail};
 use crate::{
     Effect, Engine, EngineMetrics, ErrorCode, IoId, Millis, Request, RequestId, Response,
     UnloadReason,
@@ -79,6 +79,9 @@ pub(crate) struct Driver {
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Msg>,
     tx: mpsc::UnboundedSender<Msg>,
+    /// Where the marker sink reports this partition's decisions: a send on this driver's own
+    /// inbox, which wakes it directly.
+    reply: MarkerReply,
     /// The appends started and not yet finished, in any order of completion (the log
     /// orders them by the `append` calls, made in the engine's order).
     appends: FuturesUnordered<InFlight>,
@@ -109,6 +112,14 @@ pub(crate) struct Driver {
     shutdown: Option<oneshot::Sender<()>>,
 }
 
+/// The reply a driver hands the marker sink with each decision: the completion goes into
+/// `inbox` (a driver that is gone drops it, as it would any message).
+fn marker_reply(inbox: mpsc::UnboundedSender<Msg>) -> MarkerReply {
+    MarkerReply::new(move |done| {
+        let _ = inbox.send(Msg::Markers(done));
+    })
+}
+
 impl Driver {
     /// Spawns the driver of `partition` (in the unloaded state: NOT_COORDINATOR until loaded).
     pub(crate) fn spawn(
@@ -127,6 +138,7 @@ impl Driver {
             shared,
             rx,
             tx: tx.clone(),
+            reply: marker_reply(tx.clone()),
             appends: FuturesUnordered::new(),
             deferred_markers: VecDeque::new(),
             waiting: HashMap::new(),
@@ -513,7 +525,11 @@ impl Driver {
     /// Hands a marker decision to the sink, behind any it refused earlier.
     fn submit_markers(&mut self, request: TxnMarkerRequest) {
         if self.deferred_markers.is_empty() {
-            match self.shared.markers.try_submit(request) {
+            match self
+                .shared
+                .markers
+                .try_submit_replying(request, &self.reply)
+            {
                 Ok(()) => {}
                 Err(refused) => self.defer_markers(refused),
             }
@@ -531,7 +547,11 @@ impl Driver {
     /// Offers the refused decisions again, oldest first, until the sink refuses one.
     fn offer_deferred_markers(&mut self) {
         while let Some(request) = self.deferred_markers.pop_front() {
-            match self.shared.markers.try_submit(request) {
+            match self
+                .shared
+                .markers
+                .try_submit_replying(request, &self.reply)
+            {
                 Ok(()) => {
                     self.shared.metrics.markers_deferred.dec();
                 }

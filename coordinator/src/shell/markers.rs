@@ -2,16 +2,20 @@
 //! comes back.
 //!
 //! A [`MarkerSink`] receives one [`TxnMarkerRequest`] per decision and reports exactly one
-//! [`MarkerCompletion`] per accepted request on the completion channel handed to
-//! [`crate::shell::Coordinator::start`]. Submission never waits: a full sink hands the request
-//! back and the partition's driver keeps it, in order, until the sink has room (see
-//! `docs/markers.md`, "Backpressure"). These are the marker writer's own types: the real sink
-//! ([`crate::shell::WriterSink`]) hands them to `markers::writer::MarkerWriter` and its
-//! completions reach the coordinator unchanged. [`RecordingMarkerSink`] is the test double.
+//! [`MarkerCompletion`] per accepted request: on the [`MarkerReply`] of the partition driver
+//! that submitted it (a sink that [`MarkerSink::replies_directly`]; the completion wakes that
+//! driver with no task in between), or else on the completion channel handed to
+//! [`crate::shell::Coordinator::start`], from which a routing task forwards it to the driver.
+//! Submission never waits: a full sink hands the request back and the partition's driver keeps
+//! it, in order, until the sink has room (see `docs/markers.md`, "Backpressure"). These are the
+//! marker writer's own types: the real sink ([`crate::shell::WriterSink`]) hands them to
+//! `markers::writer::MarkerWriter`, which answers the submitting driver directly.
+//! [`RecordingMarkerSink`] is the test double (it reports on the channel).
 
 use std::sync::Arc;
 
 use crate::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
+pub use markers::writer::MarkerReply;
 use tokio::sync::mpsc;
 use txn_log::LogPartition;
 use txn_log::sync::Mutex;
@@ -31,6 +35,26 @@ pub trait MarkerSink: Send + Sync + 'static {
     /// caller offers it again later, in the same order. An accepted request's end is reported
     /// on the completion channel exactly once.
     fn try_submit(&self, request: TxnMarkerRequest) -> Result<(), TxnMarkerRequest>;
+
+    /// As [`try_submit`](Self::try_submit), from the driver of `request.log_partition`, whose
+    /// inbox `reply` feeds. A sink that [`replies_directly`](Self::replies_directly) reports
+    /// the end of an accepted request through `reply`; the default ignores it and calls
+    /// `try_submit` (the end then comes on the completion channel).
+    fn try_submit_replying(
+        &self,
+        request: TxnMarkerRequest,
+        reply: &MarkerReply,
+    ) -> Result<(), TxnMarkerRequest> {
+        let _ = reply;
+        self.try_submit(request)
+    }
+
+    /// Whether every request accepted by [`try_submit_replying`](Self::try_submit_replying)
+    /// is reported on its reply and never on the completion channel: the coordinator then
+    /// reads no channel (no routing task). The default: `false`.
+    fn replies_directly(&self) -> bool {
+        false
+    }
 
     /// Drops every decision of `partition` (unload); their reports may be `Cancelled` or absent.
     fn cancel_log_partition(&self, partition: LogPartition);

@@ -59,7 +59,7 @@ use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog}
 pub use builder::{BuildError, CoordinatorBuilder};
 pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
-pub use markers::{MarkerSink, MarkerSinkStats, RecordingMarkerSink};
+pub use markers::{MarkerReply, MarkerSink, MarkerSinkStats, RecordingMarkerSink};
 pub use metrics::{ApiErrorLabels, ApiLabels, LogPartitionLabels, Metrics};
 pub use ownership::LeaderEpoch;
 pub use trail::TRANSITION_TARGET;
@@ -91,7 +91,10 @@ pub struct CoordinatorOptions {
     pub clock: Arc<dyn Clock>,
     /// Where marker jobs go.
     pub markers: Arc<dyn MarkerSink>,
-    /// Where the sink reports the end of each job.
+    /// Where a sink that does not [reply directly](MarkerSink::replies_directly) reports the
+    /// end of each job (a routing task forwards each to the driver of its partition). A sink
+    /// that replies directly ([`WriterSink`]) answers each driver itself: this receiver is then
+    /// dropped unread and no routing task runs.
     pub marker_completions: mpsc::Receiver<MarkerCompletion>,
     /// Which participant partitions exist (consulted before AddPartitionsToTxn).
     pub catalog: Arc<dyn PartitionCatalog>,
@@ -226,19 +229,24 @@ impl Coordinator {
             unloads: tokio::sync::broadcast::Sender::new(1024),
             leadership: ownership::Leadership::default(),
         });
-        // Route marker completions to the driver of their partition.
-        let router = Arc::downgrade(&shared);
-        tokio::spawn(async move {
-            while let Some(done) = marker_completions.recv().await {
-                let Some(shared) = router.upgrade() else {
-                    break;
-                };
-                let tx = shared.drivers.lock().get(&done.log_partition).cloned();
-                if let Some(tx) = tx {
-                    let _ = tx.send(Msg::Markers(done));
+        if shared.markers.replies_directly() {
+            // The sink answers each driver on its own inbox: nothing comes on the channel.
+            drop(marker_completions);
+        } else {
+            // Route the channel's marker completions to the driver of their partition.
+            let router = Arc::downgrade(&shared);
+            tokio::spawn(async move {
+                while let Some(done) = marker_completions.recv().await {
+                    let Some(shared) = router.upgrade() else {
+                        break;
+                    };
+                    let tx = shared.drivers.lock().get(&done.log_partition).cloned();
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Msg::Markers(done));
+                    }
                 }
-            }
-        });
+            });
+        }
         shared.refill_if_needed();
         Self { shared }
     }

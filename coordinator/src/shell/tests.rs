@@ -721,3 +721,83 @@ async fn shutdown_answers_requests_held_for_a_load() {
     log.open();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), stopping).await;
 }
+
+/// The marker writer answers the driver that submitted each decision on that driver's own
+/// inbox: two transactions of two log partitions both reach CompleteCommit while the channel
+/// handed to `Coordinator::start` has no sender (nothing could come through a router), and the
+/// writer's own completions channel stays empty.
+#[tokio::test]
+async fn writer_completions_reach_their_own_driver_without_a_router() {
+    use ::markers::writer::{
+        BrokerEndpoint, InProcessTransport, StaticLeaderResolver, WriterConfig, build_response,
+        codes,
+    };
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let seen = delivered.clone();
+    let transport = InProcessTransport::from_fn(move |_, request, _| {
+        seen.lock()
+            .extend(request.markers.iter().map(|m| m.producer_id.0));
+        Ok(build_response(&request, |_, _, _| codes::NONE))
+    });
+    let (writer_tx, mut writer_rx) = mpsc::channel(16);
+    let sink = WriterSink::spawn(
+        Arc::new(StaticLeaderResolver::single(BrokerEndpoint::new(
+            1,
+            "in-process",
+            0,
+        ))),
+        Arc::new(transport),
+        WriterConfig::default(),
+        writer_tx,
+    );
+    let (unused_tx, unused_rx) = mpsc::channel(1);
+    drop(unused_tx);
+    let coordinator = Coordinator::start(CoordinatorOptions {
+        config: Config {
+            transaction_state_log_num_partitions: 4,
+            ..Config::default()
+        },
+        log: Arc::new(MemTxnLog::new()),
+        clock: Arc::new(SystemClock::new()),
+        markers: Arc::new(sink),
+        marker_completions: unused_rx,
+        catalog: Arc::new(EveryPartitionExists),
+        metrics: Metrics::new(),
+    });
+    coordinator.load_all_partitions().await.expect("load");
+    let first = TransactionalId::new("direct-0").expect("id");
+    let second = (1..1000)
+        .map(|i| TransactionalId::new(format!("direct-{i}")).expect("id"))
+        .find(|id| crate::partition_for(id, 4) != crate::partition_for(&first, 4))
+        .expect("an id of another log partition");
+    let mut pids = Vec::new();
+    for id in [&first, &second] {
+        let r = init_ok(&coordinator, id.as_str()).await;
+        let a = coordinator
+            .add_partitions_to_txn(add(id.as_str(), r.producer_id, r.producer_epoch, "t"))
+            .await;
+        assert_eq!(a.results[0].partitions[0].1, ErrorCode::NONE);
+        let e = coordinator
+            .end_txn(end(id.as_str(), r.producer_id, r.producer_epoch, true))
+            .await;
+        assert_eq!(e.error, ErrorCode::NONE);
+        pids.push(r.producer_id.0);
+    }
+    for id in [&first, &second] {
+        let mut state = String::new();
+        for _ in 0..1000 {
+            state = state_of(&coordinator, id.as_str()).await;
+            if state == "CompleteCommit" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(state, "CompleteCommit", "{id}");
+    }
+    assert_eq!(*delivered.lock(), pids, "both decisions were delivered");
+    assert!(
+        writer_rx.try_recv().is_err(),
+        "no completion went to the writer's channel"
+    );
+    assert_eq!(coordinator.metrics().markers_pending.get(), 0);
+}

@@ -1,17 +1,21 @@
 //! The tokio driver: one task owns a [`MarkerPlanner`] and performs its effects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use kafka_protocol::messages::WriteTxnMarkersResponse;
 use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use txn_log::sync::Mutex;
 use txn_log::{LogPartition, TopicPartition};
 
-use super::planner::{Effect, MarkerPlanner, Millis, PlannerConfig, RequestId};
+use super::planner::{Effect, MarkerPlanner, Millis, PlannerConfig, PlannerStats, RequestId};
 use super::resolver::LeaderResolver;
 use super::transport::{MarkerTransport, TransportError};
 use super::{LeaderLookup, MarkerCompletion, TxnMarkerRequest};
@@ -57,54 +61,50 @@ impl WriterConfig {
     }
 }
 
-/// Pending work towards one broker.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BrokerStats {
-    /// Broker id.
-    pub node_id: i32,
-    /// Partition markers queued for it, not yet sent.
-    pub queued: usize,
-    /// Partition markers in its in-flight request.
-    pub in_flight: usize,
-}
-
-/// A snapshot of the writer's metrics.
+/// A snapshot of the writer's metrics: the planner's counters and gauges (reachable as
+/// fields of the snapshot itself, through `Deref`) and what waits in the completions channel.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriterStats {
-    /// Partition markers put into requests (each retry counts again).
-    pub markers_sent: u64,
-    /// Partition markers acknowledged.
-    pub markers_acked: u64,
-    /// Partition retries scheduled.
-    pub markers_retried: u64,
-    /// Partitions dropped (topic gone).
-    pub markers_dropped: u64,
-    /// Partitions done with `UNSUPPORTED_FOR_MESSAGE_FORMAT` / `UNSUPPORTED_VERSION`.
-    pub markers_unsupported: u64,
-    /// Answers outside Kafka's table (retried).
-    pub unexpected_errors: u64,
-    /// Requests sent.
-    pub requests_sent: u64,
-    /// Requests that failed as a whole.
-    pub requests_failed: u64,
-    /// Completions with `Completed`.
-    pub completed: u64,
-    /// Completions with `CoordinatorFenced`.
-    pub fenced: u64,
-    /// Completions with `Cancelled`.
-    pub cancelled: u64,
-    /// Completions with `Superseded`.
-    pub superseded: u64,
-    /// Decisions not yet finished.
-    pub pending_decisions: usize,
-    /// Their partitions still waiting.
-    pub pending_partitions: usize,
-    /// Partitions waiting for a leader lookup or a retry backoff.
-    pub awaiting_leader: usize,
-    /// Finished decisions whose completion the completions channel has not taken yet.
+    /// The planner's counters and gauges.
+    pub planner: PlannerStats,
+    /// Finished decisions submitted without a [`MarkerReply`] whose completion the
+    /// completions channel has not taken yet.
     pub undelivered_completions: usize,
-    /// Pending partitions per broker.
-    pub brokers: Vec<BrokerStats>,
+}
+
+impl std::ops::Deref for WriterStats {
+    type Target = PlannerStats;
+
+    fn deref(&self) -> &PlannerStats {
+        &self.planner
+    }
+}
+
+/// Where the writer reports the end of one decision submitted with
+/// [`MarkerWriter::try_submit_replying`]: a function the writer task calls once per completion,
+/// which must not wait (typically a send on the unbounded inbox of the task that submitted the
+/// decision: that wakes the submitter directly, with no task in between). The writer keeps the
+/// reply of the latest submission of each log partition and answers every completion of that
+/// log partition with it.
+#[derive(Clone)]
+pub struct MarkerReply(Arc<dyn Fn(MarkerCompletion) + Send + Sync>);
+
+impl MarkerReply {
+    /// A reply calling `f` with each completion.
+    pub fn new(f: impl Fn(MarkerCompletion) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Reports `completion`.
+    pub fn send(&self, completion: MarkerCompletion) {
+        (self.0)(completion);
+    }
+}
+
+impl std::fmt::Debug for MarkerReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MarkerReply").finish_non_exhaustive()
+    }
 }
 
 /// Why a decision was not accepted: the writer task has stopped. The request is returned.
@@ -124,7 +124,7 @@ pub enum TrySubmitError {
 }
 
 enum Command {
-    Submit(TxnMarkerRequest),
+    Submit(TxnMarkerRequest, Option<MarkerReply>),
     Cancel(LogPartition),
 }
 
@@ -141,16 +141,19 @@ pub struct MarkerWriter {
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Submit(r) => f.debug_tuple("Submit").field(&r.transactional_id).finish(),
+            Self::Submit(r, _) => f.debug_tuple("Submit").field(&r.transactional_id).finish(),
             Self::Cancel(lp) => f.debug_tuple("Cancel").field(lp).finish(),
         }
     }
 }
 
 impl MarkerWriter {
-    /// Starts the writer task on the current tokio runtime. Completions go to `completions`,
-    /// exactly one per submitted decision; drain it concurrently with `submit` (a full
-    /// completions channel holds back permits, so `submit` would wait).
+    /// Starts the writer task on the current tokio runtime. The completions of decisions
+    /// submitted without a [`MarkerReply`] ([`submit`](Self::submit),
+    /// [`try_submit`](Self::try_submit)) go to `completions`, exactly one per decision; drain it
+    /// concurrently with `submit` (a full completions channel holds back permits, so `submit`
+    /// would wait). Decisions submitted with [`try_submit_replying`](Self::try_submit_replying)
+    /// are answered on their reply instead.
     pub fn spawn(
         resolver: Arc<dyn LeaderResolver>,
         transport: Arc<dyn MarkerTransport>,
@@ -166,12 +169,12 @@ impl MarkerWriter {
             transport,
             request_timeout: config.request_timeout,
             completions,
-            outbox: std::collections::VecDeque::new(),
+            replies: HashMap::new(),
+            outbox: VecDeque::new(),
             permits: permits.clone(),
             stats: stats.clone(),
             start: Instant::now(),
-            tasks: JoinSet::new(),
-            io_of_task: HashMap::new(),
+            io: FuturesUnordered::new(),
         };
         tokio::spawn(driver.run(rx));
         Self {
@@ -187,16 +190,31 @@ impl MarkerWriter {
             Ok(permit) => permit.forget(),
             Err(_) => return Err(WriterClosed(Box::new(request))),
         }
-        self.commands
-            .send(Command::Submit(request))
-            .map_err(|e| match e.0 {
-                Command::Submit(r) => WriterClosed(Box::new(r)),
-                Command::Cancel(_) => unreachable!("sent a submit"),
-            })
+        self.send_submit(request, None)
+            .map_err(|r| WriterClosed(Box::new(r)))
     }
 
     /// Submits one decision without waiting.
     pub fn try_submit(&self, request: TxnMarkerRequest) -> Result<(), TrySubmitError> {
+        self.try_submit_with(request, None)
+    }
+
+    /// Submits one decision without waiting; its completion (and every later completion of its
+    /// log partition) goes to `reply`, called from the writer task, instead of the completions
+    /// channel. Its permit is returned as soon as the reply is called.
+    pub fn try_submit_replying(
+        &self,
+        request: TxnMarkerRequest,
+        reply: MarkerReply,
+    ) -> Result<(), TrySubmitError> {
+        self.try_submit_with(request, Some(reply))
+    }
+
+    fn try_submit_with(
+        &self,
+        request: TxnMarkerRequest,
+        reply: Option<MarkerReply>,
+    ) -> Result<(), TrySubmitError> {
         match self.permits.try_acquire() {
             Ok(permit) => permit.forget(),
             Err(tokio::sync::TryAcquireError::NoPermits) => {
@@ -206,10 +224,20 @@ impl MarkerWriter {
                 return Err(TrySubmitError::Closed(Box::new(request)));
             }
         }
+        self.send_submit(request, reply)
+            .map_err(|r| TrySubmitError::Closed(Box::new(r)))
+    }
+
+    /// Hands a permitted decision to the task; `Err` (the request back) if it has stopped.
+    fn send_submit(
+        &self,
+        request: TxnMarkerRequest,
+        reply: Option<MarkerReply>,
+    ) -> Result<(), TxnMarkerRequest> {
         self.commands
-            .send(Command::Submit(request))
+            .send(Command::Submit(request, reply))
             .map_err(|e| match e.0 {
-                Command::Submit(r) => TrySubmitError::Closed(Box::new(r)),
+                Command::Submit(r, _) => r,
                 Command::Cancel(_) => unreachable!("sent a submit"),
             })
     }
@@ -237,24 +265,30 @@ enum Io {
     },
 }
 
+/// What an io future was doing, to fail its work cleanly if it panics.
+enum PendingIo {
+    Resolve(Vec<TopicPartition>),
+    Send(i32, RequestId),
+}
+
+/// One leader lookup batch or one request, polled by the writer task itself (no task of its
+/// own): its answer wakes the writer directly. A panic inside is caught and ends as `Err`.
+type IoFuture = Pin<Box<dyn Future<Output = (PendingIo, std::thread::Result<Io>)> + Send>>;
+
 struct Driver {
     planner: MarkerPlanner,
     resolver: Arc<dyn LeaderResolver>,
     transport: Arc<dyn MarkerTransport>,
     request_timeout: Duration,
     completions: mpsc::Sender<MarkerCompletion>,
-    outbox: std::collections::VecDeque<MarkerCompletion>,
+    /// The reply of the latest replying submission of each log partition.
+    replies: HashMap<LogPartition, MarkerReply>,
+    /// Completions waiting for room in `completions`.
+    outbox: VecDeque<MarkerCompletion>,
     permits: Arc<Semaphore>,
     stats: Arc<Mutex<WriterStats>>,
     start: Instant,
-    tasks: JoinSet<Io>,
-    /// What each io task was doing, to fail it cleanly if the task panics.
-    io_of_task: HashMap<tokio::task::Id, PendingIo>,
-}
-
-enum PendingIo {
-    Resolve(Vec<TopicPartition>),
-    Send(i32, RequestId),
+    io: FuturesUnordered<IoFuture>,
 }
 
 /// Commands taken per loop turn before effects run (batches submissions into requests).
@@ -278,9 +312,7 @@ impl Driver {
         let mut armed: Option<Instant> = None;
         loop {
             self.run_effects();
-            while let Some(c) = self.planner.poll_completion() {
-                self.outbox.push_back(c);
-            }
+            self.deliver_completions();
             self.publish_stats();
             if !open {
                 break;
@@ -324,10 +356,10 @@ impl Driver {
                         }
                     }
                 }
-                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    self.handle_joined(joined);
-                    while let Some(joined) = self.tasks.try_join_next_with_id() {
-                        self.handle_joined(joined);
+                Some(done) = self.io.next(), if !self.io.is_empty() => {
+                    self.handle_io(done);
+                    while let Some(Some(done)) = self.io.next().now_or_never() {
+                        self.handle_io(done);
                     }
                 }
                 cmd = commands.recv() => {
@@ -352,38 +384,33 @@ impl Driver {
             }
         }
         self.permits.close();
-        self.tasks.abort_all();
     }
 
-    fn handle_joined(&mut self, joined: Result<(tokio::task::Id, Io), tokio::task::JoinError>) {
-        match joined {
-            Ok((id, io)) => {
-                self.io_of_task.remove(&id);
-                self.handle_io(io);
-            }
-            Err(e) => {
-                // A panicking resolver or transport: treat its work as failed (retried).
-                tracing::error!(error = %e, "marker writer io task failed");
-                let now = self.now();
-                match self.io_of_task.remove(&e.id()) {
-                    Some(PendingIo::Resolve(tps)) => {
-                        for tp in tps {
-                            self.planner.handle_lookup_failed(now, &tp);
-                        }
-                    }
-                    Some(PendingIo::Send(node_id, request_id)) => {
-                        self.planner.handle_send_failed(now, node_id, request_id);
-                    }
-                    None => {}
+    /// Hands each finished decision to the reply of its log partition (its permit back at
+    /// once), or to the outbox of the completions channel.
+    fn deliver_completions(&mut self) {
+        let mut replied = 0;
+        while let Some(c) = self.planner.poll_completion() {
+            match self.replies.get(&c.log_partition) {
+                Some(reply) => {
+                    reply.send(c);
+                    replied += 1;
                 }
+                None => self.outbox.push_back(c),
             }
+        }
+        if replied > 0 {
+            self.permits.add_permits(replied);
         }
     }
 
     fn handle_command(&mut self, cmd: Command) {
         let now = self.now();
         match cmd {
-            Command::Submit(request) => {
+            Command::Submit(request, reply) => {
+                if let Some(reply) = reply {
+                    self.replies.insert(request.log_partition, reply);
+                }
                 if let Err(e) = self.planner.submit(now, request) {
                     // Cannot happen: permits bound pending decisions below the planner's limit.
                     tracing::error!(error = %e, "planner refused a permitted decision");
@@ -394,8 +421,23 @@ impl Driver {
         }
     }
 
-    fn handle_io(&mut self, io: Io) {
+    fn handle_io(&mut self, (pending, io): (PendingIo, std::thread::Result<Io>)) {
         let now = self.now();
+        let Ok(io) = io else {
+            // A panicking resolver or transport: its work failed (retried).
+            tracing::error!("marker writer io panicked");
+            match pending {
+                PendingIo::Resolve(tps) => {
+                    for tp in tps {
+                        self.planner.handle_lookup_failed(now, &tp);
+                    }
+                }
+                PendingIo::Send(node_id, request_id) => {
+                    self.planner.handle_send_failed(now, node_id, request_id);
+                }
+            }
+            return;
+        };
         match io {
             Io::Resolved(answers) => {
                 for (tp, answer) in answers {
@@ -422,23 +464,23 @@ impl Driver {
         }
     }
 
+    /// Starts the io of each planner effect, polled from now on by the writer task.
     fn run_effects(&mut self) {
         while let Some(effect) = self.planner.poll_effect() {
             let timeout = self.request_timeout;
-            match effect {
-                Effect::Resolve { lookups } => {
-                    let resolver = self.resolver.clone();
-                    let tps = lookups.iter().map(|l| l.partition.clone()).collect();
-                    let handle = self.tasks.spawn(async move {
-                        let mut answers = Vec::with_capacity(lookups.len());
-                        for l in lookups {
-                            if l.refresh {
-                                resolver.invalidate(&l.partition).await;
-                            }
-                            let answer =
-                                match tokio::time::timeout(timeout, resolver.leader(&l.partition))
-                                    .await
-                                {
+            let (pending, work): (PendingIo, Pin<Box<dyn Future<Output = Io> + Send>>) =
+                match effect {
+                    Effect::Resolve { lookups } => {
+                        let resolver = self.resolver.clone();
+                        let tps = lookups.iter().map(|l| l.partition.clone()).collect();
+                        let work = async move {
+                            let mut answers = Vec::with_capacity(lookups.len());
+                            for l in lookups {
+                                if l.refresh {
+                                    resolver.invalidate(&l.partition).await;
+                                }
+                                let lookup = resolver.leader(&l.partition);
+                                let answer = match tokio::time::timeout(timeout, lookup).await {
                                     Ok(Ok(lookup)) => Some(lookup),
                                     Ok(Err(e)) => {
                                         tracing::debug!(error = %e, tp = %l.partition, "leader lookup failed");
@@ -446,69 +488,47 @@ impl Driver {
                                     }
                                     Err(_) => None,
                                 };
-                            answers.push((l.partition, answer));
-                        }
-                        Io::Resolved(answers)
-                    });
-                    self.io_of_task.insert(handle.id(), PendingIo::Resolve(tps));
-                }
-                Effect::Send {
-                    broker,
-                    request_id,
-                    request,
-                    txn_versions,
-                } => {
-                    let transport = self.transport.clone();
-                    let pending = PendingIo::Send(broker.node_id, request_id);
-                    let handle = self.tasks.spawn(async move {
-                        let node_id = broker.node_id;
-                        let call =
-                            transport.write_markers_versioned(&broker, request, txn_versions);
-                        let result = match tokio::time::timeout(timeout, call).await {
-                            Ok(r) => r,
-                            Err(_) => Err(TransportError::Timeout { node_id }),
+                                answers.push((l.partition, answer));
+                            }
+                            Io::Resolved(answers)
                         };
-                        Io::Sent {
-                            node_id,
-                            request_id,
-                            result,
-                        }
-                    });
-                    self.io_of_task.insert(handle.id(), pending);
-                }
-            }
+                        (PendingIo::Resolve(tps), Box::pin(work))
+                    }
+                    Effect::Send {
+                        broker,
+                        request_id,
+                        request,
+                        txn_versions,
+                    } => {
+                        let transport = self.transport.clone();
+                        let node_id = broker.node_id;
+                        let work = async move {
+                            let call =
+                                transport.write_markers_versioned(&broker, request, txn_versions);
+                            let result = match tokio::time::timeout(timeout, call).await {
+                                Ok(r) => r,
+                                Err(_) => Err(TransportError::Timeout { node_id }),
+                            };
+                            Io::Sent {
+                                node_id,
+                                request_id,
+                                result,
+                            }
+                        };
+                        (PendingIo::Send(node_id, request_id), Box::pin(work))
+                    }
+                };
+            self.io.push(Box::pin(async move {
+                let io = AssertUnwindSafe(work).catch_unwind().await;
+                (pending, io)
+            }));
         }
     }
 
     fn publish_stats(&self) {
-        let p = self.planner.stats();
-        let s = WriterStats {
-            markers_sent: p.markers_sent,
-            markers_acked: p.markers_acked,
-            markers_retried: p.markers_retried,
-            markers_dropped: p.markers_dropped,
-            markers_unsupported: p.markers_unsupported,
-            unexpected_errors: p.unexpected_errors,
-            requests_sent: p.requests_sent,
-            requests_failed: p.requests_failed,
-            completed: p.completed,
-            fenced: p.fenced,
-            cancelled: p.cancelled,
-            superseded: p.superseded,
-            pending_decisions: p.pending_decisions,
-            pending_partitions: p.pending_partitions,
-            awaiting_leader: p.awaiting_leader,
+        *self.stats.lock() = WriterStats {
+            planner: self.planner.stats(),
             undelivered_completions: self.outbox.len(),
-            brokers: p
-                .brokers
-                .into_iter()
-                .map(|(node_id, queued, in_flight)| BrokerStats {
-                    node_id,
-                    queued,
-                    in_flight,
-                })
-                .collect(),
         };
-        *self.stats.lock() = s;
     }
 }

@@ -6,8 +6,10 @@
 //!   builds one `WriteTxnMarkers` request per broker carrying the markers of many transactions,
 //!   keeps one request in flight per broker, applies Kafka's response table (`TransactionMarkerRequestCompletionHandler`)
 //!   and decides retries with backoff. Time is passed in as [`Millis`]; it is deterministic.
-//! - `MarkerWriter` (feature `net`): a tokio task that owns a planner and performs its effects
-//!   through a `LeaderResolver` and a `MarkerTransport`.
+//! - `MarkerWriter` (feature `net`): one tokio task that owns a planner and performs its effects
+//!   through a `LeaderResolver` and a `MarkerTransport`, polling their futures itself (no task
+//!   per request), and answers each decision on the `MarkerReply` it was submitted with
+//!   (or on its completions channel).
 //!
 //! Contract with the engine: every submitted [`TxnMarkerRequest`] yields exactly one
 //! [`MarkerCompletion`]. On [`MarkerOutcome::Completed`] the engine appends `CompleteCommit` /
@@ -34,7 +36,7 @@ pub use planner::{
 
 #[cfg(feature = "net")]
 pub use driver::{
-    BrokerStats, MarkerWriter, TrySubmitError, WriterClosed, WriterConfig, WriterStats,
+    MarkerReply, MarkerWriter, TrySubmitError, WriterClosed, WriterConfig, WriterStats,
 };
 #[cfg(feature = "net")]
 pub use resolver::{

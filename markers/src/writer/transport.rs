@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    ApiKey, ApiVersionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -186,12 +185,12 @@ impl KafkaWireTransport {
             .connect(&broker.host, broker.port, &self.config.client_id)
             .await
             .map_err(|e| e.to_string())?;
-        // v0: every Kafka broker answers it, and the answer lists the API versions.
+        // Asked once per connection: a connector that asked already (TLS) has the answer.
         let answer = conn
-            .call(&ApiVersionsRequest::default(), 0)
+            .api_versions()
             .await
             .map_err(|e| format!("ApiVersions failed: {e}"))?;
-        let version = write_txn_markers_version(&answer);
+        let version = write_txn_markers_version(answer);
         tracing::debug!(
             node_id = broker.node_id,
             version,
