@@ -146,11 +146,12 @@ start_daemon_pair() {
 # broker (acknowledges Produce and WriteTxnMarkers without storing): the coordinator alone.
 start_daemon_null() {
     local d=$1; shift
-    local dport nport
+    local dport nport sport
     mkdir -p "$d"
-    dport=$(free_port); nport=$(free_port)
+    dport=$(free_port); nport=$(free_port); sport=$(free_port)
     "$BENCH" --null-broker "127.0.0.1:$nport" --coordinator "127.0.0.1:$dport" --topic "$TOPIC" \
-        --create-partitions "$TOPIC_PARTITIONS" >"$d/null.out" 2>"$d/null.err" &
+        --create-partitions "$TOPIC_PARTITIONS" --stats-listen "127.0.0.1:$sport" \
+        >"$d/null.out" 2>"$d/null.err" &
     local npid=$!
     PIDS+=("$npid")
     # DAEMON_PROTOCOL=SASL_SSL (...): the daemon's one listener has that protocol instead.
@@ -165,11 +166,12 @@ start_daemon_null() {
     SRV_ADDR="127.0.0.1:$nport"
     SRV_PIDS=("$dpid")
     NULL_PID=$npid
+    NULL_STATS="127.0.0.1:$sport"
 }
 
 stop_servers() {
     for p in "${SRV_PIDS[@]}"; do stop "$p"; done
-    if [ -n "${NULL_PID:-}" ]; then stop "$NULL_PID"; NULL_PID=; fi
+    if [ -n "${NULL_PID:-}" ]; then stop "$NULL_PID"; NULL_PID=; NULL_STATS=; fi
 }
 
 # bench LABEL FILE [txn-bench args...]
@@ -177,6 +179,8 @@ bench() {
     local label=$1 file=$2; shift 2
     local spids=()
     for p in "${SRV_PIDS[@]}"; do spids+=(--server-pid "$p"); done
+    # With the null broker: its CPU per request beside the daemon's per transaction.
+    [ -n "${NULL_STATS:-}" ] && spids+=(--null-broker-stats "$NULL_STATS")
     log "bench $label $* (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     "$BENCH" --bootstrap "$SRV_ADDR" --topic "$TOPIC" --duration "$DURATION" --warmup "$WARMUP" \
         --label "$label" "${spids[@]}" --out "$file" "$@" | tee -a "$OUT/tables.txt"

@@ -13,8 +13,7 @@
 //! coordinator serves every log partition), `--plot-from` (draw saved JSON results),
 //! `--null-broker` (a data broker that stores nothing, to measure a coordinator alone).
 
-mod client;
-mod nullbroker;
+mod null_broker;
 mod plot;
 mod producer;
 mod report;
@@ -30,7 +29,7 @@ use clap::Parser;
 use tokio::time::Instant;
 
 use crate::producer::{Params, ProducerStats, Window};
-use crate::report::{RunResult, ServerUsage};
+use crate::report::{RunResult, ServerUsage, ShellCost};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -144,6 +143,15 @@ struct Cli {
     /// The coordinator the null broker sends transactional clients to.
     #[arg(long, value_name = "HOST:PORT")]
     coordinator: Option<String>,
+    /// --null-broker: also tell the requests answered and this process's CPU seconds, one line
+    /// per connection to HOST:PORT (read by --null-broker-stats).
+    #[arg(long, value_name = "HOST:PORT")]
+    stats_listen: Option<String>,
+    /// The null broker's --stats-listen address: report its CPU per answered request beside
+    /// the servers' CPU per transaction (the coordinator's overhead over a server that only
+    /// answers).
+    #[arg(long, value_name = "HOST:PORT")]
+    null_broker_stats: Option<String>,
     /// Kafka client security key for the connections to the transaction coordinator
     /// (repeatable): `security.protocol=SASL_SSL`, `ssl.truststore.location=CA.pem`,
     /// `ssl.endpoint.identification.algorithm=`, `sasl.mechanism=SCRAM-SHA-512`,
@@ -204,11 +212,12 @@ fn main() -> anyhow::Result<()> {
             .coordinator
             .clone()
             .context("--null-broker needs --coordinator HOST:PORT")?;
-        return rt.block_on(nullbroker::serve(
+        return rt.block_on(null_broker::serve(
             listen,
             &cli.topic,
             cli.create_partitions.unwrap_or(16),
             &coordinator,
+            cli.stats_listen.as_deref(),
         ));
     }
     if cli.load_probe {
@@ -317,7 +326,7 @@ async fn run_all(cli: &Cli) -> anyhow::Result<Vec<RunResult>> {
     if let Some(n) = cli.create_partitions {
         nparts = nparts.max(usize::try_from(n).unwrap_or(1));
     }
-    let layout = client::topic_layout(
+    let layout = txn_testkit::client::topic_layout(
         &cli.bootstrap,
         &cli.topic,
         cli.create_partitions
@@ -426,6 +435,7 @@ async fn run_one(cli: &Cli, n: usize, params: Arc<Params>) -> anyhow::Result<Run
         runs.spawn(p.run(w));
     }
     tokio::time::sleep_until(w.from).await;
+    let n0 = null_sample(cli).await?;
     let s0: Vec<_> = cli
         .server_pids
         .iter()
@@ -443,6 +453,7 @@ async fn run_one(cli: &Cli, n: usize, params: Arc<Params>) -> anyhow::Result<Run
     let c1 = stats::sample_pid(std::process::id());
     let m1 = stats::machine_ticks();
     let load1 = stats::loadavg();
+    let n1 = null_sample(cli).await?;
     let window_s = w.to.duration_since(w.from).as_secs_f64();
 
     let mut total = ProducerStats::default();
@@ -479,6 +490,16 @@ async fn run_one(cli: &Cli, n: usize, params: Arc<Params>) -> anyhow::Result<Run
             peak_rss_mib: b.hwm_kib as f64 / 1024.0,
         });
     }
+    let null_broker = match (n0, n1) {
+        (Some(a), Some(b)) => Some(null_broker::NullBrokerUsage::between(a, b)),
+        _ => None,
+    };
+    let shell = ShellCost::of(
+        server_cpu,
+        total.committed + total.aborted,
+        cli.txn_version,
+        null_broker.as_ref(),
+    );
     let client_cpu = (c1.unwrap_or_default().cpu_s - c0.unwrap_or_default().cpu_s).max(0.0);
     let ncpu = stats::ncpu();
     #[allow(clippy::cast_precision_loss)]
@@ -520,6 +541,8 @@ async fn run_one(cli: &Cli, n: usize, params: Arc<Params>) -> anyhow::Result<Run
         txn: total.txn.summary(),
         end_txn_cdf: total.end.cdf(),
         servers,
+        null_broker,
+        shell,
         client_cpu_s: client_cpu,
         machine_busy: busy,
         other_busy: other,
@@ -527,4 +550,12 @@ async fn run_one(cli: &Cli, n: usize, params: Arc<Params>) -> anyhow::Result<Run
         loadavg_end: load1,
         ncpu,
     })
+}
+
+/// The null broker's counters, if `--null-broker-stats` names it.
+async fn null_sample(cli: &Cli) -> anyhow::Result<Option<null_broker::NullSample>> {
+    match &cli.null_broker_stats {
+        Some(at) => Ok(Some(null_broker::NullSample::read(at).await?)),
+        None => Ok(None),
+    }
 }

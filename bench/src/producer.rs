@@ -20,8 +20,8 @@ use kafka_protocol::records::{
 use tokio::time::Instant;
 use txn_log::ErrorCode;
 
-use crate::client::{Conn, TopicLayout, find_coordinator};
 use crate::stats::Lat;
+use txn_testkit::client::{Conn, TopicLayout, find_coordinator};
 
 /// What every producer of a run shares.
 #[derive(Debug)]
@@ -154,7 +154,7 @@ pub(crate) async fn setup(idx: usize, params: Arc<Params>) -> anyhow::Result<Pro
     let cv = &conns[&coordinator].versions;
     let tv2 = params.txn_version >= 2;
     let vers = Vers {
-        init: cv.pick(ApiKey::InitProducerId, 0, if tv2 { 5 } else { 4 })?,
+        init: cv.pick(ApiKey::InitProducerId, 0, if tv2 { 6 } else { 4 })?,
         add: cv.pick(ApiKey::AddPartitionsToTxn, 0, 3)?,
         end: if tv2 {
             cv.pick(ApiKey::EndTxn, 5, 5)

@@ -17,8 +17,8 @@ use txn_log::{
     java_string_hash, kafka_partition_for,
 };
 
-use crate::client::Conn;
 use crate::stats::{Lat, LatSummary};
+use txn_testkit::client::Conn;
 
 /// Result of `--fsync-probe`.
 #[derive(Debug, Serialize)]

@@ -27,6 +27,7 @@ use security::sasl::{
 };
 use tokio::net::TcpListener;
 use txn_log::sync::Mutex;
+use txn_testkit::fake_broker::reply;
 
 struct Pki {
     dir: tempfile::TempDir,
@@ -250,10 +251,10 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
             }
             other if authenticated => {
                 served.fetch_add(1, Ordering::SeqCst);
-                let Some(answer) = fake_answer(other, v, me, &markers) else {
+                let Reply::Answer(answer) = reply(&fake_config(&markers), me, other, v) else {
                     return;
                 };
-                answer
+                *answer
             }
             // Anything else before authentication closes the connection, as Kafka does.
             _ => return,

@@ -6,4 +6,3 @@ pub mod etcd;
 pub mod fault;
 pub mod kafka_tool;
 pub mod refbroker;
-pub mod wire;

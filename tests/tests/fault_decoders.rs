@@ -14,7 +14,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::RecordBatchDecoder;
 use markers::participant::{BatchHeader, LogBatch};
-use txn_tests::fault::client::{encode_batch, filter_read_committed};
+use txn_testkit::wire::record_batch;
+use txn_tests::fault::client::filter_read_committed;
 use txn_tests::fault::workload::{Rng, seed_from_env};
 
 /// Recomputes the v2 CRC (crc32c of bytes 21.., stored at 17..21) if the buffer is long enough.
@@ -44,8 +45,8 @@ fn seed_batches(rng: &mut Rng) -> Vec<Vec<u8>> {
     let values: Vec<String> = (0..n)
         .map(|i| format!("value-{i}-{}", rng.below(1000)))
         .collect();
-    let txn = encode_batch(7, 3, 0, true, &values).to_vec();
-    let idem = encode_batch(9, 0, 5, false, &values[..1]).to_vec();
+    let txn = record_batch(Some((7, 3, 0)), true, &values).to_vec();
+    let idem = record_batch(Some((9, 0, 5)), false, &values[..1]).to_vec();
     let mut two = txn.clone();
     two.extend_from_slice(&idem);
     vec![txn, idem, two]
@@ -147,7 +148,7 @@ fn random_and_mutated_record_batches_never_panic_or_allocate_what_they_claim() {
 fn valid_batches_still_decode_and_filter_as_expected() {
     // The harness must not pass because everything is rejected.
     let values = vec!["a".to_owned(), "b".to_owned()];
-    let b = encode_batch(7, 3, 0, true, &values);
+    let b = record_batch(Some((7, 3, 0)), true, &values);
     let (h, len) = BatchHeader::parse(&b).expect("valid batch");
     assert_eq!(len, b.len());
     assert_eq!(h.record_count, 2);

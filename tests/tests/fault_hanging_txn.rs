@@ -33,9 +33,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
-use txn_tests::fault::client::{
-    ClientError, ClusterView, Fetcher, Pool, TxnProducer, TxnVersion, encode_batch,
-};
+use txn_testkit::wire::record_batch;
+use txn_tests::fault::client::{ClientError, ClusterView, Fetcher, Pool, TxnProducer, TxnVersion};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
 use txn_tests::fault::proxy::RequestClass;
 use txn_tests::refbroker::process::BrokerProcess;
@@ -104,10 +103,8 @@ async fn raw_produce(
                 .with_partition_data(vec![
                     PartitionProduceData::default()
                         .with_index(0)
-                        .with_records(Some(encode_batch(
-                            pid,
-                            epoch,
-                            seq,
+                        .with_records(Some(record_batch(
+                            Some((pid, epoch, seq)),
                             true,
                             &[value.to_owned()],
                         ))),

@@ -692,10 +692,8 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
         .0;
 
     // an idempotent producer's batch on a partition node 1 leads
-    let batch = txn_tests::fault::client::encode_batch(
-        4242,
-        3,
-        0,
+    let batch = txn_testkit::wire::record_batch(
+        Some((4242, 3, 0)),
         false,
         &["a".to_owned(), "b".to_owned(), "c".to_owned()],
     );

@@ -16,8 +16,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
+use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
-use txn_tests::wire::{self, Conn, sb};
 
 fn start(dir: &std::path::Path) -> BrokerProcess {
     let args = [

@@ -12,8 +12,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::net::TcpStream;
+use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
-use txn_tests::wire::{self, Conn, sb};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

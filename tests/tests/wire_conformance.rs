@@ -5,15 +5,14 @@
 //! Error codes are Apache Kafka's for the same requests.
 
 mod e2e;
-#[path = "../../coordinator/tests/daemon_support/requests.rs"]
-mod requests;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
 use kafka_protocol::messages as km;
-use requests::{add_errors, add_req_v3, end_req, init_req, s};
+use txn_testkit::requests::{add_errors, add_req_v3, end_req, init_req};
+use txn_testkit::wire::sb as s;
 use txn_tests::fault::client::Pool;
 
 const NONE: i16 = 0;

@@ -1,13 +1,14 @@
 //! Shared helpers of the daemon integration tests: start the real binary on a free loopback
-//! port, talk to it with `kafka-protocol` + `markers::wire`, and a tiny fake broker that serves
-//! Metadata, FindCoordinator and WriteTxnMarkers.
+//! port, talk to it with the test kit's requests over `markers::wire`, and the test kit's fake
+//! broker set up as the daemon's broker.
 #![allow(dead_code, unreachable_pub)]
 
 /// Test certificates, shared with the `txn-tests` TLS tests.
 #[path = "../../../tests/tests/pki/mod.rs"]
 pub mod pki;
-pub mod requests;
-pub use requests::*;
+pub use txn_testkit::fake_broker::{FakeBrokerConfig, Reply};
+pub use txn_testkit::requests::*;
+pub use txn_testkit::wire::sb as s;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -17,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{self as km, ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::{self as km, ApiKey, RequestKind};
 use kafka_protocol::protocol::VersionRange;
-use markers::wire::{KafkaConnection, decode_request, encode_response, read_frame, write_frame};
-use tokio::net::{TcpListener, TcpStream};
+use markers::wire::{KafkaConnection, read_frame, write_frame};
+use tokio::net::TcpStream;
 use txn_log::sync::Mutex;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_txn-coordinator");
@@ -264,12 +265,14 @@ pub async fn wait_state(c: &mut KafkaConnection<TcpStream>, id: &str, state: &st
 
 // ===== fake broker =====
 
-/// A fake Kafka broker (node 1): knows topics `t`, `t2` and `__consumer_offsets` (3
-/// partitions each, 50 for the offsets topic, led by itself), coordinates every group, acknowledges WriteTxnMarkers.
+/// The test kit's fake broker as the daemon's broker (node 1): topics `t`, `t2` (3
+/// partitions) and `__consumer_offsets` (50), led by itself; it coordinates every group and
+/// acknowledges WriteTxnMarkers, recording each request in `markers`.
 pub struct FakeBroker {
     pub addr: SocketAddr,
     pub node_id: i32,
     pub markers: Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>,
+    _broker: txn_testkit::fake_broker::FakeBroker,
 }
 
 pub fn all(_: ApiKey) -> Option<VersionRange> {
@@ -281,22 +284,16 @@ pub fn all(_: ApiKey) -> Option<VersionRange> {
 
 impl FakeBroker {
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind fake broker");
-        let addr = listener.local_addr().expect("addr");
         let markers = Arc::new(Mutex::new(Vec::new()));
-        let m = markers.clone();
-        tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
-                let m = m.clone();
-                tokio::spawn(serve_fake(sock, addr, m));
-            }
-        });
+        let broker =
+            txn_testkit::fake_broker::FakeBroker::start("127.0.0.1:0", fake_config(&markers))
+                .await
+                .expect("start fake broker");
         Self {
-            addr,
+            addr: broker.addr(),
             node_id: 1,
             markers,
+            _broker: broker,
         }
     }
 
@@ -305,145 +302,30 @@ impl FakeBroker {
     }
 }
 
-const TOPICS: &[&str] = &["t", "t2", "__consumer_offsets"];
-
-async fn serve_fake(
-    mut sock: TcpStream,
-    me: SocketAddr,
-    markers: Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>,
-) {
-    loop {
-        let Ok(Some(frame)) = read_frame(&mut sock, 1 << 20).await else {
-            return;
-        };
-        let Ok(req) = decode_request(frame, all) else {
-            return;
-        };
-        let v = req.version();
-        let Some(body) = fake_answer(req.body, v, me, &markers) else {
-            return;
-        };
-        let Ok(bytes) = encode_response(req.api_key, v, req.header.correlation_id, &body) else {
-            return;
-        };
-        if write_frame(&mut sock, &bytes).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// The fake broker's answer to `body` (ApiVersions, Metadata, FindCoordinator,
-/// WriteTxnMarkers; `None` for anything else), as node 1 at `me`. It lists WriteTxnMarkers
-/// 1-2, as Kafka 4.2 does, so the daemon's marker writer sends v2 (with each marker's
-/// transaction version).
-pub fn fake_answer(
-    body: RequestKind,
-    v: i16,
-    me: SocketAddr,
-    markers: &Mutex<Vec<km::WriteTxnMarkersRequest>>,
-) -> Option<ResponseKind> {
-    {
-        let body = match body {
-            RequestKind::ApiVersions(_) => {
-                let api = |k: ApiKey, min: i16, max: i16| {
-                    km::api_versions_response::ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(min)
-                        .with_max_version(max)
-                };
-                ResponseKind::ApiVersions(km::ApiVersionsResponse::default().with_api_keys(vec![
-                    api(ApiKey::Metadata, 0, 12),
-                    api(ApiKey::ApiVersions, 0, 3),
-                    api(ApiKey::FindCoordinator, 0, 6),
-                    api(ApiKey::WriteTxnMarkers, 1, 2),
-                ]))
-            }
-            RequestKind::Metadata(r) => {
-                let names: Vec<String> = match &r.topics {
-                    None => TOPICS.iter().map(|t| (*t).to_owned()).collect(),
-                    Some(ts) => ts
-                        .iter()
-                        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-                        .collect(),
-                };
-                let topics = names
-                    .iter()
-                    .map(|n| {
-                        let t = km::metadata_response::MetadataResponseTopic::default()
-                            .with_name(Some(km::TopicName(s(n))));
-                        if TOPICS.contains(&n.as_str()) {
-                            let count = if n == "__consumer_offsets" { 50 } else { 3 };
-                            t.with_partitions(
-                                (0..count)
-                                    .map(|p| {
-                                        km::metadata_response::MetadataResponsePartition::default()
-                                            .with_partition_index(p)
-                                            .with_leader_id(km::BrokerId(1))
-                                            .with_replica_nodes(vec![km::BrokerId(1)])
-                                            .with_isr_nodes(vec![km::BrokerId(1)])
-                                    })
-                                    .collect(),
-                            )
-                        } else {
-                            t.with_error_code(3)
-                        }
-                    })
-                    .collect();
-                let mut m = km::MetadataResponse::default()
-                    .with_brokers(vec![
-                        km::metadata_response::MetadataResponseBroker::default()
-                            .with_node_id(km::BrokerId(1))
-                            .with_host(s(&me.ip().to_string()))
-                            .with_port(i32::from(me.port())),
-                    ])
-                    .with_topics(topics);
-                if v >= 1 {
-                    m.controller_id = km::BrokerId(1);
-                }
-                ResponseKind::Metadata(m)
-            }
-            RequestKind::FindCoordinator(_) => ResponseKind::FindCoordinator(
-                km::FindCoordinatorResponse::default()
-                    .with_node_id(km::BrokerId(1))
-                    .with_host(s(&me.ip().to_string()))
-                    .with_port(i32::from(me.port())),
-            ),
-            RequestKind::WriteTxnMarkers(r) => {
+/// The fake broker's configuration: the topics above, Metadata 0-12, FindCoordinator 0-6 and
+/// WriteTxnMarkers 1-2, as Kafka 4.2 lists it, so that the daemon's marker writer sends v2
+/// (with each marker's transaction version); every WriteTxnMarkers is pushed to `markers`.
+pub fn fake_config(markers: &Arc<Mutex<Vec<km::WriteTxnMarkersRequest>>>) -> FakeBrokerConfig {
+    let markers = markers.clone();
+    FakeBrokerConfig {
+        topics: vec![
+            ("t".into(), 3),
+            ("t2".into(), 3),
+            ("__consumer_offsets".into(), 50),
+        ],
+        apis: vec![
+            (ApiKey::Metadata, 0, 12),
+            (ApiKey::ApiVersions, 0, 3),
+            (ApiKey::FindCoordinator, 0, 6),
+            (ApiKey::WriteTxnMarkers, 1, 2),
+        ],
+        script: Some(Arc::new(move |body, _| {
+            if let RequestKind::WriteTxnMarkers(r) = body {
                 markers.lock().push(r.clone());
-                let out = r
-                    .markers
-                    .iter()
-                    .map(|mk| {
-                        km::write_txn_markers_response::WritableTxnMarkerResult::default()
-                            .with_producer_id(mk.producer_id)
-                            .with_topics(
-                                mk.topics
-                                    .iter()
-                                    .map(|t| {
-                                        km::write_txn_markers_response::WritableTxnMarkerTopicResult::default()
-                                            .with_name(t.name.clone())
-                                            .with_partitions(
-                                                t.partition_indexes
-                                                    .iter()
-                                                    .map(|p| {
-                                                        km::write_txn_markers_response::WritableTxnMarkerPartitionResult::default()
-                                                            .with_partition_index(*p)
-                                                            .with_error_code(0)
-                                                    })
-                                                    .collect(),
-                                            )
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
-                ResponseKind::WriteTxnMarkers(
-                    km::WriteTxnMarkersResponse::default().with_markers(out),
-                )
             }
-            _ => return None,
-        };
-        Some(body)
+            Reply::Default
+        })),
+        ..FakeBrokerConfig::default()
     }
 }
 

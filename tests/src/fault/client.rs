@@ -10,8 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -23,13 +22,12 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, OffsetFetchRequest,
     ProduceRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::{Request, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::protocol::Request;
+use kafka_protocol::records::RecordBatchDecoder;
 use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
 use txn_log::ErrorCode;
+use txn_testkit::wire::{record_batch, sb};
 
 use super::proxy::check_loopback;
 
@@ -79,10 +77,6 @@ impl std::fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
-
-fn sb(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
 
 /// A pool of connections, one per address, each call bounded by `timeout`.
 #[derive(Debug)]
@@ -250,49 +244,6 @@ enum Target {
     Coordinator,
     /// A fixed address (the group coordinator).
     Fixed(SocketAddr),
-}
-
-/// Encodes one transactional (or idempotent) v2 record batch of `values`.
-pub fn encode_batch(
-    pid: i64,
-    epoch: i16,
-    base_sequence: i32,
-    transactional: bool,
-    values: &[String],
-) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let i32i = i32::try_from(i).unwrap_or(i32::MAX);
-            Record {
-                transactional,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: pid,
-                producer_epoch: epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i64::from(i32i),
-                sequence: base_sequence.wrapping_add(i32i),
-                timestamp: 1_700_000_000_000,
-                key: None,
-                value: Some(Bytes::from(v.clone())),
-                headers: IndexMap::new(),
-            }
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    // Encoding an uncompressed batch of in-memory records cannot fail.
-    let _ = RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    );
-    buf.freeze()
 }
 
 /// Which EndTxn semantics the producer uses.
@@ -566,7 +517,7 @@ impl TxnProducer {
             });
         };
         let seq = self.seqs.get(&partition).copied().unwrap_or(0);
-        let batch = encode_batch(self.pid, self.epoch, seq, transactional, values);
+        let batch = record_batch(Some((self.pid, self.epoch, seq)), transactional, values);
         let req = ProduceRequest::default()
             .with_transactional_id(transactional.then(|| TransactionalId(sb(&self.tid))))
             .with_acks(-1)
@@ -1002,6 +953,11 @@ impl Fetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
 
     fn batch(pid: i64, offset: i64, control: Option<i16>, values: &[&str]) -> Vec<u8> {
         let records: Vec<Record> = if let Some(kind) = control {

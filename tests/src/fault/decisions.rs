@@ -1016,7 +1016,11 @@ mod tests {
         use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
         let values = ["x".to_owned(), "y".to_owned()];
         let mut log = Vec::new();
-        log.extend_from_slice(&crate::fault::client::encode_batch(5, 3, 0, true, &values));
+        log.extend_from_slice(&txn_testkit::wire::record_batch(
+            Some((5, 3, 0)),
+            true,
+            &values,
+        ));
         let control = ControlBatch {
             producer_id: ProducerId(5),
             producer_epoch: ProducerEpoch(4),
@@ -1028,7 +1032,11 @@ mod tests {
         };
         log.extend_from_slice(&control.encode().expect("encodes"));
         // an idempotent (non-transactional) batch is skipped
-        log.extend_from_slice(&crate::fault::client::encode_batch(6, 0, 0, false, &values));
+        log.extend_from_slice(&txn_testkit::wire::record_batch(
+            Some((6, 0, 0)),
+            false,
+            &values,
+        ));
         let (items, next) = decode_items(&Bytes::from(log), 0).expect("decodes");
         assert_eq!(
             items,

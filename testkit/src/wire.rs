@@ -1,5 +1,5 @@
-//! Kafka wire helpers for the tests that drive a broker with kafka-protocol requests:
-//! connections, record batches and Produce.
+//! Plain wire helpers for tests that drive a broker request by request: a connection without
+//! negotiation, record batches and Produce.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
@@ -26,8 +26,8 @@ pub async fn connect(addr: impl ToSocketAddrs, client_id: &str) -> Conn {
     KafkaConnection::new(s, client_id)
 }
 
-/// A v2 record batch of `values` (offsets from 0); producer `(pid, epoch, base sequence)` or
-/// plain.
+/// A v2 record batch of `values` (offsets from 0); producer `(pid, epoch, base sequence)`
+/// (transactional or idempotent) or plain.
 pub fn record_batch(
     producer: Option<(i64, i16, i32)>,
     transactional: bool,
@@ -47,7 +47,7 @@ pub fn record_batch(
             offset: i64::from(i),
             // the encoder splits batches where `offset - sequence` changes: a plain batch
             // (base sequence -1) numbers its records -1, 0, 1, ...
-            sequence: seq + i,
+            sequence: seq.wrapping_add(i),
             timestamp: 1_700_000_000_000 + i64::from(i),
             key: None,
             value: Some(Bytes::from(v.clone())),

@@ -1,5 +1,5 @@
-//! Kafka client plumbing on `markers::wire::KafkaConnection`: version negotiation, metadata,
-//! coordinator lookup, topic creation.
+//! A negotiating client on `markers::wire`'s connection: ApiVersions at connect, the highest
+//! common version per API, metadata, coordinator lookup, topic creation, each call bounded.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,11 +16,11 @@ use txn_log::ErrorCode;
 
 /// API version ranges a peer advertised (ApiVersions).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Versions(HashMap<i16, (i16, i16)>);
+pub struct Versions(HashMap<i16, (i16, i16)>);
 
 impl Versions {
     /// The highest version both sides speak, at most `max` and at least `min`.
-    pub(crate) fn pick(&self, key: ApiKey, min: i16, max: i16) -> anyhow::Result<i16> {
+    pub fn pick(&self, key: ApiKey, min: i16, max: i16) -> anyhow::Result<i16> {
         let Some(&(lo, hi)) = self.0.get(&(key as i16)) else {
             bail!("the server does not offer {key:?}");
         };
@@ -35,21 +35,22 @@ impl Versions {
 
 /// One connection with the versions its peer offers.
 #[derive(Debug)]
-pub(crate) struct Conn {
+pub struct Conn {
     inner: BoxedConnection,
-    pub(crate) versions: Versions,
+    /// What the peer offers.
+    pub versions: Versions,
     /// Where it is connected.
-    pub(crate) addr: String,
+    pub addr: String,
 }
 
 impl Conn {
     /// Connects over plain TCP and negotiates (ApiVersions v3).
-    pub(crate) async fn connect(addr: &str, client_id: &str) -> anyhow::Result<Self> {
+    pub async fn connect(addr: &str, client_id: &str) -> anyhow::Result<Self> {
         Self::connect_with(&PlaintextConnector, addr, client_id).await
     }
 
     /// Connects through `connector` (TLS, SASL: `--coordinator-security`) and negotiates.
-    pub(crate) async fn connect_with(
+    pub async fn connect_with(
         connector: &dyn Connector,
         addr: &str,
         client_id: &str,
@@ -68,7 +69,7 @@ impl Conn {
         let resp = inner
             .call(
                 &ApiVersionsRequest::default()
-                    .with_client_software_name(StrBytes::from_static_str("txn-bench"))
+                    .with_client_software_name(StrBytes::from_static_str("txn-testkit"))
                     .with_client_software_version(StrBytes::from_static_str("0.1.0")),
                 3,
             )
@@ -91,11 +92,7 @@ impl Conn {
     }
 
     /// One request/response round trip with a 30 s bound.
-    pub(crate) async fn call<R: Request>(
-        &mut self,
-        req: &R,
-        version: i16,
-    ) -> anyhow::Result<R::Response> {
+    pub async fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
         match tokio::time::timeout(Duration::from_secs(30), self.inner.call(req, version)).await {
             Ok(r) => r.with_context(|| format!("{:?} v{version} to {}", R::KEY, self.addr)),
             Err(_) => bail!("{:?} to {} timed out after 30 s", R::KEY, self.addr),
@@ -105,17 +102,17 @@ impl Conn {
 
 /// Where each partition of the topic is led, and the brokers' addresses.
 #[derive(Debug, Clone)]
-pub(crate) struct TopicLayout {
+pub struct TopicLayout {
     /// Topic name.
-    pub(crate) topic: String,
+    pub topic: String,
     /// Leader node of partition `i` (index = partition).
-    pub(crate) leaders: Vec<i32>,
+    pub leaders: Vec<i32>,
     /// Broker addresses by node id.
-    pub(crate) brokers: HashMap<i32, String>,
+    pub brokers: HashMap<i32, String>,
 }
 
 /// Reads the topic's layout; creates it with `create_partitions` if it does not exist.
-pub(crate) async fn topic_layout(
+pub async fn topic_layout(
     bootstrap: &str,
     topic: &str,
     create_partitions: Option<i32>,
@@ -208,7 +205,7 @@ async fn create_topic(conn: &mut Conn, topic: &str, partitions: i32) -> anyhow::
 }
 
 /// FindCoordinator (key type 1, transaction) for `txn_id`, retrying while it is not available.
-pub(crate) async fn find_coordinator(
+pub async fn find_coordinator(
     conn: &mut Conn,
     txn_id: &str,
     deadline: tokio::time::Instant,

@@ -1,14 +1,9 @@
-//! Transaction requests and response readers shared by the daemon tests and, through
-//! `#[path]`, by `tests/tests/wire_conformance.rs` (the same requests to both coordinator modes).
-#![allow(unreachable_pub)]
+//! Transaction requests and response readers: the same requests to the daemon
+//! (`coordinator` daemon tests) and to both coordinator modes (`wire_conformance`).
 
 use kafka_protocol::messages as km;
-use kafka_protocol::protocol::StrBytes;
 
-/// A kafka-protocol string.
-pub fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_owned())
-}
+use crate::wire::sb as s;
 
 /// InitProducerId for `id` (or an idempotent producer) with `timeout_ms`.
 pub fn init_req(id: Option<&str>, timeout_ms: i32) -> km::InitProducerIdRequest {
