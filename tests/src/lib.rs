@@ -6,4 +6,5 @@ pub mod etcd;
 pub mod fault;
 pub mod kafka_tool;
 pub mod refbroker;
+pub mod sim;
 pub mod wire;

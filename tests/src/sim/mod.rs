@@ -1,0 +1,127 @@
+//! Deterministic simulation of the whole system on one thread and a seeded clock (in the
+//! manner of FoundationDB's simulator and TigerBeetle's VOPR), judged by the fault harness's
+//! checker (`fault::checker`, I1-I14 of `docs/reliability.md`).
+//!
+//! - **coordinators**: `nodes` of them, each the pure [`coordinator::Engine`] per owned log
+//!   partition plus the marker writer's pure planner ([`markers::writer::MarkerPlanner`]);
+//! - **the log**: one shared [`txn_log::MemTxnLog`] in manual durability (what an etcd log
+//!   is to the daemons): writes become durable in prefixes at random flushes; a crash drops
+//!   what was not durable; ownership moves by `claim_next` (coordinator epochs);
+//! - **participants**: one [`markers::participant::PartitionState`] per partition with its log;
+//! - **clients**: [`client::Client`] state machines, TV1 and TV2;
+//! - **network**: every message is delayed (reordering), some dropped, some held long
+//!   (EndTxn), and a node can be cut off for a while.
+//!
+//! Everything random comes from one [`txn_log::rng::Rng`] seeded by the run's seed, so a seed
+//! replays exactly. See `docs/testing.md`, "Deterministic simulation".
+
+pub mod client;
+mod world;
+
+pub use world::{Mutant, Options, RunResult, TvMix, run};
+
+use std::time::{Duration, Instant};
+
+/// The environment variable that replays one seed in `tests/tests/simulation.rs`.
+pub const SEED_ENV: &str = "TXN_SIM_SEED";
+
+/// What [`run_seeds`] found.
+#[derive(Debug)]
+pub struct Summary {
+    /// Seeds run.
+    pub runs: u64,
+    /// The failing seeds, with their result, in seed order.
+    pub failures: Vec<(u64, RunResult)>,
+    /// Seeds whose run panicked, with the panic message.
+    pub panics: Vec<(u64, String)>,
+    /// Transactions in all histories.
+    pub txns: u64,
+    /// Faults injected in all runs.
+    pub faults: u64,
+    /// Wall-clock time spent.
+    pub elapsed: Duration,
+}
+
+impl Summary {
+    /// Seeds per second of wall-clock time.
+    pub fn seeds_per_sec(&self) -> f64 {
+        self.runs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs seeds `first..first + count` with `options(seed)` on `threads` threads (seed `i` goes
+/// to thread `i % threads`); stops early once `stop_after` failures were found.
+pub fn run_seeds(
+    first: u64,
+    count: u64,
+    threads: usize,
+    stop_after: usize,
+    options: impl Fn(u64) -> Options + Sync,
+) -> Summary {
+    let start = Instant::now();
+    let threads = threads.max(1) as u64;
+    let found = std::sync::atomic::AtomicUsize::new(0);
+    type Part = (u64, u64, u64, Vec<(u64, RunResult)>, Vec<(u64, String)>);
+    let parts: Vec<Part> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (options, found) = (&options, &found);
+                s.spawn(move || {
+                    let (mut runs, mut txns, mut faults) = (0, 0, 0);
+                    let (mut failures, mut panics) = (Vec::new(), Vec::new());
+                    let mut i = t;
+                    while i < count && found.load(std::sync::atomic::Ordering::Relaxed) < stop_after
+                    {
+                        let seed = first.wrapping_add(i);
+                        let o = options(seed);
+                        runs += 1;
+                        i += threads;
+                        let r = match std::panic::catch_unwind(|| run(o)) {
+                            Ok(r) => r,
+                            Err(p) => {
+                                found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let msg = p
+                                    .downcast_ref::<String>()
+                                    .cloned()
+                                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                                    .unwrap_or_default();
+                                panics.push((seed, msg));
+                                continue;
+                            }
+                        };
+                        txns += r.record.txns.len() as u64;
+                        faults += r.record.faults.len() as u64;
+                        if !r.is_valid() {
+                            found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            failures.push((seed, r));
+                        }
+                    }
+                    (runs, txns, faults, failures, panics)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread panicked"))
+            .collect()
+    });
+    let mut sum = Summary {
+        runs: 0,
+        failures: Vec::new(),
+        panics: Vec::new(),
+        txns: 0,
+        faults: 0,
+        elapsed: Duration::ZERO,
+    };
+    for (runs, txns, faults, failures, panics) in parts {
+        sum.panics.extend(panics);
+        sum.runs += runs;
+        sum.txns += txns;
+        sum.faults += faults;
+        sum.failures.extend(failures);
+    }
+    sum.failures.sort_by_key(|(s, _)| *s);
+    sum.panics.sort_by_key(|(s, _)| *s);
+    sum.elapsed = start.elapsed();
+    sum
+}
