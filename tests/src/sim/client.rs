@@ -82,20 +82,38 @@ pub struct Plan {
 /// What the client asks the world to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// A transaction starts (index into the plans) with this (pid, epoch).
-    Invoke { plan: usize, pid: i64, epoch: i16 },
+    /// A transaction starts with this (pid, epoch).
+    Invoke {
+        /// Index of the transaction in the client's plans.
+        plan: usize,
+        /// Producer id the transaction runs under.
+        pid: i64,
+        /// Producer epoch the transaction runs under.
+        epoch: i16,
+    },
     /// Writes of the running transaction (recorded before the produce is sent).
-    Writes { partition: i32, values: Vec<String> },
+    Writes {
+        /// Partition of the workload topic written.
+        partition: i32,
+        /// Values produced.
+        values: Vec<String>,
+    },
     /// The running transaction ended.
     Complete {
+        /// What the client learned of its fate.
         outcome: crate::fault::history::Outcome,
+        /// Why, when not plainly the answer to its EndTxn.
         note: String,
     },
     /// A (pid, epoch) was handed out by `api`; the operation was started at `invoke_ms`.
     Issued {
+        /// Producer id handed out.
         pid: i64,
+        /// Producer epoch handed out.
         epoch: i16,
+        /// The API that handed it out (`InitProducerId` or `EndTxn`).
         api: &'static str,
+        /// Simulated time (ms) the operation was first sent.
         invoke_ms: u64,
     },
 }
