@@ -124,16 +124,21 @@ fn main() -> ExitCode {
         args.options(s)
     });
     println!(
-        "{} seeds from {first} in {:.2} s: {:.0} seeds/s; {} transactions, {} faults; {} failed, \
-         {} panicked",
+        "{} seeds from {first} in {:.2} s: {:.0} seeds/s; {} transactions, {} faults, {} log \
+         records audited, {} runs unsettled at the hard stop; {} failed, {} panicked",
         sum.runs,
         sum.elapsed.as_secs_f64(),
         sum.seeds_per_sec(),
         sum.txns,
         sum.faults,
+        sum.audited,
+        sum.unsettled.len(),
         sum.failures.len(),
         sum.panics.len()
     );
+    if !sum.unsettled.is_empty() {
+        println!("unsettled at the hard stop: seeds {:?}", sum.unsettled);
+    }
     for (seed, msg) in &sum.panics {
         println!("seed {seed} panicked: {msg}");
         println!("  replay: txn-sim --seeds 1 --seed {seed}{}", args.replay_flags());

@@ -38,6 +38,11 @@ pub struct Summary {
     pub txns: u64,
     /// Faults injected in all runs.
     pub faults: u64,
+    /// Persisted log records audited in all runs.
+    pub audited: u64,
+    /// Seeds whose run reached the hard stop instead of settling (their histories are judged
+    /// all the same), in seed order.
+    pub unsettled: Vec<u64>,
     /// Wall-clock time spent.
     pub elapsed: Duration,
 }
@@ -46,6 +51,27 @@ impl Summary {
     /// Seeds per second of wall-clock time.
     pub fn seeds_per_sec(&self) -> f64 {
         self.runs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What one thread of [`run_seeds`] counted.
+#[derive(Default)]
+struct Counts {
+    runs: u64,
+    txns: u64,
+    faults: u64,
+    audited: u64,
+    unsettled: Vec<u64>,
+}
+
+impl Counts {
+    fn add(&mut self, seed: u64, r: &RunResult) {
+        self.txns += r.record.txns.len() as u64;
+        self.faults += r.record.faults.len() as u64;
+        self.audited += r.record.log_records_checked as u64;
+        if !r.settled {
+            self.unsettled.push(seed);
+        }
     }
 }
 
@@ -61,20 +87,20 @@ pub fn run_seeds(
     let start = Instant::now();
     let threads = threads.max(1) as u64;
     let found = std::sync::atomic::AtomicUsize::new(0);
-    type Part = (u64, u64, u64, Vec<(u64, RunResult)>, Vec<(u64, String)>);
+    type Part = (Counts, Vec<(u64, RunResult)>, Vec<(u64, String)>);
     let parts: Vec<Part> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (options, found) = (&options, &found);
                 s.spawn(move || {
-                    let (mut runs, mut txns, mut faults) = (0, 0, 0);
+                    let mut n = Counts::default();
                     let (mut failures, mut panics) = (Vec::new(), Vec::new());
                     let mut i = t;
                     while i < count && found.load(std::sync::atomic::Ordering::Relaxed) < stop_after
                     {
                         let seed = first.wrapping_add(i);
                         let o = options(seed);
-                        runs += 1;
+                        n.runs += 1;
                         i += threads;
                         let r = match std::panic::catch_unwind(|| run(o)) {
                             Ok(r) => r,
@@ -89,14 +115,13 @@ pub fn run_seeds(
                                 continue;
                             }
                         };
-                        txns += r.record.txns.len() as u64;
-                        faults += r.record.faults.len() as u64;
+                        n.add(seed, &r);
                         if !r.is_valid() {
                             found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             failures.push((seed, r));
                         }
                     }
-                    (runs, txns, faults, failures, panics)
+                    (n, failures, panics)
                 })
             })
             .collect();
@@ -111,17 +136,22 @@ pub fn run_seeds(
         panics: Vec::new(),
         txns: 0,
         faults: 0,
+        audited: 0,
+        unsettled: Vec::new(),
         elapsed: Duration::ZERO,
     };
-    for (runs, txns, faults, failures, panics) in parts {
+    for (n, failures, panics) in parts {
         sum.panics.extend(panics);
-        sum.runs += runs;
-        sum.txns += txns;
-        sum.faults += faults;
+        sum.runs += n.runs;
+        sum.txns += n.txns;
+        sum.faults += n.faults;
+        sum.audited += n.audited;
+        sum.unsettled.extend(n.unsettled);
         sum.failures.extend(failures);
     }
     sum.failures.sort_by_key(|(s, _)| *s);
     sum.panics.sort_by_key(|(s, _)| *s);
+    sum.unsettled.sort_unstable();
     sum.elapsed = start.elapsed();
     sum
 }

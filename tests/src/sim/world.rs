@@ -27,12 +27,16 @@ use crate::fault::history::{Accepted, Issue, Outcome, Read, Record, TxnOp};
 
 /// The topic the clients write.
 const TOPIC: &str = "fq";
+/// Mixed into the seed for the stream that draws a world's shape ([`Options::new`]).
+const SHAPE_SEED: u64 = 0x5eed_5a9e;
 /// A client's per-attempt timeout (ms).
 const CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// Faults are injected until this time (ms); then the world heals and settles.
 const FAULT_END_MS: u64 = 6_000;
 /// The run stops here at the latest (ms); what is unfinished then is judged as it is.
 const HARD_STOP_MS: u64 = 120_000;
+/// An Ongoing record older than its timeout plus this at the end of a run was not reaped.
+const AUDIT_SLACK_MS: i64 = 2_000;
 /// A marker request unanswered this long fails as a whole (ms).
 const MARKER_TIMEOUT_MS: u64 = 1_000;
 
@@ -84,16 +88,19 @@ pub struct Options {
 }
 
 impl Options {
-    /// The default world for `seed`: 2 coordinators, 2 log partitions, 3 partitions, 4
-    /// clients of mixed versions running 6 transactions each, with faults.
+    /// The default world for `seed`, its shape drawn from the seed: 1-3 coordinators, 1-3
+    /// log partitions, 1-4 partitions, 2-5 clients of mixed versions running 3-8
+    /// transactions each, with faults.
     pub fn new(seed: u64) -> Self {
+        // Its own stream, so that the shape does not shift the world's draws.
+        let mut shape = Rng::new(seed ^ SHAPE_SEED);
         Self {
             seed,
-            nodes: 2,
-            log_partitions: 2,
-            partitions: 3,
-            clients: 4,
-            txns_per_client: 6,
+            nodes: 1 + shape.index(3),
+            log_partitions: 1 + u32::try_from(shape.index(3)).unwrap_or(0),
+            partitions: 1 + i32::try_from(shape.index(4)).unwrap_or(0),
+            clients: 2 + shape.index(4),
+            txns_per_client: 3 + shape.index(6),
             tv: TvMix::Mixed,
             faults: true,
             hold_tv1_end_txn: false,
@@ -113,6 +120,10 @@ pub struct RunResult {
     pub end_ms: u64,
     /// Events processed.
     pub events: u64,
+    /// Whether everything settled before the hard stop.
+    pub settled: bool,
+    /// A digest of the history and the verdict: two runs of one seed give the same digest.
+    pub digest: u64,
 }
 
 impl RunResult {
@@ -230,7 +241,6 @@ struct World {
     clients: Vec<Client>,
     client_coord: Vec<Option<usize>>,
     client_txn: Vec<Option<usize>>,
-    plans: Vec<Vec<Plan>>,
     rec: Record,
     events: u64,
 }
@@ -272,7 +282,6 @@ impl World {
                 log: Vec::new(),
             })
             .collect();
-        let mut plans = Vec::new();
         let mut clients = Vec::new();
         let mut counter = 0u64;
         for c in 0..o.clients {
@@ -299,8 +308,7 @@ impl World {
                     }
                 })
                 .collect();
-            clients.push(Client::new(format!("sim-{c}"), tv, TOPIC, p.clone()));
-            plans.push(p);
+            clients.push(Client::new(format!("sim-{c}"), tv, TOPIC, p));
         }
         let owner = (0..o.log_partitions as usize).map(|lp| lp % o.nodes).collect();
         let n_clients = o.clients;
@@ -319,7 +327,6 @@ impl World {
             clients,
             client_coord: vec![None; n_clients],
             client_txn: vec![None; n_clients],
-            plans,
             rec: Record::default(),
             events: 0,
         }
@@ -1169,6 +1176,7 @@ impl World {
         self.at(10, Ev::Tick);
         self.at(100, Ev::Fault);
         let mut healed = false;
+        let mut settled = false;
         while let Some(((t, _), ev)) = self.queue.pop_first() {
             self.now = t;
             if !healed && t >= FAULT_END_MS {
@@ -1180,14 +1188,39 @@ impl World {
             }
             self.events += 1;
             self.step(ev);
-            if t >= HARD_STOP_MS || (healed && self.events % 64 == 0 && self.settled()) {
+            if healed && self.events % 64 == 0 && self.settled() {
+                settled = true;
+                break;
+            }
+            if t >= HARD_STOP_MS {
                 break;
             }
         }
-        self.finish()
+        self.finish(settled)
     }
 
-    fn finish(mut self) -> RunResult {
+    /// I11-I13 on what the log persisted: the durable image a crash of every coordinator
+    /// would leave, audited like the fault harness audits a daemon's log.
+    fn audit_log(&mut self, end_ms: u64) {
+        self.log.crash();
+        let audit = crate::fault::audit::audit_records(
+            &self.log,
+            self.o.log_partitions,
+            i64::try_from(end_ms).unwrap_or(i64::MAX),
+            AUDIT_SLACK_MS,
+            &mut self.rec,
+        );
+        match futures_util::FutureExt::now_or_never(audit) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.rec.log_findings.push(("I13", format!("log audit failed: {e}"))),
+            None => self
+                .rec
+                .log_findings
+                .push(("I13", "the log audit did not finish at once".into())),
+        }
+    }
+
+    fn finish(mut self, settled: bool) -> RunResult {
         let end = self.now;
         let mut obs = Observed {
             topic: TOPIC.to_owned(),
@@ -1241,15 +1274,27 @@ impl World {
         }
         obs.transitions = std::mem::take(&mut self.rec.decisions.transitions);
         self.rec.decisions = obs;
-        let _ = &self.plans;
+        self.audit_log(end);
         let report = checker::check(&self.rec);
+        let digest = digest(&self.rec, &report, end, self.events);
         RunResult {
             report,
             record: self.rec,
             end_ms: end,
             events: self.events,
+            settled,
+            digest,
         }
     }
+}
+
+/// A digest of a run's history, verdict, end time and event count.
+fn digest(rec: &Record, report: &Report, end_ms: u64, events: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    format!("{rec:?}\n{report}").hash(&mut h);
+    (end_ms, events).hash(&mut h);
+    h.finish()
 }
 
 fn same_decision(r: &TxnMarkerRequest, c: &MarkerCompletion) -> bool {
