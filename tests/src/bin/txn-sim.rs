@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! txn-sim [--seeds N] [--seed S] [--threads N] [--tv 1|2|mixed] [--hold-tv1-end-txn]
-//!         [--mutant early-complete] [--no-faults] [--verbose]
+//!         [--hold-tv1-produce] [--mutant early-complete] [--no-faults] [--verbose]
 //! ```
 //!
 //! Runs seeds `S..S+N` (S defaults to `TXN_SIM_SEED`, else the clock), prints seeds per
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
-use txn_tests::sim::{Mutant, Options, SEED_ENV, TvMix, run, run_seeds};
+use txn_tests::sim::{Mutant, Options, RunResult, SEED_ENV, TvMix, run, run_seeds};
 
 /// Transaction versions of the clients.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -58,9 +58,14 @@ struct Args {
     /// Transaction versions of the clients.
     #[arg(long, value_enum, default_value_t = TvArg::Mixed)]
     tv: TvArg,
-    /// Hold TV1 clients' EndTxn past their timeout too (KAFKA-17754 under TV1).
+    /// Hold TV1 clients' EndTxn past their timeout too (KAFKA-17754 under TV1: a stale
+    /// EndTxn ends the next transaction).
     #[arg(long)]
     hold_tv1_end_txn: bool,
+    /// Hold TV1 clients' produce requests past their timeout too (KAFKA-17754 under TV1: a
+    /// late produce lands after the abort marker).
+    #[arg(long)]
+    hold_tv1_produce: bool,
     /// Put a bug back.
     #[arg(long, value_enum)]
     mutant: Option<MutantArg>,
@@ -81,6 +86,7 @@ impl Args {
             TvArg::Mixed => TvMix::Mixed,
         };
         o.hold_tv1_end_txn = self.hold_tv1_end_txn;
+        o.hold_tv1_produce = self.hold_tv1_produce;
         o.faults = !self.no_faults;
         o.mutant = self.mutant.map(|m| match m {
             MutantArg::EarlyComplete => Mutant::EarlyComplete,
@@ -98,6 +104,9 @@ impl Args {
         if self.hold_tv1_end_txn {
             f.push_str(" --hold-tv1-end-txn");
         }
+        if self.hold_tv1_produce {
+            f.push_str(" --hold-tv1-produce");
+        }
         if self.mutant.is_some() {
             f.push_str(" --mutant early-complete");
         }
@@ -105,6 +114,19 @@ impl Args {
             f.push_str(" --no-faults");
         }
         f
+    }
+}
+
+/// Prints the faults and transactions of a run.
+fn print_history(r: &RunResult) {
+    for (ms, f) in &r.record.faults {
+        println!("  fault at {ms} ms: {f}");
+    }
+    for t in &r.record.txns {
+        println!(
+            "  txn {} {} pid {} epoch {} {:?} writes {:?} ({}..{} ms) {}",
+            t.id, t.tid, t.pid, t.epoch, t.outcome, t.writes, t.invoke_ms, t.complete_ms, t.note
+        );
     }
 }
 
@@ -143,21 +165,19 @@ fn main() -> ExitCode {
         println!("seed {seed} panicked: {msg}");
         println!("  replay: txn-sim --seeds 1 --seed {seed}{}", args.replay_flags());
     }
+    if args.verbose && args.seeds == 1 {
+        let r = run(args.options(first));
+        println!("seed {first}: {} ms simulated, {} events, digest {:016x}", r.end_ms, r.events, r.digest);
+        if let Some(why) = &r.unsettled {
+            println!("  unsettled at the hard stop: {why}");
+        }
+        print_history(&r);
+    }
     for (seed, r) in sum.failures.iter().take(5) {
         println!("seed {seed} FAILED ({} ms simulated):\n{}", r.end_ms, r.report);
         println!("  replay: txn-sim --seeds 1 --seed {seed}{}", args.replay_flags());
-        if args.verbose {
-            let again = run(args.options(*seed));
-            for (ms, f) in &again.record.faults {
-                println!("  fault at {ms} ms: {f}");
-            }
-            for t in &again.record.txns {
-                println!(
-                    "  txn {} {} pid {} epoch {} {:?} writes {:?} ({}..{} ms) {}",
-                    t.id, t.tid, t.pid, t.epoch, t.outcome, t.writes, t.invoke_ms, t.complete_ms,
-                    t.note
-                );
-            }
+        if args.verbose && args.seeds > 1 {
+            print_history(r);
         }
     }
     if sum.failures.is_empty() && sum.panics.is_empty() {

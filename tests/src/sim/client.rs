@@ -256,12 +256,13 @@ impl Client {
         }
     }
 
-    /// The outstanding attempt timed out: resend within the budget (returns true) or end the
-    /// operation as indeterminate.
+    /// The outstanding attempt timed out: resend within the budget, or end the operation as
+    /// indeterminate. A produce is not resent: its transaction fails (the Java producer's
+    /// expired batch, an abortable error), while the request may still be on its way.
     pub fn timed_out(&mut self, now: u64, events: &mut Vec<Event>) {
         self.waiting = false;
         self.ambiguous = true;
-        if self.op_attempts < MAX_ATTEMPTS {
+        if self.op_attempts < MAX_ATTEMPTS && !matches!(self.phase, Phase::Produce(_)) {
             return;
         }
         self.finish_op(now, OpEnd::Indeterminate, events);

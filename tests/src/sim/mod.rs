@@ -69,7 +69,7 @@ impl Counts {
         self.txns += r.record.txns.len() as u64;
         self.faults += r.record.faults.len() as u64;
         self.audited += r.record.log_records_checked as u64;
-        if !r.settled {
+        if r.unsettled.is_some() {
             self.unsettled.push(seed);
         }
     }

@@ -83,6 +83,13 @@ pub struct Options {
     /// the next transaction under TV1). Off by default: it is Apache Kafka's behaviour, not a
     /// bug of this coordinator; TV2 clients' EndTxn are held either way.
     pub hold_tv1_end_txn: bool,
+    /// Hold TV1 clients' produce requests past their timeout too (KAFKA-17754's late
+    /// produce: the client aborts, the produce lands after the abort marker at the same epoch
+    /// and opens a transaction no coordinator knows, which the producer's next marker closes).
+    /// Off by default: it is Apache Kafka's TV1 behaviour without KIP-890 part 1 verification,
+    /// which the simulated partitions do not do; TV2 clients' produce requests are held either
+    /// way (the bumped epoch of the abort marker fences them).
+    pub hold_tv1_produce: bool,
     /// A bug put back.
     pub mutant: Option<Mutant>,
 }
@@ -104,6 +111,7 @@ impl Options {
             tv: TvMix::Mixed,
             faults: true,
             hold_tv1_end_txn: false,
+            hold_tv1_produce: false,
             mutant: None,
         }
     }
@@ -120,8 +128,8 @@ pub struct RunResult {
     pub end_ms: u64,
     /// Events processed.
     pub events: u64,
-    /// Whether everything settled before the hard stop.
-    pub settled: bool,
+    /// What had not settled at the hard stop (None when the run settled before it).
+    pub unsettled: Option<String>,
     /// A digest of the history and the verdict: two runs of one seed give the same digest.
     pub digest: u64,
 }
@@ -347,8 +355,8 @@ impl World {
     }
 
     /// Sends `msg` between `ends` (the nodes involved, for cuts): delayed, sometimes long,
-    /// sometimes dropped.
-    fn send(&mut self, ends: &[usize], msg: Msg, hold: bool) {
+    /// sometimes dropped; `hold` names a request that may be held past the client's timeout.
+    fn send(&mut self, ends: &[usize], msg: Msg, hold: Option<&'static str>) {
         let faulty = self.faulty();
         if faulty {
             let cut = self
@@ -358,8 +366,8 @@ impl World {
                 return;
             }
         }
-        let delay = if faulty && hold && self.rng.chance(0.1) {
-            self.fault("hold-endtxn", "EndTxn held past the client's timeout".into());
+        let delay = if let Some(what) = hold.filter(|_| faulty && self.rng.chance(0.1)) {
+            self.fault("hold", format!("{what} held past the client's timeout"));
             1_500 + self.rng.below(2_500)
         } else if faulty && self.rng.chance(0.05) {
             20 + self.rng.below(300)
@@ -389,8 +397,9 @@ impl World {
             Send::Coordinator(request) => {
                 let lp = self.lp_of(&self.clients[c].tid.clone()) as usize;
                 let node = *self.client_coord[c].get_or_insert(self.owner[lp]);
-                let hold = matches!(request, Request::EndTxn(_))
-                    && (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_end_txn);
+                let hold = (matches!(request, Request::EndTxn(_))
+                    && (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_end_txn))
+                    .then_some("EndTxn");
                 self.send(
                     &[node],
                     Msg::ToNode {
@@ -410,6 +419,8 @@ impl World {
                 values,
             } => {
                 let now = self.now;
+                let hold = (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_produce)
+                    .then_some("Produce");
                 self.send(
                     &[],
                     Msg::Produce {
@@ -422,7 +433,7 @@ impl World {
                         values,
                         sent_ms: now,
                     },
-                    false,
+                    hold,
                 );
             }
         }
@@ -544,7 +555,7 @@ impl World {
                     serial,
                     answer,
                 },
-                false,
+                None,
             );
             return;
         };
@@ -604,7 +615,7 @@ impl World {
                                     serial,
                                     answer: Answer::Coordinator(response),
                                 },
-                                false,
+                                None,
                             );
                         }
                     }
@@ -689,7 +700,7 @@ impl World {
                                 request,
                                 versions: txn_versions,
                             },
-                            false,
+                            None,
                         );
                         self.at(
                             MARKER_TIMEOUT_MS,
@@ -729,12 +740,15 @@ impl World {
         }
     }
 
+    /// Node `n` no longer serves log partition `lp`: its engine, appends and marker
+    /// decisions go (the planner's Cancelled completions are polled and find no engine).
     fn drop_partition(&mut self, n: usize, lp: u32) {
         let node = &mut self.nodes[n];
         node.engines.remove(&lp);
         node.appends.retain(|a| a.lp != lp);
         node.planner.cancel_log_partition(LogPartition(lp));
         node.watched.retain(|w| w.request.log_partition.0 != lp);
+        self.drive_planner(n);
     }
 
     fn load(&mut self, n: usize, lp: u32) {
@@ -940,7 +954,7 @@ impl World {
                 serial,
                 answer: Answer::Produce(code),
             },
-            false,
+            None,
         );
     }
 
@@ -1017,7 +1031,7 @@ impl World {
                 request_id,
                 response,
             },
-            false,
+            None,
         );
     }
 
@@ -1146,21 +1160,39 @@ impl World {
         }
     }
 
-    /// Whether everything has settled: clients done, nothing pending anywhere, every
-    /// partition stable.
-    fn settled(&self) -> bool {
-        self.clients.iter().all(Client::is_done)
-            && self.nodes.iter().all(|n| {
-                n.up && n.appends.is_empty()
-                    && n.planner.is_idle()
-                    && n.engines.values().all(|e| e.records().all(|(_, r)| {
-                        !r.state.is_prepare() && r.state != txn_log::TxnState::Ongoing
-                    }))
+    /// What has not settled yet (None once clients are done, nothing is pending anywhere
+    /// and every partition is stable).
+    fn unsettled(&self) -> Option<String> {
+        if let Some(c) = self.clients.iter().find(|c| !c.is_done()) {
+            return Some(format!("client {} not done: {c:?}", c.tid));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.up || !n.appends.is_empty() || !n.planner.is_idle() {
+                return Some(format!(
+                    "coordinator {i}: up {}, {} appends pending, marker writer idle {}: {:?}",
+                    n.up,
+                    n.appends.len(),
+                    n.planner.is_idle(),
+                    n.planner.stats()
+                ));
+            }
+            for (lp, e) in &n.engines {
+                if let Some((id, r)) = e.records().find(|(_, r)| {
+                    r.state.is_prepare() || r.state == txn_log::TxnState::Ongoing
+                }) {
+                    return Some(format!("coordinator {i} log partition {lp}: {id:?} {r:?}"));
+                }
+            }
+        }
+        self.parts.iter().enumerate().find_map(|(i, p)| {
+            (p.state.last_stable_offset() < p.state.high_watermark()).then(|| {
+                format!(
+                    "partition {i}: LSO {} < HW {}",
+                    p.state.last_stable_offset(),
+                    p.state.high_watermark()
+                )
             })
-            && self
-                .parts
-                .iter()
-                .all(|p| p.state.last_stable_offset() == p.state.high_watermark())
+        })
     }
 
     fn run(mut self) -> RunResult {
@@ -1176,7 +1208,7 @@ impl World {
         self.at(10, Ev::Tick);
         self.at(100, Ev::Fault);
         let mut healed = false;
-        let mut settled = false;
+        let mut unsettled = None;
         while let Some(((t, _), ev)) = self.queue.pop_first() {
             self.now = t;
             if !healed && t >= FAULT_END_MS {
@@ -1188,15 +1220,15 @@ impl World {
             }
             self.events += 1;
             self.step(ev);
-            if healed && self.events % 64 == 0 && self.settled() {
-                settled = true;
+            if healed && self.events % 64 == 0 && self.unsettled().is_none() {
                 break;
             }
             if t >= HARD_STOP_MS {
+                unsettled = self.unsettled();
                 break;
             }
         }
-        self.finish(settled)
+        self.finish(unsettled)
     }
 
     /// I11-I13 on what the log persisted: the durable image a crash of every coordinator
@@ -1220,7 +1252,7 @@ impl World {
         }
     }
 
-    fn finish(mut self, settled: bool) -> RunResult {
+    fn finish(mut self, unsettled: Option<String>) -> RunResult {
         let end = self.now;
         let mut obs = Observed {
             topic: TOPIC.to_owned(),
@@ -1282,7 +1314,7 @@ impl World {
             record: self.rec,
             end_ms: end,
             events: self.events,
-            settled,
+            unsettled,
             digest,
         }
     }
