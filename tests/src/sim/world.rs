@@ -32,7 +32,7 @@ const SHAPE_SEED: u64 = 0x5eed_5a9e;
 /// A client's per-attempt timeout (ms).
 const CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// Faults are injected until this time (ms); then the world heals and settles.
-const FAULT_END_MS: u64 = 6_000;
+const FAULT_END_MS: u64 = 10_000;
 /// The run stops here at the latest (ms); what is unfinished then is judged as it is.
 const HARD_STOP_MS: u64 = 120_000;
 /// An Ongoing record older than its timeout plus this at the end of a run was not reaped.
@@ -96,7 +96,7 @@ pub struct Options {
 
 impl Options {
     /// The default world for `seed`, its shape drawn from the seed: 1-3 coordinators, 1-3
-    /// log partitions, 1-4 partitions, 2-5 clients of mixed versions running 3-8
+    /// log partitions, 1-4 partitions, 2-5 clients of mixed versions running 4-12
     /// transactions each, with faults.
     pub fn new(seed: u64) -> Self {
         // Its own stream, so that the shape does not shift the world's draws.
@@ -107,7 +107,7 @@ impl Options {
             log_partitions: 1 + u32::try_from(shape.index(3)).unwrap_or(0),
             partitions: 1 + i32::try_from(shape.index(4)).unwrap_or(0),
             clients: 2 + shape.index(4),
-            txns_per_client: 3 + shape.index(6),
+            txns_per_client: 4 + shape.index(9),
             tv: TvMix::Mixed,
             faults: true,
             hold_tv1_end_txn: false,
