@@ -53,7 +53,11 @@ fn describe(sum: &Summary, flags: &str) -> String {
         out.push_str(&format!("seed {seed} panicked: {msg}\n{}", replay(*seed)));
     }
     for (seed, r) in sum.failures.iter().take(3) {
-        out.push_str(&format!("seed {seed} failed:\n{}{}", r.report, replay(*seed)));
+        out.push_str(&format!(
+            "seed {seed} failed:\n{}{}",
+            r.report,
+            replay(*seed)
+        ));
     }
     out
 }
@@ -85,11 +89,19 @@ fn a_seed_replays_exactly() {
     for seed in first..first + 20 {
         let (a, b) = (run(Options::new(seed)), run(Options::new(seed)));
         assert_eq!(a.digest, b.digest, "seed {seed}: two runs differ");
-        assert_eq!(format!("{:?}", a.record), format!("{:?}", b.record), "seed {seed}");
+        assert_eq!(
+            format!("{:?}", a.record),
+            format!("{:?}", b.record),
+            "seed {seed}"
+        );
         assert_eq!((a.end_ms, a.events), (b.end_ms, b.events), "seed {seed}");
         digests.insert(a.digest);
     }
-    assert_eq!(digests.len(), 20, "different seeds give different histories");
+    assert_eq!(
+        digests.len(),
+        20,
+        "different seeds give different histories"
+    );
 }
 
 /// Runs the first `MUTANT_BUDGET` seeds with `options` until one fails, asserts that it shows
@@ -105,7 +117,10 @@ fn assert_found(
     println!("{}", describe(&sum, flags));
     assert!(sum.panics.is_empty(), "{}", describe(&sum, flags));
     let Some((seed, r)) = sum.failures.first() else {
-        panic!("not found in {MUTANT_BUDGET} seeds\n{}", describe(&sum, flags));
+        panic!(
+            "not found in {MUTANT_BUDGET} seeds\n{}",
+            describe(&sum, flags)
+        );
     };
     assert!(
         expected.iter().any(|a| r.report.count(*a) > 0),

@@ -163,19 +163,31 @@ fn main() -> ExitCode {
     }
     for (seed, msg) in &sum.panics {
         println!("seed {seed} panicked: {msg}");
-        println!("  replay: txn-sim --seeds 1 --seed {seed}{}", args.replay_flags());
+        println!(
+            "  replay: txn-sim --seeds 1 --seed {seed}{}",
+            args.replay_flags()
+        );
     }
     if args.verbose && args.seeds == 1 {
         let r = run(args.options(first));
-        println!("seed {first}: {} ms simulated, {} events, digest {:016x}", r.end_ms, r.events, r.digest);
+        println!(
+            "seed {first}: {} ms simulated, {} events, digest {:016x}",
+            r.end_ms, r.events, r.digest
+        );
         if let Some(why) = &r.unsettled {
             println!("  unsettled at the hard stop: {why}");
         }
         print_history(&r);
     }
     for (seed, r) in sum.failures.iter().take(5) {
-        println!("seed {seed} FAILED ({} ms simulated):\n{}", r.end_ms, r.report);
-        println!("  replay: txn-sim --seeds 1 --seed {seed}{}", args.replay_flags());
+        println!(
+            "seed {seed} FAILED ({} ms simulated):\n{}",
+            r.end_ms, r.report
+        );
+        println!(
+            "  replay: txn-sim --seeds 1 --seed {seed}{}",
+            args.replay_flags()
+        );
         if args.verbose && args.seeds > 1 {
             print_history(r);
         }

@@ -66,7 +66,10 @@ enum Phase {
     /// Producing write `i`.
     Produce(usize),
     /// EndTxn; `aborting_failed` when the transaction failed before its end.
-    End { commit: bool, aborting_failed: bool },
+    End {
+        commit: bool,
+        aborting_failed: bool,
+    },
     Done,
 }
 

@@ -186,7 +186,10 @@ enum Msg {
 enum Ev {
     Deliver(Msg),
     ClientSend(usize),
-    ClientTimeout { client: usize, serial: u64 },
+    ClientTimeout {
+        client: usize,
+        serial: u64,
+    },
     MarkerTimeout {
         node: usize,
         inc: u64,
@@ -197,8 +200,14 @@ enum Ev {
     Tick,
     Fault,
     Restart(usize),
-    Unload { node: usize, lp: u32 },
-    Reload { node: usize, lp: u32 },
+    Unload {
+        node: usize,
+        lp: u32,
+    },
+    Reload {
+        node: usize,
+        lp: u32,
+    },
 }
 
 /// An append handed to the log, waiting to be durable.
@@ -254,7 +263,9 @@ struct World {
 }
 
 fn pid_block(log: &MemTxnLog) -> txn_log::ProducerIdBlock {
-    let (block, _) = log.allocate_block_sync(1000).expect("the mem log allocates");
+    let (block, _) = log
+        .allocate_block_sync(1000)
+        .expect("the mem log allocates");
     log.make_durable();
     block
 }
@@ -286,7 +297,7 @@ impl World {
         let participant = ParticipantConfig::default();
         let parts = (0..o.partitions)
             .map(|_| Partition {
-                state: PartitionState::new(participant.clone(), 0),
+                state: PartitionState::new(participant, 0),
                 log: Vec::new(),
             })
             .collect();
@@ -305,8 +316,7 @@ impl World {
                     let writes = (0..n)
                         .map(|_| {
                             counter += 1;
-                            let part = i32::try_from(rng.index(o.partitions as usize))
-                                .unwrap_or(0);
+                            let part = i32::try_from(rng.index(o.partitions as usize)).unwrap_or(0);
                             (part, format!("{c}-{counter}"))
                         })
                         .collect();
@@ -318,7 +328,9 @@ impl World {
                 .collect();
             clients.push(Client::new(format!("sim-{c}"), tv, TOPIC, p));
         }
-        let owner = (0..o.log_partitions as usize).map(|lp| lp % o.nodes).collect();
+        let owner = (0..o.log_partitions as usize)
+            .map(|lp| lp % o.nodes)
+            .collect();
         let n_clients = o.clients;
         Self {
             o,
@@ -419,8 +431,8 @@ impl World {
                 values,
             } => {
                 let now = self.now;
-                let hold = (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_produce)
-                    .then_some("Produce");
+                let hold =
+                    (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_produce).then_some("Produce");
                 self.send(
                     &[],
                     Msg::Produce {
@@ -816,7 +828,10 @@ impl World {
         node.planner = MarkerPlanner::new(PlannerConfig::default());
         self.log.crash();
         self.rec.coordinator_kills.push(self.now);
-        self.fault("kill-daemon", format!("coordinator {n} crashed with the log"));
+        self.fault(
+            "kill-daemon",
+            format!("coordinator {n} crashed with the log"),
+        );
         self.settle_appends();
         let delay = 100 + self.rng.below(1_500);
         self.at(delay, Ev::Restart(n));
@@ -895,7 +910,10 @@ impl World {
             let n = self.rng.index(self.nodes.len());
             let until = self.now + 200 + self.rng.below(1_300);
             self.cut = Some((n, until));
-            self.fault("partition", format!("coordinator {n} cut off until {until} ms"));
+            self.fault(
+                "partition",
+                format!("coordinator {n} cut off until {until} ms"),
+            );
         }
     }
 
@@ -1141,8 +1159,7 @@ impl World {
             }
             Ev::Restart(n) => self.restart(n),
             Ev::Unload { node, lp } => {
-                if self.owner[lp as usize] != node && self.nodes[node].engines.contains_key(&lp)
-                {
+                if self.owner[lp as usize] != node && self.nodes[node].engines.contains_key(&lp) {
                     if let Some(e) = self.nodes[node].engines.get_mut(&lp) {
                         e.handle_unload();
                     }
@@ -1177,9 +1194,10 @@ impl World {
                 ));
             }
             for (lp, e) in &n.engines {
-                if let Some((id, r)) = e.records().find(|(_, r)| {
-                    r.state.is_prepare() || r.state == txn_log::TxnState::Ongoing
-                }) {
+                if let Some((id, r)) = e
+                    .records()
+                    .find(|(_, r)| r.state.is_prepare() || r.state == txn_log::TxnState::Ongoing)
+                {
                     return Some(format!("coordinator {i} log partition {lp}: {id:?} {r:?}"));
                 }
             }
@@ -1220,7 +1238,7 @@ impl World {
             }
             self.events += 1;
             self.step(ev);
-            if healed && self.events % 64 == 0 && self.unsettled().is_none() {
+            if healed && self.events.is_multiple_of(64) && self.unsettled().is_none() {
                 break;
             }
             if t >= HARD_STOP_MS {
@@ -1244,7 +1262,10 @@ impl World {
         );
         match futures_util::FutureExt::now_or_never(audit) {
             Some(Ok(())) => {}
-            Some(Err(e)) => self.rec.log_findings.push(("I13", format!("log audit failed: {e}"))),
+            Some(Err(e)) => self
+                .rec
+                .log_findings
+                .push(("I13", format!("log audit failed: {e}"))),
             None => self
                 .rec
                 .log_findings
@@ -1267,7 +1288,10 @@ impl World {
                     p,
                     lso,
                     hw,
-                    format!("open transactions: {:?}", part.state.open_transactions().collect::<Vec<_>>()),
+                    format!(
+                        "open transactions: {:?}",
+                        part.state.open_transactions().collect::<Vec<_>>()
+                    ),
                 ));
             }
             let aborted = part.state.read_committed(0, lso).aborted;
@@ -1301,7 +1325,8 @@ impl World {
                 }
             }
             obs.logs.insert((TOPIC.to_owned(), p), part.log.clone());
-            obs.read_from_ms.insert((TOPIC.to_owned(), p), end as i64 + 1);
+            obs.read_from_ms
+                .insert((TOPIC.to_owned(), p), end as i64 + 1);
             self.rec.final_partitions.push(p);
         }
         obs.transitions = std::mem::take(&mut self.rec.decisions.transitions);
