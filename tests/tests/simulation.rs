@@ -32,17 +32,7 @@ fn seeds(
 }
 
 fn describe(sum: &Summary, flags: &str) -> String {
-    let mut out = format!(
-        "{} seeds in {:.1} s ({:.0} seeds/s), {} transactions, {} faults, {} log records \
-         audited, unsettled at the hard stop: {:?}\n",
-        sum.runs,
-        sum.elapsed.as_secs_f64(),
-        sum.seeds_per_sec(),
-        sum.txns,
-        sum.faults,
-        sum.audited,
-        sum.unsettled
-    );
+    let mut out = format!("{sum}\nunsettled at the hard stop: {:?}\n", sum.unsettled);
     let replay = |seed| {
         format!(
             "  replay: {SEED_ENV}={seed} cargo test --release -p txn-tests --test simulation, \

@@ -145,19 +145,7 @@ fn main() -> ExitCode {
     let sum = run_seeds(first, args.seeds, args.threads, usize::MAX, |s| {
         args.options(s)
     });
-    println!(
-        "{} seeds from {first} in {:.2} s: {:.0} seeds/s; {} transactions, {} faults, {} log \
-         records audited, {} runs unsettled at the hard stop; {} failed, {} panicked",
-        sum.runs,
-        sum.elapsed.as_secs_f64(),
-        sum.seeds_per_sec(),
-        sum.txns,
-        sum.faults,
-        sum.audited,
-        sum.unsettled.len(),
-        sum.failures.len(),
-        sum.panics.len()
-    );
+    println!("from seed {first}: {sum}");
     if !sum.unsettled.is_empty() {
         println!("unsettled at the hard stop: seeds {:?}", sum.unsettled);
     }

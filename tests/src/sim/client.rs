@@ -24,19 +24,23 @@ pub enum Tv {
 pub enum Send {
     /// A request to the coordinator of the client's transactional id.
     Coordinator(Request),
-    /// A transactional produce of `values` to `partition` with sequence `seq`.
-    Produce {
-        /// Partition.
-        partition: i32,
-        /// Producer id.
-        pid: i64,
-        /// Producer epoch.
-        epoch: i16,
-        /// Base sequence.
-        seq: i32,
-        /// Values.
-        values: Vec<String>,
-    },
+    /// A transactional produce to the partition's leader.
+    Produce(Produce),
+}
+
+/// A transactional produce of `values` to `partition` with sequence `seq`.
+#[derive(Debug, Clone)]
+pub struct Produce {
+    /// Partition of the workload topic.
+    pub partition: i32,
+    /// Producer id.
+    pub pid: i64,
+    /// Producer epoch.
+    pub epoch: i16,
+    /// Base sequence.
+    pub seq: i32,
+    /// Values, one record each.
+    pub values: Vec<String>,
 }
 
 /// An answer to the client's outstanding request.
@@ -46,6 +50,28 @@ pub enum Answer {
     Coordinator(Response),
     /// From a partition leader: the produce's error code.
     Produce(ErrorCode),
+}
+
+impl Answer {
+    /// The answer's error code: the top-level one, else the first partition's error of an
+    /// AddPartitionsToTxn answer (NONE when every partition was added).
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            Self::Produce(c) => *c,
+            Self::Coordinator(r) => match r {
+                Response::InitProducerId(r) => r.error,
+                Response::AddPartitionsToTxn(r) if r.error != ErrorCode::NONE => r.error,
+                Response::AddPartitionsToTxn(r) => r
+                    .results
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|(_, c)| *c))
+                    .find(|c| *c != ErrorCode::NONE)
+                    .unwrap_or(ErrorCode::NONE),
+                Response::EndTxn(r) => r.error,
+                _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+            },
+        }
+    }
 }
 
 /// How the current operation ended.
@@ -237,13 +263,13 @@ impl Client {
                             values: vec![v.clone()],
                         });
                     }
-                    Send::Produce {
+                    Send::Produce(Produce {
                         partition: p,
                         pid: self.pid,
                         epoch: self.epoch,
                         seq: self.seqs.get(&p).copied().unwrap_or(0),
                         values: vec![v],
-                    }
+                    })
                 }
                 Phase::End { commit, .. } => self.end_request(commit),
             };
@@ -282,25 +308,7 @@ impl Client {
     /// An answer to the outstanding attempt.
     pub fn answer(&mut self, now: u64, answer: Answer, events: &mut Vec<Event>) {
         self.waiting = false;
-        let code = match &answer {
-            Answer::Produce(c) => *c,
-            Answer::Coordinator(r) => match r {
-                Response::InitProducerId(r) => r.error,
-                Response::AddPartitionsToTxn(r) => {
-                    if r.error != ErrorCode::NONE {
-                        r.error
-                    } else {
-                        r.results
-                            .iter()
-                            .flat_map(|t| t.partitions.iter().map(|(_, c)| *c))
-                            .find(|c| *c != ErrorCode::NONE)
-                            .unwrap_or(ErrorCode::NONE)
-                    }
-                }
-                Response::EndTxn(r) => r.error,
-                _ => ErrorCode::UNKNOWN_SERVER_ERROR,
-            },
-        };
+        let code = answer.error_code();
         let ok = code == ErrorCode::NONE
             || (matches!(answer, Answer::Produce(_))
                 && code == ErrorCode::DUPLICATE_SEQUENCE_NUMBER);

@@ -47,6 +47,26 @@ pub struct Summary {
     pub elapsed: Duration,
 }
 
+impl std::fmt::Display for Summary {
+    /// One line: seeds, time, seeds per second and what the runs did and found.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} seeds in {:.2} s: {:.0} seeds/s; {} transactions, {} faults, {} log records \
+             audited, {} runs unsettled at the hard stop; {} failed, {} panicked",
+            self.runs,
+            self.elapsed.as_secs_f64(),
+            self.seeds_per_sec(),
+            self.txns,
+            self.faults,
+            self.audited,
+            self.unsettled.len(),
+            self.failures.len(),
+            self.panics.len()
+        )
+    }
+}
+
 impl Summary {
     /// Seeds per second of wall-clock time.
     pub fn seeds_per_sec(&self) -> f64 {

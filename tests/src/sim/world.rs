@@ -9,6 +9,7 @@ use coordinator::{
     TxnMarkerRequest,
 };
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use markers::apply::{ApplyError, markers_of, response_of};
 use markers::participant::{
     BatchHeader, Marker, ParticipantConfig, PartitionState, ProduceDecision,
 };
@@ -16,11 +17,11 @@ use markers::writer::{self as mw, BrokerEndpoint, LeaderLookup, MarkerPlanner, P
 use txn_log::mem::{Durability, Ticket};
 use txn_log::rng::Rng;
 use txn_log::{
-    CoordinatorEpoch, ErrorCode, LogOp, LogPartition, MemTxnLog, ProducerEpoch, ProducerId,
-    TopicPartition, TransactionalId, TxnResult, TxnVersion,
+    ErrorCode, LogOp, LogPartition, MemTxnLog, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnResult, TxnVersion,
 };
 
-use super::client::{self, Answer, Client, Plan, Send, Tv};
+use super::client::{self, Answer, Client, Plan, Produce, Send, Tv};
 use crate::fault::checker::{self, Report};
 use crate::fault::decisions::{self, LogItem, Observed, Transition};
 use crate::fault::history::{Accepted, Issue, Outcome, Read, Record, TxnOp};
@@ -158,11 +159,7 @@ enum Msg {
     Produce {
         client: usize,
         serial: u64,
-        partition: i32,
-        pid: i64,
-        epoch: i16,
-        seq: i32,
-        values: Vec<String>,
+        produce: Produce,
         sent_ms: u64,
     },
     Markers {
@@ -423,30 +420,17 @@ impl World {
                     hold,
                 );
             }
-            Send::Produce {
-                partition,
-                pid,
-                epoch,
-                seq,
-                values,
-            } => {
-                let now = self.now;
+            Send::Produce(produce) => {
+                let sent_ms = self.now;
                 let hold =
                     (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_produce).then_some("Produce");
-                self.send(
-                    &[],
-                    Msg::Produce {
-                        client: c,
-                        serial,
-                        partition,
-                        pid,
-                        epoch,
-                        seq,
-                        values,
-                        sent_ms: now,
-                    },
-                    hold,
-                );
+                let msg = Msg::Produce {
+                    client: c,
+                    serial,
+                    produce,
+                    sent_ms,
+                };
+                self.send(&[], msg, hold);
             }
         }
         self.at(CLIENT_TIMEOUT_MS, Ev::ClientTimeout { client: c, serial });
@@ -457,21 +441,15 @@ impl World {
         if serial != cl.serial || !cl.waiting {
             return;
         }
-        if let Answer::Coordinator(r) = &answer {
-            let code = match r {
-                Response::InitProducerId(r) => r.error,
-                Response::AddPartitionsToTxn(r) => r.error,
-                Response::EndTxn(r) => r.error,
-                _ => ErrorCode::NONE,
-            };
-            if matches!(
-                code,
+        if matches!(answer, Answer::Coordinator(_))
+            && matches!(
+                answer.error_code(),
                 ErrorCode::NOT_COORDINATOR
                     | ErrorCode::COORDINATOR_NOT_AVAILABLE
                     | ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
-            ) {
-                self.client_coord[c] = None;
-            }
+            )
+        {
+            self.client_coord[c] = None;
         }
         let mut evs = Vec::new();
         self.clients[c].answer(self.now, answer, &mut evs);
@@ -919,20 +897,15 @@ impl World {
 
     // ===== participants =====
 
-    fn produce(&mut self, msg: Msg) {
-        let Msg::Produce {
-            client,
-            serial,
+    /// A produce of `client` reaches its partition's leader.
+    fn produce(&mut self, client: usize, serial: u64, produce: Produce, sent_ms: u64) {
+        let Produce {
             partition,
             pid,
             epoch,
             seq,
             values,
-            sent_ms,
-        } = msg
-        else {
-            return;
-        };
+        } = produce;
         let part = &mut self.parts[partition as usize];
         let n = i32::try_from(values.len()).unwrap_or(i32::MAX);
         let header = BatchHeader::transactional(ProducerId(pid), ProducerEpoch(epoch), seq, n);
@@ -989,57 +962,11 @@ impl World {
             return;
         };
         let now = self.now as i64;
-        let mut codes: BTreeMap<(i64, i32), ErrorCode> = BTreeMap::new();
-        for (i, m) in request.markers.iter().enumerate() {
-            let marker = Marker {
-                producer_id: ProducerId(m.producer_id.0),
-                producer_epoch: ProducerEpoch(m.producer_epoch),
-                coordinator_epoch: CoordinatorEpoch(m.coordinator_epoch),
-                result: if m.transaction_result {
-                    TxnResult::Commit
-                } else {
-                    TxnResult::Abort
-                },
-                txn_version: versions.get(i).copied().unwrap_or(TxnVersion::V0),
-            };
-            for t in &m.topics {
-                for &p in &t.partition_indexes {
-                    let Some(part) = self.parts.get_mut(p as usize) else {
-                        codes.insert((m.producer_id.0, p), ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
-                        continue;
-                    };
-                    let code = match part.state.check_marker(&marker) {
-                        Ok(pending) => {
-                            let at = part.state.next_offset();
-                            match part.state.complete_marker(pending, at, now) {
-                                Ok(applied) => {
-                                    part.log.push(LogItem::Marker(decisions::Marker {
-                                        offset: applied.offset,
-                                        pid: m.producer_id.0,
-                                        epoch: m.producer_epoch,
-                                        commit: m.transaction_result,
-                                        coordinator_epoch: m.coordinator_epoch,
-                                        timestamp_ms: now,
-                                    }));
-                                    let end = part.state.next_offset();
-                                    part.state.advance_high_watermark(end);
-                                    ErrorCode::NONE
-                                }
-                                Err(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
-                            }
-                        }
-                        Err(e) => e.code(),
-                    };
-                    codes.insert((m.producer_id.0, p), code);
-                }
-            }
-        }
-        let response = mw::build_response(&request, |pid, _, p| {
-            codes
-                .get(&(pid.0, p))
-                .copied()
-                .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
-        });
+        let results: Vec<Result<(), ApplyError>> = markers_of(&request, &versions)
+            .into_iter()
+            .map(|(tp, marker)| self.apply_marker(tp.partition, &marker, now))
+            .collect();
+        let response = response_of(&request, &results);
         self.send(
             &[node],
             Msg::MarkersAnswer {
@@ -1051,6 +978,31 @@ impl World {
             },
             None,
         );
+    }
+
+    /// Writes `marker` to partition `p` (a broker's `WriteTxnMarkers` for one partition).
+    fn apply_marker(&mut self, p: i32, marker: &Marker, now: i64) -> Result<(), ApplyError> {
+        let part = usize::try_from(p)
+            .ok()
+            .and_then(|p| self.parts.get_mut(p))
+            .ok_or(ApplyError::UnknownPartition)?;
+        let pending = part.state.check_marker(marker)?;
+        let at = part.state.next_offset();
+        let applied = part
+            .state
+            .complete_marker(pending, at, now)
+            .map_err(|_| ApplyError::Code(ErrorCode::UNKNOWN_SERVER_ERROR))?;
+        part.log.push(LogItem::Marker(decisions::Marker {
+            offset: applied.offset,
+            pid: marker.producer_id.0,
+            epoch: marker.producer_epoch.0,
+            commit: marker.result == TxnResult::Commit,
+            coordinator_epoch: marker.coordinator_epoch.0,
+            timestamp_ms: now,
+        }));
+        let end = part.state.next_offset();
+        part.state.advance_high_watermark(end);
+        Ok(())
     }
 
     fn markers_answer(&mut self, msg: Msg) {
@@ -1117,7 +1069,12 @@ impl World {
                     serial,
                     answer,
                 } => self.client_answer(client, serial, answer),
-                m @ Msg::Produce { .. } => self.produce(m),
+                Msg::Produce {
+                    client,
+                    serial,
+                    produce,
+                    sent_ms,
+                } => self.produce(client, serial, produce, sent_ms),
                 m @ Msg::Markers { .. } => self.write_markers(m),
                 m @ Msg::MarkersAnswer { .. } => self.markers_answer(m),
             },
@@ -1391,22 +1348,14 @@ fn transitions(entries: &[txn_log::LogEntry], now: u64) -> Vec<Transition> {
 fn not_coordinator(request: &Request) -> Answer {
     let error = ErrorCode::NOT_COORDINATOR;
     Answer::Coordinator(match request {
-        Request::InitProducerId(_) => Response::InitProducerId(InitProducerIdResponse {
-            error,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            ongoing_txn_producer_id: ProducerId::NONE,
-            ongoing_txn_producer_epoch: ProducerEpoch::NONE,
-        }),
-        Request::EndTxn(_) => Response::EndTxn(EndTxnResponse {
-            error,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-        }),
-        _ => Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
-            error,
-            results: Vec::new(),
-        }),
+        Request::InitProducerId(_) => {
+            Response::InitProducerId(InitProducerIdResponse::error(error))
+        }
+        Request::EndTxn(_) => Response::EndTxn(EndTxnResponse::error(error)),
+        Request::AddPartitionsToTxn(r) => {
+            Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::all(r, error))
+        }
+        _ => Response::AddOffsetsToTxn(error),
     })
 }
 
