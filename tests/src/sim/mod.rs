@@ -9,8 +9,11 @@
 //!   what was not durable; ownership moves by `claim_next` (coordinator epochs);
 //! - **participants**: one [`markers::participant::PartitionState`] per partition with its log;
 //! - **clients**: [`client::Client`] state machines, TV1 and TV2;
-//! - **network**: every message is delayed (reordering), some dropped, some held long
-//!   (EndTxn), and a node can be cut off for a while.
+//! - **network**: every message is delayed (reordering), some dropped, some held past the
+//!   client's timeout (EndTxn and Produce of TV2 clients; of TV1 clients only when asked),
+//!   and a node can be cut off for a while;
+//! - **faults**: coordinator crashes (with the log's crash image), log partitions moved,
+//!   cuts, partial flushes; then the world heals and settles.
 //!
 //! Everything random comes from one [`txn_log::rng::Rng`] seeded by the run's seed, so a seed
 //! replays exactly. See `docs/testing.md`, "Deterministic simulation".
