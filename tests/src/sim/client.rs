@@ -459,3 +459,175 @@ impl Client {
         matches!(self.phase, Phase::End { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use coordinator::{AddPartitionsToTxnResponse, EndTxnResponse, InitProducerIdResponse};
+
+    use super::*;
+    use crate::fault::history::Outcome;
+
+    fn client(tv: Tv, plans: Vec<Plan>) -> Client {
+        Client::new("t".into(), tv, "fq", plans)
+    }
+
+    fn plan(commit: bool) -> Plan {
+        Plan {
+            writes: vec![(0, "v".into())],
+            commit,
+        }
+    }
+
+    fn answer(c: &mut Client, a: Answer) -> Vec<Event> {
+        let mut events = Vec::new();
+        c.answer(0, a, &mut events);
+        events
+    }
+
+    fn coordinator_ok(r: Response) -> Answer {
+        Answer::Coordinator(r)
+    }
+
+    fn added() -> Answer {
+        coordinator_ok(Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
+            error: ErrorCode::NONE,
+            results: Vec::new(),
+        }))
+    }
+
+    /// Sends the next request and returns it with the events it recorded.
+    fn next(c: &mut Client) -> (Option<Send>, Vec<Event>) {
+        let mut events = Vec::new();
+        (c.next(0, &mut events), events)
+    }
+
+    #[test]
+    fn a_tv2_commit_runs_the_four_requests_and_takes_the_bumped_epoch() {
+        let mut c = client(Tv::Tv2, vec![plan(true)]);
+        let (send, _) = next(&mut c);
+        assert!(matches!(
+            send,
+            Some(Send::Coordinator(Request::InitProducerId(_)))
+        ));
+        let ev = answer(
+            &mut c,
+            coordinator_ok(Response::InitProducerId(InitProducerIdResponse::ok(
+                ProducerId(5),
+                ProducerEpoch(0),
+            ))),
+        );
+        assert!(ev.contains(&Event::Invoke {
+            plan: 0,
+            pid: 5,
+            epoch: 0
+        }));
+        let (send, _) = next(&mut c);
+        assert!(matches!(
+            send,
+            Some(Send::Coordinator(Request::AddPartitionsToTxn(_)))
+        ));
+        answer(&mut c, added());
+        let (send, ev) = next(&mut c);
+        let Some(Send::Produce(p)) = send else {
+            panic!("a produce, not {send:?}");
+        };
+        assert_eq!((p.pid, p.epoch, p.seq), (5, 0, 0));
+        assert!(matches!(
+            ev.as_slice(),
+            [Event::Writes { partition: 0, .. }]
+        ));
+        answer(&mut c, Answer::Produce(ErrorCode::NONE));
+        let (send, _) = next(&mut c);
+        let Some(Send::Coordinator(Request::EndTxn(end))) = send else {
+            panic!("an EndTxn, not {send:?}");
+        };
+        assert_eq!((end.version, end.committed), (5, true));
+        let ev = answer(
+            &mut c,
+            coordinator_ok(Response::EndTxn(EndTxnResponse {
+                error: ErrorCode::NONE,
+                producer_id: ProducerId(5),
+                producer_epoch: ProducerEpoch(1),
+            })),
+        );
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            Event::Issued {
+                epoch: 1,
+                api: "EndTxn",
+                ..
+            }
+        )));
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            Event::Complete {
+                outcome: Outcome::Committed,
+                ..
+            }
+        )));
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn a_produce_timeout_aborts_the_transaction_and_re_initializes() {
+        let mut c = client(Tv::Tv1, vec![plan(true), plan(true)]);
+        next(&mut c);
+        answer(
+            &mut c,
+            coordinator_ok(Response::InitProducerId(InitProducerIdResponse::ok(
+                ProducerId(5),
+                ProducerEpoch(0),
+            ))),
+        );
+        next(&mut c);
+        answer(&mut c, added());
+        next(&mut c);
+        c.timed_out(0, &mut Vec::new());
+        let (send, _) = next(&mut c);
+        let Some(Send::Coordinator(Request::EndTxn(end))) = send else {
+            panic!("an EndTxn, not {send:?}");
+        };
+        assert_eq!((end.version, end.committed), (3, false));
+        let ev = answer(
+            &mut c,
+            coordinator_ok(Response::EndTxn(EndTxnResponse::error(ErrorCode::NONE))),
+        );
+        assert!(ev.contains(&Event::Complete {
+            outcome: Outcome::Aborted,
+            note: "aborted after a failure".into()
+        }));
+        let (send, _) = next(&mut c);
+        assert!(matches!(
+            send,
+            Some(Send::Coordinator(Request::InitProducerId(_)))
+        ));
+    }
+
+    #[test]
+    fn an_unanswered_commit_is_indeterminate_after_the_budget() {
+        let mut c = client(Tv::Tv2, vec![plan(true)]);
+        next(&mut c);
+        answer(
+            &mut c,
+            coordinator_ok(Response::InitProducerId(InitProducerIdResponse::ok(
+                ProducerId(5),
+                ProducerEpoch(0),
+            ))),
+        );
+        next(&mut c);
+        answer(&mut c, added());
+        next(&mut c);
+        answer(&mut c, Answer::Produce(ErrorCode::NONE));
+        let mut events = Vec::new();
+        for _ in 0..MAX_ATTEMPTS {
+            let (send, _) = next(&mut c);
+            assert!(matches!(send, Some(Send::Coordinator(Request::EndTxn(_)))));
+            c.timed_out(0, &mut events);
+        }
+        assert!(events.contains(&Event::Complete {
+            outcome: Outcome::Indeterminate,
+            note: "commit unanswered".into()
+        }));
+        assert!(c.is_done());
+    }
+}
