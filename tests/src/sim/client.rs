@@ -164,8 +164,6 @@ pub struct Client {
     current: usize,
     phase: Phase,
     need_init: bool,
-    /// The request of the current operation (resent on retry).
-    op: Option<Send>,
     op_started_ms: u64,
     op_attempts: u32,
     ambiguous: bool,
@@ -193,7 +191,6 @@ impl Client {
             current: 0,
             phase: Phase::Init,
             need_init: true,
-            op: None,
             op_started_ms: 0,
             op_attempts: 0,
             ambiguous: false,
@@ -277,7 +274,6 @@ impl Client {
                 self.op_started_ms = now;
                 self.ambiguous = false;
             }
-            self.op = Some(send.clone());
             self.op_attempts += 1;
             self.serial += 1;
             self.waiting = true;
@@ -288,38 +284,38 @@ impl Client {
     /// The outstanding attempt timed out: resend within the budget, or end the operation as
     /// indeterminate. A produce is not resent: its transaction fails (the Java producer's
     /// expired batch, an abortable error), while the request may still be on its way.
-    pub fn timed_out(&mut self, now: u64, events: &mut Vec<Event>) {
+    pub fn timed_out(&mut self, events: &mut Vec<Event>) {
         self.waiting = false;
         self.ambiguous = true;
         if self.op_attempts < MAX_ATTEMPTS && !matches!(self.phase, Phase::Produce(_)) {
             return;
         }
-        self.finish_op(now, OpEnd::Indeterminate, events);
+        self.finish_op(OpEnd::Indeterminate, events);
     }
 
     /// A retriable answer: try again (the world calls [`Client::next`] after a backoff).
-    fn retry(&mut self, now: u64, events: &mut Vec<Event>) {
+    fn retry(&mut self, events: &mut Vec<Event>) {
         self.waiting = false;
         if self.op_attempts >= MAX_ATTEMPTS {
-            self.finish_op(now, OpEnd::Indeterminate, events);
+            self.finish_op(OpEnd::Indeterminate, events);
         }
     }
 
     /// An answer to the outstanding attempt.
-    pub fn answer(&mut self, now: u64, answer: Answer, events: &mut Vec<Event>) {
+    pub fn answer(&mut self, answer: Answer, events: &mut Vec<Event>) {
         self.waiting = false;
         let code = answer.error_code();
         let ok = code == ErrorCode::NONE
             || (matches!(answer, Answer::Produce(_))
                 && code == ErrorCode::DUPLICATE_SEQUENCE_NUMBER);
         if ok {
-            self.finish_op(now, OpEnd::Ok(answer), events);
+            self.finish_op(OpEnd::Ok(answer), events);
         } else if code.is_retried_by_producer() {
-            self.retry(now, events);
+            self.retry(events);
         } else if self.ambiguous {
-            self.finish_op(now, OpEnd::Indeterminate, events);
+            self.finish_op(OpEnd::Indeterminate, events);
         } else {
-            self.finish_op(now, OpEnd::Definite(code), events);
+            self.finish_op(OpEnd::Definite(code), events);
         }
     }
 
@@ -328,10 +324,9 @@ impl Client {
         !self.waiting && self.phase != Phase::Done
     }
 
-    fn finish_op(&mut self, _now: u64, end: OpEnd, events: &mut Vec<Event>) {
+    fn finish_op(&mut self, end: OpEnd, events: &mut Vec<Event>) {
         use crate::fault::history::Outcome;
         self.op_attempts = 0;
-        self.op = None;
         self.waiting = false;
         match (self.phase.clone(), end) {
             (Phase::Init, OpEnd::Ok(Answer::Coordinator(Response::InitProducerId(r)))) => {
@@ -448,16 +443,6 @@ impl Client {
         });
         self.phase = Phase::Add(0);
     }
-
-    /// The request of the current operation's attempt, as last sent.
-    pub fn current_request(&self) -> Option<&Send> {
-        self.op.as_ref()
-    }
-
-    /// Whether the current operation is an EndTxn.
-    pub fn is_ending(&self) -> bool {
-        matches!(self.phase, Phase::End { .. })
-    }
 }
 
 #[cfg(test)]
@@ -480,7 +465,7 @@ mod tests {
 
     fn answer(c: &mut Client, a: Answer) -> Vec<Event> {
         let mut events = Vec::new();
-        c.answer(0, a, &mut events);
+        c.answer(a, &mut events);
         events
     }
 
@@ -582,7 +567,7 @@ mod tests {
         next(&mut c);
         answer(&mut c, added());
         next(&mut c);
-        c.timed_out(0, &mut Vec::new());
+        c.timed_out(&mut Vec::new());
         let (send, _) = next(&mut c);
         let Some(Send::Coordinator(Request::EndTxn(end))) = send else {
             panic!("an EndTxn, not {send:?}");
@@ -622,7 +607,7 @@ mod tests {
         for _ in 0..MAX_ATTEMPTS {
             let (send, _) = next(&mut c);
             assert!(matches!(send, Some(Send::Coordinator(Request::EndTxn(_)))));
-            c.timed_out(0, &mut events);
+            c.timed_out(&mut events);
         }
         assert!(events.contains(&Event::Complete {
             outcome: Outcome::Indeterminate,

@@ -452,7 +452,7 @@ impl World {
             self.client_coord[c] = None;
         }
         let mut evs = Vec::new();
-        self.clients[c].answer(self.now, answer, &mut evs);
+        self.clients[c].answer(answer, &mut evs);
         self.client_events(c, evs);
         let backoff = if self.clients[c].wants_send() {
             1 + self.rng.below(50)
@@ -469,7 +469,7 @@ impl World {
         }
         self.client_coord[c] = None;
         let mut evs = Vec::new();
-        self.clients[c].timed_out(self.now, &mut evs);
+        self.clients[c].timed_out(&mut evs);
         self.client_events(c, evs);
         let backoff = 1 + self.rng.below(50);
         self.at(backoff, Ev::ClientSend(c));
