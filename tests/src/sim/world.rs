@@ -80,6 +80,9 @@ pub struct Options {
     pub tv: TvMix,
     /// Inject faults (crashes, ownership moves, cuts, drops, long delays, held EndTxn).
     pub faults: bool,
+    /// How often coordinators crash, move or are cut off (1-3): per 100 ms of the fault
+    /// phase, a crash with `3 * level` %, a move with `4 * level` %, a cut with `2 * level` %.
+    pub fault_level: u64,
     /// Hold TV1 clients' EndTxn past their timeout too (KAFKA-17754: a stale EndTxn ends
     /// the next transaction under TV1). Off by default: it is Apache Kafka's behaviour, not a
     /// bug of this coordinator; TV2 clients' EndTxn are held either way.
@@ -98,7 +101,7 @@ pub struct Options {
 impl Options {
     /// The default world for `seed`, its shape drawn from the seed: 1-3 coordinators, 1-3
     /// log partitions, 1-4 partitions, 2-5 clients of mixed versions running 4-12
-    /// transactions each, with faults.
+    /// transactions each, with faults at level 1-3.
     pub fn new(seed: u64) -> Self {
         // Its own stream, so that the shape does not shift the world's draws.
         let mut shape = Rng::new(seed ^ SHAPE_SEED);
@@ -111,6 +114,7 @@ impl Options {
             txns_per_client: 4 + shape.index(9),
             tv: TvMix::Mixed,
             faults: true,
+            fault_level: 1 + shape.below(3),
             hold_tv1_end_txn: false,
             hold_tv1_produce: false,
             mutant: None,
@@ -864,12 +868,13 @@ impl World {
             return;
         }
         let r = self.rng.below(100);
-        if r < 3 {
+        let k = self.o.fault_level;
+        if r < 3 * k {
             let n = self.rng.index(self.nodes.len());
             if self.nodes[n].up {
                 self.crash(n);
             }
-        } else if r < 7 && self.nodes.len() > 1 {
+        } else if r < 7 * k && self.nodes.len() > 1 {
             let lp = self.rng.index(self.owner.len());
             let to = self.rng.index(self.nodes.len());
             let from = self.owner[lp];
@@ -884,7 +889,7 @@ impl World {
                 let delay = self.rng.below(300);
                 self.at(delay, Ev::Unload { node: from, lp });
             }
-        } else if r < 9 {
+        } else if r < 9 * k {
             let n = self.rng.index(self.nodes.len());
             let until = self.now + 200 + self.rng.below(1_300);
             self.cut = Some((n, until));
