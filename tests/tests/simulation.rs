@@ -17,19 +17,16 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
-/// Runs `count` seeds from `first` (or only `TXN_SIM_SEED`) on `threads` threads, stopping at
+/// Runs seeds `0..count` (or only `TXN_SIM_SEED`) on `threads` threads, stopping at
 /// `stop_after` failures.
 fn seeds(
-    first: u64,
     count: u64,
     threads: usize,
     stop_after: usize,
     options: impl Fn(u64) -> Options + Sync,
 ) -> Summary {
-    match env_u64(SEED_ENV) {
-        Some(s) => run_seeds(s, 1, 1, stop_after, options),
-        None => run_seeds(first, count, threads, stop_after, options),
-    }
+    let (first, count) = env_u64(SEED_ENV).map_or((0, count), |s| (s, 1));
+    run_seeds(first, count, threads, stop_after, options)
 }
 
 fn describe(sum: &Summary, flags: &str) -> String {
@@ -66,7 +63,7 @@ fn assert_clean(sum: &Summary, flags: &str) {
 #[test]
 fn ten_thousand_seeds_without_a_violation() {
     let count = env_u64("TXN_SIM_SEEDS").unwrap_or(SEEDS);
-    let sum = seeds(0, count, 2, 3, Options::new);
+    let sum = seeds(count, 2, 3, Options::new);
     assert_clean(&sum, "");
     assert!(sum.txns > sum.runs, "the runs ran transactions");
     assert!(sum.faults > sum.runs, "the runs injected faults");
@@ -105,7 +102,7 @@ fn assert_found(
     expected: &[Anomaly],
 ) -> u64 {
     // One thread, so that the first failure is the lowest failing seed.
-    let sum = seeds(0, MUTANT_BUDGET, 1, 1, &options);
+    let sum = seeds(MUTANT_BUDGET, 1, 1, &options);
     println!("{}", describe(&sum, flags));
     assert!(sum.panics.is_empty(), "{}", describe(&sum, flags));
     let Some((seed, r)) = sum.failures.first() else {
@@ -121,7 +118,7 @@ fn assert_found(
     );
     let start = env_u64(SEED_ENV).unwrap_or(0);
     println!("found at seed {seed} ({} seeds run)", seed - start + 1);
-    assert_clean(&seeds(0, MUTANT_BUDGET, 2, 1, clean), "");
+    assert_clean(&seeds(MUTANT_BUDGET, 2, 1, clean), "");
     seed - start + 1
 }
 
@@ -190,7 +187,7 @@ fn kafka_17754_delayed_end_txn_is_found_under_tv1() {
 /// EndTxn bumps the epoch, so a held EndTxn or late produce carries an old epoch and is refused.
 #[test]
 fn kafka_17754_is_refused_under_tv2() {
-    let sum = seeds(0, MUTANT_BUDGET * 5, 2, 1, tv(TvMix::Tv2));
+    let sum = seeds(MUTANT_BUDGET * 5, 2, 1, tv(TvMix::Tv2));
     assert_clean(&sum, " --tv 2");
     assert!(
         sum.faults > MUTANT_BUDGET,

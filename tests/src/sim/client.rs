@@ -553,20 +553,26 @@ mod tests {
         assert!(c.is_done());
     }
 
-    #[test]
-    fn a_produce_timeout_aborts_the_transaction_and_re_initializes() {
-        let mut c = client(Tv::Tv1, vec![plan(true), plan(true)]);
-        next(&mut c);
+    /// Answers InitProducerId (pid 5, epoch 0) and AddPartitionsToTxn; the first produce is
+    /// then on the wire.
+    fn to_first_produce(c: &mut Client) {
+        next(c);
         answer(
-            &mut c,
+            c,
             coordinator_ok(Response::InitProducerId(InitProducerIdResponse::ok(
                 ProducerId(5),
                 ProducerEpoch(0),
             ))),
         );
-        next(&mut c);
-        answer(&mut c, added());
-        next(&mut c);
+        next(c);
+        answer(c, added());
+        next(c);
+    }
+
+    #[test]
+    fn a_produce_timeout_aborts_the_transaction_and_re_initializes() {
+        let mut c = client(Tv::Tv1, vec![plan(true), plan(true)]);
+        to_first_produce(&mut c);
         c.timed_out(&mut Vec::new());
         let (send, _) = next(&mut c);
         let Some(Send::Coordinator(Request::EndTxn(end))) = send else {
@@ -591,17 +597,7 @@ mod tests {
     #[test]
     fn an_unanswered_commit_is_indeterminate_after_the_budget() {
         let mut c = client(Tv::Tv2, vec![plan(true)]);
-        next(&mut c);
-        answer(
-            &mut c,
-            coordinator_ok(Response::InitProducerId(InitProducerIdResponse::ok(
-                ProducerId(5),
-                ProducerEpoch(0),
-            ))),
-        );
-        next(&mut c);
-        answer(&mut c, added());
-        next(&mut c);
+        to_first_produce(&mut c);
         answer(&mut c, Answer::Produce(ErrorCode::NONE));
         let mut events = Vec::new();
         for _ in 0..MAX_ATTEMPTS {
