@@ -359,7 +359,6 @@ mod tests {
     use super::*;
     use crate::client::Conn;
     use kafka_protocol::messages::MetadataRequest;
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 
     #[tokio::test]
     async fn lists_kafka_4_1_versions_answers_metadata_and_counts() {
@@ -380,8 +379,9 @@ mod tests {
             .pick(ApiKey::WriteTxnMarkers, 0, 2)
             .expect("pick");
         assert_eq!(v, 1, "Kafka 4.1 lists WriteTxnMarkers 1 only");
+        // No topic list (null): every topic, as Kafka answers.
         let md = c
-            .call(&MetadataRequest::default(), 12)
+            .call(&MetadataRequest::default().with_topics(None), 12)
             .await
             .expect("metadata");
         assert_eq!(md.topics.len(), 1);

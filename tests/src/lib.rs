@@ -6,3 +6,4 @@ pub mod etcd;
 pub mod fault;
 pub mod kafka_tool;
 pub mod refbroker;
+pub mod sim;

@@ -83,7 +83,9 @@ pub async fn prepared(log: &dyn TxnLog, partitions: u32) -> anyhow::Result<Vec<S
     Ok(out)
 }
 
-async fn audit_records(
+/// Audits every record `log` loads for partitions `0..partitions` against the history (the
+/// checks of [`audit_log`]), adding findings to `h.log_findings`.
+pub async fn audit_records(
     log: &dyn TxnLog,
     partitions: u32,
     now_unix_ms: i64,
