@@ -15,7 +15,8 @@ use txn_log::{ProducerId, ProducerIdBlock};
 
 use crate::sync::{Arc, Mutex};
 
-/// Why [`ProducerIdAllocator::add_block`] refused a block (Kafka's `testInvalidRanges`, S110).
+/// Why [`ProducerIdAllocator::add_block`] refused a block (Kafka's `testInvalidRanges`; test
+/// `s110_invalid_ranges_rejected`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidBlock {
@@ -152,7 +153,7 @@ mod tests {
         }
     }
 
-    /// S106-like: one block yields consecutive ids, then the allocator runs dry.
+    /// One block yields consecutive ids, then the allocator runs dry.
     #[test]
     fn hands_out_consecutive_ids_then_runs_dry() {
         let a = ProducerIdAllocator::with_block(block(1000, 3)).expect("valid");

@@ -240,7 +240,7 @@ fn loading_engine_answers_load_in_progress_and_list_reports_it() {
         end_reply(&evs, RequestId(1)).0,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
-    // S105: a loading partition makes ListTransactions COORDINATOR_LOAD_IN_PROGRESS.
+    // A loading partition makes ListTransactions COORDINATOR_LOAD_IN_PROGRESS.
     let l = eng.list_transactions(Millis(0), &ListTransactionsRequest::default());
     assert_eq!(l.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
     let merged = merge_list_responses(&ListTransactionsRequest::default(), [l]);
