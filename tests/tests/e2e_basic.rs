@@ -82,10 +82,10 @@ fn check_leaders(py: &Path, dir: &Path, bootstrap: &str) {
         .expect("metadata event");
     let leaders: BTreeSet<i64> = md
         .get("leaders")
-        .and_then(e2e::json::Json::as_arr)
+        .and_then(e2e::Json::as_array)
         .expect("leaders")
         .iter()
-        .filter_map(|pl| pl.as_arr().and_then(|pl| pl[1].as_i64()))
+        .filter_map(|pl| pl.as_array().and_then(|pl| pl[1].as_i64()))
         .collect();
     assert!(
         leaders.len() >= 2,

@@ -92,7 +92,7 @@ fn scenario(mode: Mode) {
     let after_restart = events
         .iter()
         .filter(|e| ev(e) == "commit")
-        .filter(|e| e.get("t").and_then(e2e::json::Json::as_f64) > Some(killed_at))
+        .filter(|e| e.get("t").and_then(e2e::Json::as_f64) > Some(killed_at))
         .count();
     assert!(
         after_restart >= 1 && commits >= 5,

@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use e2e::Json;
 use e2e::checks::{Expect, Must, add_stream_txn, ev};
-use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, TopicReader, args, run};
 use txn_tests::refbroker::{Cluster as Placement, NodeAddr};
 

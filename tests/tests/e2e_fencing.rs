@@ -9,8 +9,8 @@ mod e2e;
 
 use std::time::Duration;
 
+use e2e::Json;
 use e2e::checks::{Expect, Must, ev, values};
-use e2e::json::Json;
 use e2e::{Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "fence";
@@ -81,7 +81,7 @@ fn scenario(mode: Mode, script: &str) {
     );
     let delivered = post
         .get("delivered")
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .expect("delivered");
     assert!(
         delivered.is_empty(),

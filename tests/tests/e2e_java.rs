@@ -24,10 +24,10 @@ mod e2e;
 use std::path::Path;
 use std::time::Duration;
 
+use e2e::Json;
 use e2e::checks::{
     Expect, Expected, Must, ReadResult, assert_clean, end_offsets, ev, int, offsets, values,
 };
-use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, Mode, args};
 
 const PARTITIONS: &str = "0,1,2";
@@ -239,10 +239,10 @@ fn scenario(mode: Mode, tv: i16) {
     );
     let zombie_outputs: Vec<String> = open
         .get("outputs")
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .expect("outputs")
         .iter()
-        .map(|o| o.as_arr().expect("pair")[1].as_str().expect("v").to_owned())
+        .map(|o| o.as_array().expect("pair")[1].as_str().expect("v").to_owned())
         .collect();
     for v in &zombie_outputs {
         let n = ru.records.iter().filter(|r| &r.value == v).count();

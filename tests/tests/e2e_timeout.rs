@@ -10,8 +10,8 @@ mod e2e;
 
 use std::time::Duration;
 
+use e2e::Json;
 use e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
-use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "stall";

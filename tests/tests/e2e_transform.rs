@@ -11,8 +11,8 @@ mod e2e;
 
 use std::time::Duration;
 
+use e2e::Json;
 use e2e::checks::{Expect, Expected, Must, end_offsets, ev, offsets, values};
-use e2e::json::Json;
 use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const PARTITIONS: &str = "0,1,2";
@@ -75,10 +75,10 @@ fn scenario(mode: Mode) {
     first.kill();
     let zombie_outputs: Vec<String> = open
         .get("outputs")
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .expect("outputs")
         .iter()
-        .map(|o| o.as_arr().expect("pair")[1].as_str().expect("v").to_owned())
+        .map(|o| o.as_array().expect("pair")[1].as_str().expect("v").to_owned())
         .collect();
     assert!(!zombie_outputs.is_empty());
 

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use e2e::json::Json;
+use e2e::Json;
 use e2e::{Client, args, daemon_bin, free_port, refbroker_bin};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use txn_tests::etcd::EtcdCluster;
@@ -294,9 +294,9 @@ fn outcome(events: &[Json]) -> (Vec<String>, Vec<String>) {
             Some("abort") => &mut aborted,
             _ => continue,
         };
-        if let Some(Json::Arr(values)) = e.get("values") {
+        if let Some(Json::Array(values)) = e.get("values") {
             for v in values {
-                if let Json::Arr(fields) = v
+                if let Json::Array(fields) = v
                     && let Some(s) = fields.get(1).and_then(Json::as_str)
                 {
                     into.push(s.to_owned());

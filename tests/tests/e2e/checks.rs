@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::json::Json;
+use super::Json;
 
 /// One record a consumer read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,12 +84,12 @@ pub(crate) fn string(e: &Json, k: &str) -> String {
 /// `[[partition, value, offset?], ...]` of field `k`.
 pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
     e.get(k)
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
         .iter()
         .map(|t| {
             let t = t
-                .as_arr()
+                .as_array()
                 .unwrap_or_else(|| panic!("bad value tuple in {e:?}"));
             let p = t[0]
                 .as_i64()
@@ -107,12 +107,12 @@ pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
 /// `[[partition, offset], ...]` of field `k`, by partition.
 pub(crate) fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
     e.get(k)
-        .and_then(Json::as_arr)
+        .and_then(Json::as_array)
         .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
         .iter()
         .map(|pair| {
             let pair = pair
-                .as_arr()
+                .as_array()
                 .unwrap_or_else(|| panic!("bad offset pair in {e:?}"));
             (pair[0].as_i64().expect("p"), pair[1].as_i64().expect("o"))
         })

@@ -5,7 +5,9 @@
 
 pub(crate) mod checks;
 pub(crate) mod compat;
-pub(crate) mod json;
+
+/// One event line of a client program (a JSON object).
+pub(crate) use serde_json::Value as Json;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -16,7 +18,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use json::Json;
 use txn_tests::etcd::EtcdCluster;
 
 /// How long a process gets to answer ApiVersions after it was started.
@@ -944,7 +945,7 @@ impl Client {
     }
 
     fn take_line(&mut self, line: &str) -> Json {
-        let ev = Json::parse(line).unwrap_or_else(|e| {
+        let ev = serde_json::from_str::<Json>(line).unwrap_or_else(|e| {
             panic!(
                 "client {} printed a non-JSON line {line:?}: {e}\n{}",
                 self.name,
@@ -1031,7 +1032,7 @@ impl Client {
             let _ = c.wait();
         }
         while let Ok(line) = self.rx.recv_timeout(Duration::from_millis(200)) {
-            if Json::parse(&line).is_ok() {
+            if serde_json::from_str::<Json>(&line).is_ok() {
                 self.take_line(&line);
             }
         }
