@@ -84,6 +84,8 @@ mod pid;
 mod request;
 mod sync;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 
