@@ -354,3 +354,79 @@ impl EngineHarness {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use txn_log::{ErrorCode, TransactionalId};
+
+    use super::*;
+    use crate::InitProducerIdRequest;
+
+    fn harness(appends: Appends) -> EngineHarness {
+        let log = MemTxnLog::new();
+        let (block, _) = log.allocate_block_sync(100).expect("block");
+        let allocator = ProducerIdAllocator::with_block(block).expect("block");
+        let config = Config {
+            transaction_state_log_num_partitions: 1,
+            ..Config::default()
+        };
+        let mut h =
+            EngineHarness::new(log, LogPartition(0), config, allocator).with_appends(appends);
+        h.load(CoordinatorEpoch(3)).expect("load");
+        assert_eq!(h.drive(), 0, "an empty partition re-drives nothing");
+        h
+    }
+
+    fn init(id: &str) -> Request {
+        Request::InitProducerId(InitProducerIdRequest::new_producer(4, id, 60_000))
+    }
+
+    fn init_error(response: Option<Response>) -> ErrorCode {
+        match response {
+            Some(Response::InitProducerId(r)) => r.error,
+            other => panic!("not an InitProducerId answer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn held_appends_answer_once_acked_into_the_log_or_failed() {
+        let mut h = harness(Appends::Held);
+        let to = h.request(init("app"));
+        h.drive();
+        assert_eq!(
+            h.take_reply(to),
+            None,
+            "no answer before the record is durable"
+        );
+        assert_eq!(h.held_appends().count(), 1);
+        let (entries, written) = h.ack_append().expect("one held append");
+        written.expect("the log takes it");
+        h.drive();
+        assert_eq!(init_error(h.take_reply(to)), ErrorCode::NONE);
+        assert_eq!(entries.len(), 1);
+        h.assert_matches_log();
+
+        let to = h.request(init("other"));
+        h.drive();
+        let io_error = LogError::from(std::io::Error::other("disk says no"));
+        assert!(h.fail_append(io_error).is_some());
+        h.drive();
+        assert_ne!(init_error(h.take_reply(to)), ErrorCode::NONE);
+        h.assert_matches_log();
+        assert_eq!(h.appended(), 2);
+    }
+
+    #[test]
+    fn unlogged_appends_leave_the_log_alone_and_a_reload_reads_the_log() {
+        let mut h = harness(Appends::Unlogged);
+        assert_eq!(init_error(Some(h.call(init("app")))), ErrorCode::NONE);
+        let app = TransactionalId::new("app").expect("non-empty");
+        assert!(h.engine().record(&app).is_some());
+        assert!(h.log().durable_snapshot(LogPartition(0)).records.is_empty());
+        h.crash();
+        h.load(CoordinatorEpoch(4)).expect("load");
+        h.drive();
+        assert_eq!(h.engine().record(&app), None, "the log never had it");
+        assert_eq!(h.engine().coordinator_epoch(), Some(CoordinatorEpoch(4)));
+    }
+}
