@@ -17,8 +17,8 @@ pub enum Appends {
     /// done, or failed with the log's error (a stale epoch is fenced).
     #[default]
     Immediate,
-    /// Held in order until the test calls [`EngineHarness::ack_append`] (written to the log then)
-    /// or [`EngineHarness::fail_append`].
+    /// Held in order until the test calls [`EngineHarness::ack_append`] (written to the log then,
+    /// which must be in `Durability::Immediate` mode) or [`EngineHarness::fail_append`].
     Held,
     /// Reported done at once without writing the log: the engine alone, for benchmarks and
     /// fuzzing of the state machine.
