@@ -12,6 +12,8 @@
 //! - `daemon` (default, implies `embed`): the Kafka wire server, settings, command line, logging
 //!   and metrics endpoint of the `txn-coordinator` binary, and the sled log.
 //! - `etcd` (default, implies `daemon`): the daemon's etcd log backend (needs `protoc`).
+//! - `testing`: [`testing::EngineHarness`], the simulated driver of one engine that tests,
+//!   examples, fuzz harnesses and benchmarks use (no dependency added; no stability promise).
 //!
 //! A broker depends on `coordinator = { ..., default-features = false, features = ["embed"] }`;
 //! see `docs/broker-integration.md`.
@@ -84,6 +86,8 @@ mod pid;
 mod request;
 mod sync;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 

@@ -1,12 +1,15 @@
 //! The `txn_log_record` harness: stored txn-log entries through the decoders recovery runs,
 //! and what loads through the pure engine.
 
+use coordinator::testing::{EngineHarness, Markers};
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, DescribeTransactionsRequest, Effect,
-    EndTxnRequest, Engine, InitProducerIdRequest, ListTransactionsRequest, MarkerCompletion,
-    MarkerOutcome, Millis, ProducerIdAllocator, Request, RequestId,
+    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, DescribeTransactionsRequest,
+    EndTxnRequest, InitProducerIdRequest, ListTransactionsRequest, Millis, ProducerIdAllocator,
+    Request,
 };
-use txn_log::{CoordinatorEpoch, LogError, LogPartition, ProducerIdBlock, TopicPartition, codec};
+use txn_log::{
+    CoordinatorEpoch, LogEntry, LogError, LogOp, LogPartition, MemTxnLog, TopicPartition, codec,
+};
 
 /// One stored entry of a `txn_log_record` input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,66 +148,38 @@ pub fn txn_log_record(data: &[u8]) {
     }
 }
 
-/// Executes an engine's effects as the shell's driver does: appends succeed, markers are
-/// written, producer-id blocks arrive, responses are dropped.
-fn run_effects(
-    engine: &mut Engine,
-    now: Millis,
-    allocator: &ProducerIdAllocator,
-    next_block: &mut i64,
-) {
-    for _ in 0..10_000 {
-        let Some(effect) = engine.poll_effect() else {
-            return;
-        };
-        match effect {
-            Effect::AppendLog { io, .. } => engine.handle_append_done(io),
-            Effect::WriteMarkers(request) => engine.handle_markers_done(
-                now,
-                MarkerCompletion::of(&request, MarkerOutcome::Completed),
-            ),
-            Effect::NeedProducerIds { block_size } => {
-                let block = ProducerIdBlock {
-                    first: txn_log::ProducerId(*next_block),
-                    len: block_size,
-                };
-                *next_block += i64::from(block_size);
-                if allocator.add_block(block).is_err() {
-                    allocator.refill_failed();
-                }
-            }
-            _ => {}
-        }
-    }
-    panic!("the engine produced more than 10 000 effects for one input");
-}
-
 fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::LoadedPartition) {
-    let allocator = ProducerIdAllocator::with_block(ProducerIdBlock {
-        first: txn_log::ProducerId(0),
-        len: 1000,
-    })
-    .expect("block");
-    let mut next_block = 1000;
+    // The decoded partition is written to a log, from which a coordinator at the next epoch
+    // loads it; its effects are executed as the shell's driver does (appends written, markers
+    // acknowledged, producer-id blocks from the log, responses dropped).
+    let log = MemTxnLog::new();
+    let stored = loaded.coordinator_epoch.unwrap_or(CoordinatorEpoch(0));
+    let epoch = CoordinatorEpoch(stored.0.saturating_add(1));
+    let ids = loaded.records;
+    log.claim_sync(partition, stored).expect("claim");
+    let entries = ids
+        .iter()
+        .map(|(id, r)| LogEntry {
+            id: id.clone(),
+            op: LogOp::Upsert(r.clone()),
+        })
+        .collect();
+    log.append_sync(partition, stored, entries)
+        .expect("records written");
+    let (block, _) = log.allocate_block_sync(1000).expect("block");
+    let allocator = ProducerIdAllocator::with_block(block).expect("block");
     // Two-phase commit allowed, so that a record's KIP-939 state is exercised too.
     let config = Config {
         transaction_two_phase_commit_enable: true,
         ..config.clone()
     };
-    let mut engine = Engine::new(partition, config, allocator.clone());
     let now = Millis(1_700_000_000_000);
-    let epoch = CoordinatorEpoch(
-        loaded
-            .coordinator_epoch
-            .map_or(1, |e| e.0.saturating_add(1)),
-    );
-    let ids: Vec<_> = loaded
-        .records
-        .iter()
-        .map(|(id, r)| (id.clone(), r.clone()))
-        .collect();
-    engine.handle_load(now, epoch, loaded);
-    run_effects(&mut engine, now, &allocator, &mut next_block);
+    let mut h = EngineHarness::new(log, partition, config, allocator)
+        .with_markers(Markers::AckAtOnce)
+        .with_now(now);
+    h.load(epoch).expect("load");
+    h.drive();
+    let engine = h.engine();
     let _ = engine.describe("");
     for (id, _) in &ids {
         let _ = engine.describe(id.as_str());
@@ -218,22 +193,20 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
             transactional_id_pattern: None,
         },
     );
-    let mut req = 0u64;
-    let mut send = |engine: &mut Engine, request: Request| {
-        req += 1;
-        engine.handle_request(now, RequestId(req), request);
-        run_effects(engine, now, &allocator, &mut next_block);
+    let send = |h: &mut EngineHarness, request: Request| {
+        h.request(request);
+        h.drive();
     };
     for (id, r) in &ids {
         let raw = id.as_str().to_owned();
         send(
-            &mut engine,
+            &mut h,
             Request::DescribeTransactions(DescribeTransactionsRequest {
                 transactional_ids: vec![raw.clone()],
             }),
         );
         send(
-            &mut engine,
+            &mut h,
             Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
                 version: 3,
                 transactions: vec![AddPartitionsTxn {
@@ -250,7 +223,7 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
         for (producer_id, producer_epoch) in pairs {
             for version in [3, 5] {
                 send(
-                    &mut engine,
+                    &mut h,
                     Request::EndTxn(EndTxnRequest {
                         version,
                         transactional_id: raw.clone(),
@@ -262,7 +235,7 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
             }
         }
         send(
-            &mut engine,
+            &mut h,
             Request::InitProducerId(InitProducerIdRequest {
                 version: 6,
                 transactional_id: Some(raw.clone()),
@@ -274,7 +247,7 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
             }),
         );
         send(
-            &mut engine,
+            &mut h,
             Request::InitProducerId(InitProducerIdRequest {
                 version: 5,
                 transactional_id: Some(raw.clone()),
@@ -286,7 +259,7 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
             }),
         );
         send(
-            &mut engine,
+            &mut h,
             Request::InitProducerId(InitProducerIdRequest {
                 version: 4,
                 transactional_id: Some(raw),
@@ -300,9 +273,8 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
     }
     // Time passes: reaping of timed-out transactions and expiry of idle ids.
     for step in [1_000, 3_600_000, 86_400_000 * 30] {
-        let later = Millis(now.0 + step);
-        engine.handle_timeout(later);
-        run_effects(&mut engine, later, &allocator, &mut next_block);
+        h.advance(now.0 + step - h.now().0);
+        h.drive();
     }
-    let _ = engine.poll_timeout();
+    let _ = h.engine().poll_timeout();
 }

@@ -1,8 +1,8 @@
 //! Randomized model test: seeded sequences of init / add / verify / end / append ack / append
 //! failure / markers done / tick / crash-restart-reload / fenced append over several ids.
 //!
-//! The harness plays the log (FIFO appends that become durable only when acked) and the
-//! marker writer, and checks after every step:
+//! An [`EngineHarness`] plays the log (FIFO appends, held until the model acks them into a
+//! `MemTxnLog`) and the marker writer; the model checks after every step:
 //! - producer epochs of an id never decrease (same pid), and pids only move forward;
 //! - a (pid, epoch) returned by InitProducerId without expectation was never handed out before;
 //! - at most one decision (commit or abort) per transaction (Prepare* and Complete* agree,
@@ -15,11 +15,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogOp, LogPartition, ProducerEpoch,
-    ProducerId, ProducerIdBlock, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
+    CoordinatorEpoch, LogError, LogOp, LogPartition, MemTxnLog, ProducerEpoch, ProducerId,
+    TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
 };
 
 use super::fixture::{io_error, tid};
+use crate::testing::{Appends, EngineHarness};
 use crate::*;
 
 /// splitmix64.
@@ -60,17 +61,11 @@ enum Sent {
 
 struct Harness {
     rng: Rng,
-    eng: Engine,
-    alloc: ProducerIdAllocator,
-    next_block: i64,
+    driver: EngineHarness,
     config: Config,
-    ce: i32,
-    now: i64,
+    /// The model's mirror of the log's durable records, checked on every append.
     durable: BTreeMap<TransactionalId, TxnRecord>,
-    appends: Vec<(IoId, Vec<LogEntry>)>,
-    markers: Vec<MarkerCompletion>,
     sent: BTreeMap<RequestId, Sent>,
-    next_req: u64,
     /// The client's view per id: its current (pid, epoch).
     client: BTreeMap<TransactionalId, (ProducerId, ProducerEpoch)>,
     handed: BTreeSet<(i64, i16)>,
@@ -96,21 +91,19 @@ impl Harness {
         }
         .validate()
         .expect("valid");
-        let alloc = ProducerIdAllocator::new();
-        let eng = Engine::new(LogPartition(0), config.clone(), alloc.clone());
+        let driver = EngineHarness::new(
+            MemTxnLog::new(),
+            LogPartition(0),
+            config.clone(),
+            ProducerIdAllocator::new(),
+        )
+        .with_appends(Appends::Held);
         let mut h = Self {
             rng: Rng(seed),
-            eng,
-            alloc,
-            next_block: 0,
+            driver,
             config,
-            ce: 0,
-            now: 0,
             durable: BTreeMap::new(),
-            appends: Vec::new(),
-            markers: Vec::new(),
             sent: BTreeMap::new(),
-            next_req: 1,
             client: BTreeMap::new(),
             handed: BTreeSet::new(),
             txn_no: BTreeMap::new(),
@@ -124,33 +117,21 @@ impl Harness {
     }
 
     fn restart(&mut self) {
-        *self.stats.entry("parked").or_default() += self.eng.metrics().requests_parked;
-        self.ce += 1;
-        self.appends.clear();
-        self.markers.clear();
+        *self.stats.entry("parked").or_default() += self.driver.engine().metrics().requests_parked;
         self.sent.clear();
-        self.eng = Engine::new(LogPartition(0), self.config.clone(), self.alloc.clone());
-        let records: Vec<_> = self
+        let prepared = self
             .durable
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let prepared = records.iter().filter(|(_, r)| r.state.is_prepare()).count();
-        self.eng.handle_load(
-            Millis(self.now),
-            CoordinatorEpoch(self.ce),
-            LoadedPartition {
-                coordinator_epoch: Some(CoordinatorEpoch(self.ce)),
-                records,
-            },
-        );
-        let before = self.markers.len();
+            .values()
+            .filter(|r| r.state.is_prepare())
+            .count();
+        let ce = CoordinatorEpoch(self.driver.epoch().0 + 1);
+        self.driver.load(ce).expect("the log loads");
         self.drain();
-        let redriven = self.markers.len() - before
+        let redriven = self.driver.markers().len()
             + self
-                .appends
-                .iter()
-                .filter(|(_, es)| {
+                .driver
+                .held_appends()
+                .filter(|es| {
                     es.iter()
                         .any(|e| matches!(&e.op, LogOp::Upsert(r) if !r.state.is_prepare()))
                 })
@@ -159,10 +140,8 @@ impl Harness {
     }
 
     fn send(&mut self, req: Request, sent: Sent) {
-        let to = RequestId(self.next_req);
-        self.next_req += 1;
+        let to = self.driver.request(req);
         self.sent.insert(to, sent);
-        self.eng.handle_request(Millis(self.now), to, req);
     }
 
     fn pick(&mut self, n: usize) -> usize {
@@ -269,23 +248,20 @@ impl Harness {
             }
             34..=63 => self.ack(),
             64..=69 => {
-                if !self.appends.is_empty() {
-                    let (io, _) = self.appends.remove(0);
-                    self.eng.handle_append_failed(io, io_error());
+                if self.driver.fail_append(io_error()).is_some() {
                     self.bump("append_failed");
                 }
             }
             70..=84 => {
-                if !self.markers.is_empty() {
-                    let i =
-                        usize::try_from(self.rng.below(self.markers.len() as u64)).expect("small");
-                    let m = self.markers.remove(i);
-                    self.eng.handle_markers_done(Millis(self.now), m);
+                let held = self.driver.markers().len();
+                if held > 0 {
+                    let i = usize::try_from(self.rng.below(held as u64)).expect("small");
+                    self.driver.complete_marker(i, MarkerOutcome::Completed);
                 }
             }
             85..=95 => {
-                self.now += i64::try_from(self.rng.below(400)).expect("small");
-                self.eng.handle_timeout(Millis(self.now));
+                let ms = i64::try_from(self.rng.below(400)).expect("small");
+                self.driver.advance(ms);
             }
             96..=97 => {
                 self.bump("restart");
@@ -293,15 +269,13 @@ impl Harness {
                 return;
             }
             _ => {
-                if !self.appends.is_empty() {
-                    let (io, _) = self.appends.remove(0);
-                    let err = LogError::Fenced {
-                        partition: LogPartition(0),
-                        current: CoordinatorEpoch(self.ce + 1),
-                    };
-                    self.eng.handle_append_failed(io, err);
+                let err = LogError::Fenced {
+                    partition: LogPartition(0),
+                    current: CoordinatorEpoch(self.driver.epoch().0 + 1),
+                };
+                if self.driver.fail_append(err).is_some() {
                     self.drain();
-                    assert!(!self.eng.is_loaded(), "a fenced append unloads");
+                    assert!(!self.driver.engine().is_loaded(), "a fenced append unloads");
                     self.bump("fenced");
                     self.restart();
                     return;
@@ -315,19 +289,18 @@ impl Harness {
     /// until nothing is left; then every request sent to this engine has been answered.
     fn quiesce(&mut self) {
         for _ in 0..100 {
-            while !self.appends.is_empty() {
+            while self.driver.held_appends().next().is_some() {
                 self.ack();
                 self.drain();
             }
-            for m in std::mem::take(&mut self.markers) {
-                self.eng.handle_markers_done(Millis(self.now), m);
+            for _ in 0..self.driver.markers().len() {
+                self.driver.complete_marker(0, MarkerOutcome::Completed);
                 self.drain();
             }
-            if self.appends.is_empty() && self.markers.is_empty() {
-                self.now += self.config.park_max_ms;
-                self.eng.handle_timeout(Millis(self.now));
+            if self.settled() {
+                self.driver.advance(self.config.park_max_ms);
                 self.drain();
-                if self.appends.is_empty() && self.markers.is_empty() {
+                if self.settled() {
                     break;
                 }
             }
@@ -337,7 +310,12 @@ impl Harness {
             "requests never answered: {:?}",
             self.sent.keys()
         );
-        *self.stats.entry("parked").or_default() += self.eng.metrics().requests_parked;
+        *self.stats.entry("parked").or_default() += self.driver.engine().metrics().requests_parked;
+    }
+
+    /// No append and no marker request held.
+    fn settled(&self) -> bool {
+        self.driver.held_appends().next().is_none() && self.driver.markers().is_empty()
     }
 
     fn bump(&mut self, k: &'static str) {
@@ -345,10 +323,10 @@ impl Harness {
     }
 
     fn ack(&mut self) {
-        if self.appends.is_empty() {
+        let Some((entries, written)) = self.driver.ack_append() else {
             return;
-        }
-        let (io, entries) = self.appends.remove(0);
+        };
+        written.expect("the log takes every append of the current epoch");
         for e in entries {
             let prev = self.durable.get(&e.id).cloned();
             match e.op {
@@ -410,24 +388,15 @@ impl Harness {
                 }
             }
         }
-        self.eng.handle_append_done(io);
     }
 
     fn drain(&mut self) {
-        while let Some(effect) = self.eng.poll_effect() {
+        // The harness checks the epochs of appends and markers, and takes producer-id blocks
+        // from the log.
+        while let Some(effect) = self.driver.step() {
             match effect {
-                Effect::AppendLog {
-                    io,
-                    coordinator_epoch,
-                    entries,
-                    ..
-                } => {
-                    assert_eq!(coordinator_epoch, CoordinatorEpoch(self.ce));
-                    self.appends.push((io, entries));
-                }
                 Effect::Respond { to, response } => self.check_reply(to, response),
                 Effect::WriteMarkers(request) => {
-                    let done = MarkerCompletion::of(&request, MarkerOutcome::Completed);
                     let TxnMarkerRequest {
                         transactional_id,
                         producer_id,
@@ -436,7 +405,7 @@ impl Harness {
                         result,
                         ..
                     } = request;
-                    assert_eq!(coordinator_epoch, CoordinatorEpoch(self.ce));
+                    assert_eq!(coordinator_epoch, self.driver.epoch());
                     let d = self
                         .durable
                         .get(&transactional_id)
@@ -461,21 +430,15 @@ impl Harness {
                     } else {
                         "abort_markers"
                     });
-                    self.markers.push(done);
                 }
-                Effect::NeedProducerIds { block_size } => {
-                    let block = ProducerIdBlock {
-                        first: ProducerId(self.next_block),
-                        len: block_size,
-                    };
-                    self.next_block += i64::from(block_size);
-                    self.alloc.add_block(block).expect("increasing blocks");
-                }
-                Effect::Unloaded { .. } => {}
+                Effect::AppendLog { .. }
+                | Effect::NeedProducerIds { .. }
+                | Effect::Unloaded { .. } => {}
             }
         }
         let mem: Vec<_> = self
-            .eng
+            .driver
+            .engine()
             .records()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -484,7 +447,12 @@ impl Harness {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        if self.eng.is_loaded() {
+        assert_eq!(
+            self.driver.log().durable_snapshot(LogPartition(0)).records,
+            dur,
+            "the model's mirror equals the log"
+        );
+        if self.driver.engine().is_loaded() {
             assert_eq!(mem, dur, "in-memory state equals the durable log");
         }
     }
