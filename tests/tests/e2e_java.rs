@@ -242,7 +242,12 @@ fn scenario(mode: Mode, tv: i16) {
         .and_then(Json::as_array)
         .expect("outputs")
         .iter()
-        .map(|o| o.as_array().expect("pair")[1].as_str().expect("v").to_owned())
+        .map(|o| {
+            o.as_array().expect("pair")[1]
+                .as_str()
+                .expect("v")
+                .to_owned()
+        })
         .collect();
     for v in &zombie_outputs {
         let n = ru.records.iter().filter(|r| &r.value == v).count();

@@ -78,7 +78,12 @@ fn scenario(mode: Mode) {
         .and_then(Json::as_array)
         .expect("outputs")
         .iter()
-        .map(|o| o.as_array().expect("pair")[1].as_str().expect("v").to_owned())
+        .map(|o| {
+            o.as_array().expect("pair")[1]
+                .as_str()
+                .expect("v")
+                .to_owned()
+        })
         .collect();
     assert!(!zombie_outputs.is_empty());
 

@@ -84,6 +84,10 @@ pub(crate) struct Context {
     pub(crate) advertised_host: String,
     pub(crate) advertised_port: u16,
     /// The name of the listener this context serves (for the other members' addresses on it).
+    #[cfg_attr(
+        not(feature = "etcd"),
+        expect(dead_code, reason = "only the etcd membership has other members")
+    )]
     pub(crate) listener: String,
     pub(crate) settings: Settings,
     pub(crate) metrics: Metrics,
@@ -295,6 +299,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         bound_listeners.push((tcp, bound, advertised, Arc::new(l)));
     }
     let bound = bound_listeners[0].1;
+    #[cfg(feature = "etcd")]
     let (advertised_host, advertised_port) = bound_listeners[0].2.clone();
 
     let log = DaemonLog::open(&settings, &opts.data_dir).await?;
