@@ -4,7 +4,7 @@
 //! commits through it with the producer's epoch, a decided one keeps its decision, and the
 //! producer ids it hands out do not collide with the first daemon's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd, requests};
@@ -24,20 +24,20 @@ async fn add(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16)
     assert_eq!(code, 0, "AddPartitionsToTxn({id}, t-{p})");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let _broker = Proc::start(
+/// A refbroker with topic `t` (2 partitions) and its data and log under `dir`; returns it and
+/// its address for `--bootstrap-servers`.
+fn start_broker(dir: &Path) -> (Proc, String) {
+    let port = free_port().expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    let broker = Proc::start(
         Spec {
             name: "broker".into(),
             bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
             args: [
                 "--listen",
-                &format!("127.0.0.1:{broker_port}"),
+                &addr,
                 "--data-dir",
-                &dir.path().join("broker").to_string_lossy(),
+                &dir.join("broker").to_string_lossy(),
                 "--topics",
                 "t:2",
                 "--coordinator",
@@ -46,16 +46,23 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
             .map(str::to_owned)
             .to_vec(),
             ready_prefix: "refbroker listening on ".into(),
-            log_file: Some(dir.path().join("broker.log")),
+            log_file: Some(dir.join("broker.log")),
             env: Vec::new(),
         },
         STARTUP,
     )
     .expect("refbroker starts");
+    (broker, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_broker, broker) = start_broker(dir.path());
     let endpoints = etcd.endpoints_arg();
     let mut pool = Pool::new("etcd-daemon-test", Duration::from_secs(10));
 
-    let broker = format!("127.0.0.1:{broker_port}");
     let extra = [
         "--bootstrap-servers",
         broker.as_str(),
@@ -214,33 +221,9 @@ async fn a_kept_two_phase_transaction_survives_a_failover() {
     use kafka_protocol::messages as km;
     let etcd = EtcdCluster::start(1).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let _broker = Proc::start(
-        Spec {
-            name: "broker".into(),
-            bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-            args: [
-                "--listen",
-                &format!("127.0.0.1:{broker_port}"),
-                "--data-dir",
-                &dir.path().join("broker").to_string_lossy(),
-                "--topics",
-                "t:2",
-                "--coordinator",
-                "127.0.0.1:1",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            ready_prefix: "refbroker listening on ".into(),
-            log_file: Some(dir.path().join("broker.log")),
-            env: Vec::new(),
-        },
-        STARTUP,
-    )
-    .expect("refbroker starts");
+    let (_broker, broker) = start_broker(dir.path());
     let endpoints = etcd.endpoints_arg();
     let mut pool = Pool::new("etcd-2pc-test", Duration::from_secs(10));
-    let broker = format!("127.0.0.1:{broker_port}");
     let extra = [
         "--bootstrap-servers",
         broker.as_str(),

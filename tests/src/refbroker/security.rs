@@ -50,6 +50,7 @@ use security::acl::{AclOperation, ResourceType};
 use tokio::sync::watch;
 
 use super::Config;
+use super::groups::{offset_commit_answers, offset_fetch_answers, txn_offset_commit_answers};
 
 fn code(e: ResponseError) -> i16 {
     e.code()
@@ -377,31 +378,6 @@ pub(crate) fn group_read(a: &Authz<'_>, group: &str) -> bool {
     a.allowed(AclOperation::Read, ResourceType::Group, group)
 }
 
-/// The per-partition answers of `topics` with error `e`.
-fn offset_commit_all(
-    topics: &[km::offset_commit_request::OffsetCommitRequestTopic],
-    e: ResponseError,
-) -> Vec<km::offset_commit_response::OffsetCommitResponseTopic> {
-    use km::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-    topics
-        .iter()
-        .map(|t| {
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code(e))
-                        })
-                        .collect(),
-                )
-        })
-        .collect()
-}
-
 /// OffsetCommit: READ on the group (else every partition is denied: `Err`), then READ on each
 /// topic (the denied topics are removed from `r` and answered).
 pub(crate) fn offset_commit(
@@ -410,9 +386,9 @@ pub(crate) fn offset_commit(
 ) -> Result<Vec<km::offset_commit_response::OffsetCommitResponseTopic>, km::OffsetCommitResponse> {
     if !group_read(a, r.group_id.0.as_str()) {
         return Err(
-            km::OffsetCommitResponse::default().with_topics(offset_commit_all(
+            km::OffsetCommitResponse::default().with_topics(offset_commit_answers(
                 &r.topics,
-                ResponseError::GroupAuthorizationFailed,
+                code(ResponseError::GroupAuthorizationFailed),
             )),
         );
     }
@@ -420,9 +396,9 @@ pub(crate) fn offset_commit(
         .into_iter()
         .partition(|t| a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()));
     r.topics = ok;
-    Ok(offset_commit_all(
+    Ok(offset_commit_answers(
         &no,
-        ResponseError::TopicAuthorizationFailed,
+        code(ResponseError::TopicAuthorizationFailed),
     ))
 }
 
@@ -435,29 +411,6 @@ pub(crate) fn txn_offset_commit(
     Vec<km::txn_offset_commit_response::TxnOffsetCommitResponseTopic>,
     km::TxnOffsetCommitResponse,
 > {
-    use km::txn_offset_commit_response::{
-        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-    };
-    let all = |topics: &[km::txn_offset_commit_request::TxnOffsetCommitRequestTopic],
-               e: ResponseError| {
-        topics
-            .iter()
-            .map(|t| {
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code(e))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect::<Vec<_>>()
-    };
     let whole = if !a.allowed(
         AclOperation::Write,
         ResourceType::TransactionalId,
@@ -470,13 +423,17 @@ pub(crate) fn txn_offset_commit(
         None
     };
     if let Some(e) = whole {
-        return Err(km::TxnOffsetCommitResponse::default().with_topics(all(&r.topics, e)));
+        let answers = txn_offset_commit_answers(&r.topics, code(e));
+        return Err(km::TxnOffsetCommitResponse::default().with_topics(answers));
     }
     let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
         .into_iter()
         .partition(|t| a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()));
     r.topics = ok;
-    Ok(all(&no, ResponseError::TopicAuthorizationFailed))
+    Ok(txn_offset_commit_answers(
+        &no,
+        code(ResponseError::TopicAuthorizationFailed),
+    ))
 }
 
 /// OffsetFetch (one group, v1-7): DESCRIBE on the group (else `Err`, the whole answer), then
@@ -487,28 +444,6 @@ pub(crate) fn offset_fetch(
     r: &mut km::OffsetFetchRequest,
     v: i16,
 ) -> Result<Vec<km::offset_fetch_response::OffsetFetchResponseTopic>, km::OffsetFetchResponse> {
-    use km::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
-    let all = |topics: &[km::offset_fetch_request::OffsetFetchRequestTopic], e: ResponseError| {
-        topics
-            .iter()
-            .map(|t| {
-                OffsetFetchResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partition_indexes
-                            .iter()
-                            .map(|&p| {
-                                OffsetFetchResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_committed_offset(-1)
-                                    .with_metadata(Some(Default::default()))
-                                    .with_error_code(code(e))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect::<Vec<_>>()
-    };
     if !a.allowed(
         AclOperation::Describe,
         ResourceType::Group,
@@ -519,7 +454,7 @@ pub(crate) fn offset_fetch(
         if v >= 2 {
             resp.error_code = code(e);
         } else {
-            resp.topics = all(r.topics.as_deref().unwrap_or_default(), e);
+            resp.topics = offset_fetch_answers(r.topics.as_deref().unwrap_or_default(), code(e));
         }
         return Err(resp);
     }
@@ -534,7 +469,10 @@ pub(crate) fn offset_fetch(
         )
     });
     r.topics = Some(ok);
-    Ok(all(&no, ResponseError::TopicAuthorizationFailed))
+    Ok(offset_fetch_answers(
+        &no,
+        code(ResponseError::TopicAuthorizationFailed),
+    ))
 }
 
 /// OffsetFetch of every topic (`topics` null): leaves out the topics without DESCRIBE.
