@@ -16,9 +16,9 @@ mod pki;
 use coordinator::server::outgoing::ClientSecurity;
 use kafka_protocol::messages::{MetadataRequest, ProduceRequest, TopicName, TransactionalId};
 use markers::wire::{BoxedConnection, Connector};
+use txn_testkit::wire::{record_batch, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::{add_partitions, coordinator_port, end_txn, init_producer, stable_read};
-use txn_testkit::wire::{record_batch, sb};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
