@@ -142,6 +142,18 @@ def outcome_of(fn):
         return dict(ok=False, **describe(exc))
 
 
+def initialized_producer(args, what, deadline, op_timeout):
+    """A transactional producer of args.txn_id after init_transactions (retried as `what`)."""
+    producer = Producer(txn_producer_conf(args, args.txn_id))
+    with_retries(what, lambda: producer.init_transactions(op_timeout), deadline)
+    return producer
+
+
+def tagged(args, tag, partitions):
+    """(partition, "<prefix>-<tag>-p<partition>") for each of `partitions`: distinct values."""
+    return [(p, "%s-%s-p%d" % (args.prefix, tag, p)) for p in partitions]
+
+
 def with_retries(what, fn, deadline):
     """Calls a transactional API, retrying retriable errors until the deadline."""
     while True:
@@ -159,9 +171,8 @@ def with_retries(what, fn, deadline):
 def cmd_txns(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
-    producer = Producer(txn_producer_conf(args, args.txn_id))
     op_timeout = 10
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     emit("init", txn_id=args.txn_id)
     for txn, action in enumerate(parse_pattern(args.pattern)):
         deliveries = Deliveries()
@@ -290,9 +301,8 @@ def cmd_transform(args):
         }
     )
     consumer = Consumer(conf)
-    producer = Producer(txn_producer_conf(args, args.txn_id))
     op_timeout = 10
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     emit("init", txn_id=args.txn_id)
     tps = [TopicPartition(args.input, p) for p in partitions]
     ends = {}
@@ -383,24 +393,22 @@ def cmd_fence(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
     op_timeout = 10
-    a = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("a.init", lambda: a.init_transactions(op_timeout), deadline)
+    a = initialized_producer(args, "a.init", deadline, op_timeout)
     # A commits one transaction normally: visible.
     da = Deliveries()
-    ok_values = [(p, "%s-a-ok-p%d" % (args.prefix, p)) for p in partitions]
+    ok_values = tagged(args, "a-ok", partitions)
     write_txn(a, args.topic, ok_values, da, deadline, op_timeout)
     a.commit_transaction(op_timeout)
     emit("commit", who="a", values=da.rows(ok_values))
     # A begins a second transaction and writes to all but the last partition.
-    pre_values = [(p, "%s-a-pre-p%d" % (args.prefix, p)) for p in partitions[:-1]]
+    pre_values = tagged(args, "a-pre", partitions[:-1])
     write_txn(a, args.topic, pre_values, da, deadline, op_timeout)
     emit("a_pre_written", values=da.rows(pre_values))
     # B with the same transactional.id fences A.
-    b = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("b.init", lambda: b.init_transactions(op_timeout), deadline)
+    b = initialized_producer(args, "b.init", deadline, op_timeout)
     emit("b_init")
     # A, now a zombie, keeps writing, also to a partition not yet in its transaction.
-    post_values = [(p, "%s-a-post-p%d" % (args.prefix, p)) for p in partitions]
+    post_values = tagged(args, "a-post", partitions)
     produce_errors = []
     for p, v in post_values:
         try:
@@ -418,7 +426,7 @@ def cmd_fence(args):
          produce_errors=produce_errors, commit=a_commit)
     # B commits: visible.
     db = Deliveries()
-    b_values = [(p, "%s-b-p%d" % (args.prefix, p)) for p in partitions]
+    b_values = tagged(args, "b", partitions)
     write_txn(b, args.topic, b_values, db, deadline, op_timeout)
     b.commit_transaction(op_timeout)
     emit("commit", who="b", values=db.rows(b_values))
@@ -430,10 +438,9 @@ def cmd_stall(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
     op_timeout = 10
-    producer = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     deliveries = Deliveries()
-    values = [(p, "%s-stalled-p%d" % (args.prefix, p)) for p in partitions]
+    values = tagged(args, "stalled", partitions)
     write_txn(producer, args.topic, values, deliveries, deadline, op_timeout)
     emit("written", values=deliveries.rows(values))
     time.sleep(args.stall_s)

@@ -8,7 +8,7 @@ use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnT
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ProducerId, TopicName, TransactionalId,
+    InitProducerIdRequest, MetadataRequest, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::records::RecordBatchDecoder;
 use markers::wire::KafkaConnection;
@@ -51,6 +51,27 @@ pub async fn coordinator_port<S: AsyncRead + AsyncWrite + Unpin>(
         .expect("find coordinator");
     assert_eq!(fc.error_code, 0, "FindCoordinator({key})");
     u16::try_from(fc.port).expect("port")
+}
+
+/// The leader of each partition of `t` (Metadata v12), asserted to include nodes 1 and 2: the
+/// two-node cluster tests' topic spans both.
+pub async fn leaders_on_both_nodes<S: AsyncRead + AsyncWrite + Unpin>(
+    c: &mut KafkaConnection<S>,
+) -> Vec<i32> {
+    let md = c
+        .call(&MetadataRequest::default().with_topics(None), 12)
+        .await
+        .expect("metadata");
+    let leaders: Vec<i32> = md.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.leader_id.0)
+        .collect();
+    assert!(
+        leaders.contains(&1) && leaders.contains(&2),
+        "t spans both nodes: {leaders:?}"
+    );
+    leaders
 }
 
 /// InitProducerId (at `version`) for a new producer of `txn_id` at its coordinator `tc`,

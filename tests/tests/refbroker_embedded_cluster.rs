@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, FindCoordinatorRequest, GroupId, MetadataRequest, OffsetFetchRequest,
-    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, FindCoordinatorRequest, GroupId, OffsetFetchRequest, ProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use tokio::net::TcpStream;
 use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::{
-    Committed, add_partitions, coordinator_port, end_txn, init_producer, stable_read,
-    until_not_retriable,
+    Committed, add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes,
+    stable_read, until_not_retriable,
 };
 
 fn free_port() -> u16 {
@@ -120,19 +120,7 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
     let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
 
     let mut c = connect(ports[0]).await;
-    let md = c
-        .call(&MetadataRequest::default().with_topics(None), 12)
-        .await
-        .expect("metadata");
-    let leaders: Vec<i32> = md.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.leader_id.0)
-        .collect();
-    assert!(
-        leaders.contains(&1) && leaders.contains(&2),
-        "t spans both nodes: {leaders:?}"
-    );
+    let leaders = leaders_on_both_nodes(&mut c).await;
 
     let mut tc = connect(coordinator_port(&mut c, 1, "rtx").await).await;
     let (pid, epoch) = init_producer(&mut tc, "rtx", 4).await;
@@ -263,15 +251,7 @@ async fn embedded_mode_serves_transaction_version_2() {
     assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));
     assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
 
-    let md = c
-        .call(&MetadataRequest::default().with_topics(None), 12)
-        .await
-        .expect("metadata");
-    let leaders: Vec<i32> = md.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.leader_id.0)
-        .collect();
+    let leaders = leaders_on_both_nodes(&mut c).await;
     let mut tc = connect(coordinator_port(&mut c, 1, "tv2").await).await;
     let (pid, mut epoch) = init_producer(&mut tc, "tv2", 5).await;
 

@@ -14,11 +14,13 @@ use std::time::Duration;
 mod pki;
 
 use coordinator::server::outgoing::ClientSecurity;
-use kafka_protocol::messages::{MetadataRequest, ProduceRequest, TopicName, TransactionalId};
+use kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
 use markers::wire::{BoxedConnection, Connector};
 use txn_testkit::wire::{record_batch, sb};
 use txn_tests::refbroker::process::BrokerProcess;
-use txn_tests::txn_steps::{add_partitions, coordinator_port, end_txn, init_producer, stable_read};
+use txn_tests::txn_steps::{
+    add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes, stable_read,
+};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -104,19 +106,7 @@ async fn a_transaction_spanning_two_sasl_ssl_brokers_commits() {
     let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
 
     let mut c = connect(client, ports[0]).await;
-    let md = c
-        .call(&MetadataRequest::default().with_topics(None), 12)
-        .await
-        .expect("metadata");
-    let leaders: Vec<i32> = md.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.leader_id.0)
-        .collect();
-    assert!(
-        leaders.contains(&1) && leaders.contains(&2),
-        "t spans both nodes: {leaders:?}"
-    );
+    let leaders = leaders_on_both_nodes(&mut c).await;
     let mut tc = connect(client, coordinator_port(&mut c, 1, "stx").await).await;
     let (pid, epoch) = init_producer(&mut tc, "stx", 4).await;
     add_partitions(&mut tc, "stx", (pid, epoch), vec![0, 1, 2]).await;

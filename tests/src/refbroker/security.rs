@@ -494,43 +494,11 @@ pub(crate) fn write_txn_markers(
     a: &Authz<'_>,
     r: &km::WriteTxnMarkersRequest,
 ) -> Option<km::WriteTxnMarkersResponse> {
-    use km::write_txn_markers_response::{
-        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
-    };
     if a.cluster(AclOperation::ClusterAction) {
         return None;
     }
     let e = code(ResponseError::ClusterAuthorizationFailed);
-    Some(
-        km::WriteTxnMarkersResponse::default().with_markers(
-            r.markers
-                .iter()
-                .map(|m| {
-                    WritableTxnMarkerResult::default()
-                        .with_producer_id(m.producer_id)
-                        .with_topics(
-                            m.topics
-                                .iter()
-                                .map(|t| {
-                                    WritableTxnMarkerTopicResult::default()
-                                        .with_name(t.name.clone())
-                                        .with_partitions(
-                                            t.partition_indexes
-                                                .iter()
-                                                .map(|&p| {
-                                                    WritableTxnMarkerPartitionResult::default()
-                                                        .with_partition_index(p)
-                                                        .with_error_code(e)
-                                                })
-                                                .collect(),
-                                        )
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
+    Some(markers::writer::build_response(r, |_, _, _| e))
 }
 
 /// DescribeProducers: READ on each topic. Removes the denied topics and returns their
