@@ -55,21 +55,54 @@ fn start_broker(dir: &Path) -> (Proc, String) {
     (broker, addr)
 }
 
+/// A failover test's world: etcd, a scratch directory with a refbroker in it, and the daemons'
+/// arguments (that broker, 8 log partitions, then the test's own).
+struct Failover {
+    // dropped in this order: the broker, etcd, then their directory
+    _broker: Proc,
+    etcd: EtcdCluster,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Failover {
+    /// etcd with `members` members, the broker, and the daemon arguments ending with `more`.
+    async fn start(members: usize, more: &[&str]) -> Self {
+        let etcd = EtcdCluster::start(members).await.expect("etcd");
+        let dir = tempfile::tempdir().expect("tmp");
+        let (broker, addr) = start_broker(dir.path());
+        let mut args: Vec<String> = [
+            "--bootstrap-servers",
+            &addr,
+            "--set",
+            "transaction.state.log.num.partitions=8",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(more.iter().map(|a| (*a).to_owned()));
+        Self {
+            etcd,
+            dir,
+            _broker: broker,
+            args,
+        }
+    }
+
+    /// Daemon `node` on this etcd with the arguments.
+    fn daemon(&self, node: i32) -> Proc {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        daemon_on_etcd(node, &self.etcd.endpoints_arg(), self.dir.path(), &args)
+            .unwrap_or_else(|e| panic!("daemon {node}: {e:#}"))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let (_broker, broker) = start_broker(dir.path());
-    let endpoints = etcd.endpoints_arg();
+    let world = Failover::start(3, &[]).await;
+    let endpoints = world.etcd.endpoints_arg();
     let mut pool = Pool::new("etcd-daemon-test", Duration::from_secs(10));
 
-    let extra = [
-        "--bootstrap-servers",
-        broker.as_str(),
-        "--set",
-        "transaction.state.log.num.partitions=8",
-    ];
-    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
+    let mut first = world.daemon(1);
     let a = first.addr().expect("first daemon's address");
     let app = init(&mut pool, a, "app").await;
     add(&mut pool, a, "app", app, 0).await;
@@ -79,7 +112,7 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     requests::wait_state(&mut pool, a, "app", "Ongoing").await;
     first.kill();
 
-    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
+    let second = world.daemon(2);
     let b = second.addr().expect("second daemon's address");
     let parts = requests::wait_state(&mut pool, b, "app", "Ongoing").await;
     assert_eq!(
@@ -219,19 +252,8 @@ async fn ready_means_this_daemons_share_is_loaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_two_phase_transaction_survives_a_failover() {
     use kafka_protocol::messages as km;
-    let etcd = EtcdCluster::start(1).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let (_broker, broker) = start_broker(dir.path());
-    let endpoints = etcd.endpoints_arg();
+    let world = Failover::start(1, &["--set", "transaction.two.phase.commit.enable=true"]).await;
     let mut pool = Pool::new("etcd-2pc-test", Duration::from_secs(10));
-    let extra = [
-        "--bootstrap-servers",
-        broker.as_str(),
-        "--set",
-        "transaction.state.log.num.partitions=8",
-        "--set",
-        "transaction.two.phase.commit.enable=true",
-    ];
     // InitProducerId v6 of "xa" with Enable2Pc at the only daemon, retried while retriable.
     async fn init_2pc(
         pool: &mut Pool,
@@ -255,7 +277,7 @@ async fn a_kept_two_phase_transaction_survives_a_failover() {
         panic!("InitProducerId(xa) v6 kept failing at {at}");
     }
 
-    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
+    let mut first = world.daemon(1);
     let a = first.addr().expect("first daemon's address");
     let r = init_2pc(&mut pool, a, false).await;
     assert_eq!(r.error_code, 0);
@@ -274,7 +296,7 @@ async fn a_kept_two_phase_transaction_survives_a_failover() {
     assert_eq!(session, (txn.0, txn.1 + 1));
     first.kill();
 
-    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
+    let second = world.daemon(2);
     let b = second.addr().expect("second daemon's address");
     let parts = requests::wait_state(&mut pool, b, "xa", "Ongoing").await;
     assert_eq!(parts, vec![0], "the kept transaction, read from etcd");
