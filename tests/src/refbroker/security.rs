@@ -261,6 +261,26 @@ pub(crate) fn produce(
     denied
 }
 
+/// Removes from `topics` those whose `name` lacks `op` on the topic and returns their
+/// `answer`s.
+fn take_denied<T, R>(
+    a: &Authz<'_>,
+    op: AclOperation,
+    topics: &mut Vec<T>,
+    name: impl Fn(&T) -> &str,
+    answer: impl Fn(&T) -> R,
+) -> Vec<R> {
+    let mut denied = Vec::new();
+    topics.retain(|t| {
+        if a.allowed(op, ResourceType::Topic, name(t)) {
+            return true;
+        }
+        denied.push(answer(t));
+        false
+    });
+    denied
+}
+
 /// Whether the first batch of some partition of `r` is transactional (Kafka's
 /// `RequestUtils.hasTransactionalRecords`): bit 4 of the attributes of a magic-2 batch header.
 fn has_transactional_records(r: &km::ProduceRequest) -> bool {
@@ -284,12 +304,12 @@ pub(crate) fn fetch(
     r: &mut km::FetchRequest,
 ) -> Vec<km::fetch_response::FetchableTopicResponse> {
     use km::fetch_response::{FetchableTopicResponse, PartitionData};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(AclOperation::Read, ResourceType::Topic, t.topic.0.as_str()) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Read,
+        &mut r.topics,
+        |t| t.topic.0.as_str(),
+        |t| {
             FetchableTopicResponse::default()
                 .with_topic(t.topic.clone())
                 .with_partitions(
@@ -306,11 +326,9 @@ pub(crate) fn fetch(
                                 .with_records(None)
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 /// ListOffsets: DESCRIBE on each topic. Removes the denied topics and returns their answers.
@@ -319,16 +337,12 @@ pub(crate) fn list_offsets(
     r: &mut km::ListOffsetsRequest,
 ) -> Vec<km::list_offsets_response::ListOffsetsTopicResponse> {
     use km::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(
-            AclOperation::Describe,
-            ResourceType::Topic,
-            t.name.0.as_str(),
-        ) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Describe,
+        &mut r.topics,
+        |t| t.name.0.as_str(),
+        |t| {
             ListOffsetsTopicResponse::default()
                 .with_name(t.name.clone())
                 .with_partitions(
@@ -342,11 +356,9 @@ pub(crate) fn list_offsets(
                                 .with_offset(-1)
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 /// Metadata: topics without DESCRIBE are left out of an answer about every topic, and
@@ -508,12 +520,12 @@ pub(crate) fn describe_producers(
     r: &mut km::DescribeProducersRequest,
 ) -> Vec<km::describe_producers_response::TopicResponse> {
     use km::describe_producers_response::{PartitionResponse, TopicResponse};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Read,
+        &mut r.topics,
+        |t| t.name.0.as_str(),
+        |t| {
             TopicResponse::default()
                 .with_name(t.name.clone())
                 .with_partitions(
@@ -525,11 +537,9 @@ pub(crate) fn describe_producers(
                                 .with_error_code(code(ResponseError::TopicAuthorizationFailed))
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 #[cfg(test)]
