@@ -156,6 +156,27 @@ pub struct Committed {
     pub aborted: Vec<i64>,
 }
 
+/// A Fetch (v4 and up, no waiting, 1 MiB) of `t`/`partition` from `offset`, read_committed or
+/// read_uncommitted.
+pub fn fetch_of_t(partition: i32, offset: i64, read_committed: bool) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(i8::from(read_committed))
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(sb("t")))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
+
 /// A read_committed fetch of `t`/`partition` from offset 0, polled (100 times, 100 ms apart)
 /// until the partition is stable up to a non-empty high watermark. Panics with the last
 /// (last stable offset, high watermark) when it never is.
@@ -163,22 +184,7 @@ pub async fn stable_read<S: AsyncRead + AsyncWrite + Unpin>(
     c: &mut KafkaConnection<S>,
     partition: i32,
 ) -> Committed {
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(sb("t")))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(0)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ]);
+    let req = fetch_of_t(partition, 0, true);
     let mut last = None;
     for _ in 0..100 {
         let resp = c.call(&req, 11).await.expect("fetch");
