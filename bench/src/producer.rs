@@ -19,6 +19,7 @@ use kafka_protocol::records::{
 };
 use tokio::time::Instant;
 use txn_log::ErrorCode;
+use txn_log::rng::Rng;
 
 use crate::stats::Lat;
 use txn_testkit::client::{Conn, TopicLayout, find_coordinator};
@@ -88,22 +89,6 @@ impl ProducerStats {
         if self.fatal.is_none() {
             self.fatal.clone_from(&o.fatal);
         }
-    }
-}
-
-/// splitmix64: deterministic per producer, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        // 53 random bits into [0, 1).
-        #[allow(clippy::cast_precision_loss)]
-        let f = (z >> 11) as f64 / (1u64 << 53) as f64;
-        f
     }
 }
 
@@ -206,7 +191,8 @@ impl Producer {
 
     async fn run_loop(&mut self, stats: &mut ProducerStats) -> anyhow::Result<()> {
         let idx = self.idx;
-        let mut rng = Rng(0x5EED_0000 + idx as u64);
+        // seeded per producer: a run replays its commit/abort choices
+        let mut rng = Rng::new(0x5EED_0000 + idx as u64);
         let k = self.p.partitions_per_txn;
         let nparts = self.p.layout.leaders.len();
         let interval = self.p.interval;
@@ -227,7 +213,7 @@ impl Producer {
                 .map(|x| i32::try_from((idx * k + j * k + x) % nparts).unwrap_or(0))
                 .collect();
             j = j.wrapping_add(1);
-            let commit = rng.next_f64() >= abort_fraction;
+            let commit = !rng.chance(abort_fraction);
             match self.one_txn(&parts, commit, stats).await {
                 Ok(()) => {}
                 Err(TxnError::Server(msg)) => {

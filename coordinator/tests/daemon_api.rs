@@ -8,6 +8,25 @@ use daemon_support::*;
 use kafka_protocol::messages::{self as km, ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 
+/// FindCoordinator v2 of `key` (`key_type` 0: group, 1: transaction): (error code, node id,
+/// port).
+async fn find_coordinator_v2(
+    c: &mut markers::wire::KafkaConnection<tokio::net::TcpStream>,
+    key_type: i8,
+    key: &str,
+) -> (i16, i32, i32) {
+    let r = c
+        .call(
+            &km::FindCoordinatorRequest::default()
+                .with_key(s(key))
+                .with_key_type(key_type),
+            2,
+        )
+        .await
+        .expect("find coordinator v2");
+    (r.error_code, r.node_id.0, r.port)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_versions_every_version_and_the_kip511_fallback() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -64,17 +83,8 @@ async fn transaction_lifecycle_with_markers_to_a_fake_broker() {
     let mut c = d.conn().await;
 
     // FindCoordinator v2 (librdkafka) and v6 (kafka-python) for a transactional id: this node.
-    let r = c
-        .call(
-            &km::FindCoordinatorRequest::default()
-                .with_key(s("app"))
-                .with_key_type(1),
-            2,
-        )
-        .await
-        .expect("find v2");
     assert_eq!(
-        (r.error_code, r.node_id.0, r.port),
+        find_coordinator_v2(&mut c, 1, "app").await,
         (0, 77, i32::from(d.addr.port()))
     );
     let r = c
@@ -92,17 +102,8 @@ async fn transaction_lifecycle_with_markers_to_a_fake_broker() {
         (0, 77)
     );
     // GROUP keys: the brokers' answer.
-    let r = c
-        .call(
-            &km::FindCoordinatorRequest::default()
-                .with_key(s("grp"))
-                .with_key_type(0),
-            2,
-        )
-        .await
-        .expect("find group");
     assert_eq!(
-        (r.error_code, r.node_id.0, r.port),
+        find_coordinator_v2(&mut c, 0, "grp").await,
         (0, 1, i32::from(broker.addr.port()))
     );
 

@@ -45,6 +45,28 @@ fn creation(
 }
 
 // Kafka's codes.
+/// Allows `User:ANONYMOUS` operation `op` on the cluster with the offline `acl add` of the
+/// daemon's CLI on data directory `data` (`extra`: more arguments, such as `--set`s).
+fn allow_on_cluster_offline(data: &str, op: &str, extra: &[&str]) {
+    let mut args = vec![
+        "acl",
+        "add",
+        "--principal",
+        "User:ANONYMOUS",
+        "--resource-type",
+        "Cluster",
+        "--resource-name",
+        "kafka-cluster",
+        "--operation",
+        op,
+        "--data-dir",
+        data,
+    ];
+    args.extend_from_slice(extra);
+    let (st, out, err) = run_cli(&args);
+    assert!(st.success(), "{out}{err}");
+}
+
 const TRANSACTIONAL_ID: i8 = 5;
 const LITERAL: i8 = 3;
 const PREFIXED: i8 = 4;
@@ -59,23 +81,11 @@ async fn acls_decide_and_a_denied_request_leaves_no_state() {
     let data = dir.path().to_str().expect("utf-8").to_owned();
     // The administrator's rights, offline: ALTER and DESCRIBE on the cluster, nothing else.
     for op in ["Alter", "Describe"] {
-        let (st, out, err) = run_cli(&[
-            "acl",
-            "add",
-            "--principal",
-            "User:ANONYMOUS",
-            "--resource-type",
-            "Cluster",
-            "--resource-name",
-            "kafka-cluster",
-            "--operation",
-            op,
-            "--data-dir",
+        allow_on_cluster_offline(
             &data,
-            "--set",
-            "transaction.state.log.num.partitions=5",
-        ]);
-        assert!(st.success(), "{out}{err}");
+            op,
+            &["--set", "transaction.state.log.num.partitions=5"],
+        );
     }
     let args = [
         "--set",
@@ -218,21 +228,7 @@ async fn enable_2pc_needs_two_phase_commit_on_the_id() {
     const TWO_PHASE_COMMIT: i8 = 15;
     let dir = tempfile::tempdir().expect("tmp");
     let data = dir.path().to_str().expect("utf-8").to_owned();
-    let (st, out, err) = run_cli(&[
-        "acl",
-        "add",
-        "--principal",
-        "User:ANONYMOUS",
-        "--resource-type",
-        "Cluster",
-        "--resource-name",
-        "kafka-cluster",
-        "--operation",
-        "Alter",
-        "--data-dir",
-        &data,
-    ]);
-    assert!(st.success(), "{out}{err}");
+    allow_on_cluster_offline(&data, "Alter", &[]);
     let d = Daemon::start(
         dir.path(),
         &[

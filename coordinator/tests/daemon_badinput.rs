@@ -13,20 +13,7 @@ use kafka_protocol::messages::{self as km, RequestHeader};
 use kafka_protocol::protocol::{Encodable, encode_request_header_into_buffer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-/// xorshift64*: deterministic, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use txn_log::rng::Rng;
 
 fn valid_frames() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
@@ -88,26 +75,26 @@ fn valid_frames() -> Vec<Vec<u8>> {
 }
 
 fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
-    match rng.below(5) {
+    match rng.index(5) {
         // Pure noise of random length (short frames, unknown keys, garbage headers).
-        0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+        0 => (0..rng.index(64)).map(|_| rng.next_u64() as u8).collect(),
         // A valid frame with bytes flipped.
         1 | 2 => {
-            let mut f = seeds[rng.below(seeds.len())].clone();
-            for _ in 0..=rng.below(4) {
-                let i = rng.below(f.len());
-                f[i] = rng.next() as u8;
+            let mut f = seeds[rng.index(seeds.len())].clone();
+            for _ in 0..=rng.index(4) {
+                let i = rng.index(f.len());
+                f[i] = rng.next_u64() as u8;
             }
             f
         }
         // A valid frame truncated.
         3 => {
-            let f = &seeds[rng.below(seeds.len())];
-            f[..rng.below(f.len())].to_vec()
+            let f = &seeds[rng.index(seeds.len())];
+            f[..rng.index(f.len())].to_vec()
         }
         // A valid header followed by huge claimed lengths.
         _ => {
-            let f = &seeds[rng.below(seeds.len())];
+            let f = &seeds[rng.index(seeds.len())];
             let mut g = f[..f.len().min(10)].to_vec();
             g.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff]);
             g
@@ -161,7 +148,7 @@ async fn thousands_of_bad_frames_then_a_valid_request_is_answered() {
     assert_eq!(n, 0, "oversized frame must close the connection");
 
     let seeds = valid_frames();
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Rng::new(0x5eed_1234_abcd_0001);
     let mut answered = 0usize;
     let mut closed = 0usize;
     // Batches of frames on a few connections at once; each connection sends until closed.

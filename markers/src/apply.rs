@@ -29,10 +29,7 @@
 //! # }
 //! ```
 
-use kafka_protocol::messages::write_txn_markers_response::{
-    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
-};
-use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TxnResult};
 
 use crate::ErrorCode;
@@ -140,39 +137,11 @@ pub fn response_of(
     results: &[Result<(), ApplyError>],
 ) -> WriteTxnMarkersResponse {
     let mut results = results.iter();
-    let markers = request
-        .markers
-        .iter()
-        .map(|m| {
-            let topics = m
-                .topics
-                .iter()
-                .map(|t| {
-                    let partitions = t
-                        .partition_indexes
-                        .iter()
-                        .map(|&p| {
-                            let code = match results.next() {
-                                Some(Ok(())) => ErrorCode::NONE,
-                                Some(Err(e)) => e.code(),
-                                None => ErrorCode::UNKNOWN_SERVER_ERROR,
-                            };
-                            WritableTxnMarkerPartitionResult::default()
-                                .with_partition_index(p)
-                                .with_error_code(code.code())
-                        })
-                        .collect();
-                    WritableTxnMarkerTopicResult::default()
-                        .with_name(TopicName(t.name.0.clone()))
-                        .with_partitions(partitions)
-                })
-                .collect();
-            WritableTxnMarkerResult::default()
-                .with_producer_id(m.producer_id)
-                .with_topics(topics)
-        })
-        .collect();
-    WriteTxnMarkersResponse::default().with_markers(markers)
+    crate::writer::build_response(request, |_, _, _| match results.next() {
+        Some(Ok(())) => ErrorCode::NONE,
+        Some(Err(e)) => e.code(),
+        None => ErrorCode::UNKNOWN_SERVER_ERROR,
+    })
 }
 
 /// Applies `request` through `applier` and answers it: [`markers_of`], then
@@ -238,6 +207,7 @@ impl crate::writer::MarkerTransport for ApplierTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::messages::TopicName;
     use kafka_protocol::messages::write_txn_markers_request::{
         WritableTxnMarker, WritableTxnMarkerTopic,
     };

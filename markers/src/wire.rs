@@ -640,8 +640,14 @@ mod tests {
         assert!(matches!(frame.body, RequestKind::Metadata(_)));
     }
 
-    #[tokio::test]
-    async fn client_call_round_trips_over_a_socket() {
+    /// A connection to a one-shot server that answers the first request with what `answer`
+    /// returns for it, then reports whether anything more arrived on the connection.
+    async fn answer_one(
+        answer: impl FnOnce(&RequestFrame) -> ResponseKind + Send + 'static,
+    ) -> (
+        KafkaConnection<tokio::net::TcpStream>,
+        tokio::task::JoinHandle<bool>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -653,20 +659,30 @@ mod tests {
                 .expect("read")
                 .expect("frame");
             let req = decode_request(frame, all).expect("decode");
-            let resp = ResponseKind::InitProducerId(
-                InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
-            );
+            let resp = answer(&req);
             let out = encode_response(req.api_key, req.version(), req.header.correlation_id, &resp)
                 .expect("encode");
             write_frame(&mut sock, &out).await.expect("write");
+            read_frame(&mut sock, 1024).await.expect("read").is_some()
         });
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let mut conn = KafkaConnection::new(stream, "test");
+        (KafkaConnection::new(stream, "test"), server)
+    }
+
+    #[tokio::test]
+    async fn client_call_round_trips_over_a_socket() {
+        let (mut conn, server) = answer_one(|_| {
+            ResponseKind::InitProducerId(
+                InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
+            )
+        })
+        .await;
         let resp = conn
             .call(&InitProducerIdRequest::default(), 4)
             .await
             .expect("call");
         assert_eq!(resp.producer_id, ProducerId(7));
+        drop(conn);
         server.await.expect("server");
     }
 
@@ -674,28 +690,11 @@ mod tests {
     /// request, and the connection closes after it (a second request would find it closed).
     #[tokio::test]
     async fn api_versions_are_asked_once_per_connection() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let server = tokio::spawn(async move {
-            let (mut sock, _) = listener.accept().await.expect("accept");
-            let frame = read_frame(&mut sock, 1024)
-                .await
-                .expect("read")
-                .expect("frame");
-            let req = decode_request(frame, all).expect("decode");
+        let (mut conn, server) = answer_one(|req| {
             assert_eq!(req.api_key, ApiKey::ApiVersions);
-            let resp =
-                ResponseKind::ApiVersions(ApiVersionsResponse::default().with_error_code(35));
-            let out = encode_response(req.api_key, req.version(), req.header.correlation_id, &resp)
-                .expect("encode");
-            write_frame(&mut sock, &out).await.expect("write");
-            // Anything more on this connection is a second request.
-            read_frame(&mut sock, 1024).await.expect("read").is_some()
-        });
-        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let mut conn = KafkaConnection::new(stream, "test");
+            ResponseKind::ApiVersions(ApiVersionsResponse::default().with_error_code(35))
+        })
+        .await;
         assert_eq!(conn.api_versions().await.expect("first").error_code, 35);
         assert_eq!(conn.api_versions().await.expect("second").error_code, 35);
         drop(conn);

@@ -18,16 +18,13 @@ use kafka_protocol::messages::{
         MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     },
     produce_response::{PartitionProduceResponse, ProduceResponse, TopicProduceResponse},
-    write_txn_markers_request::WriteTxnMarkersRequest,
-    write_txn_markers_response::{
-        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
-        WriteTxnMarkersResponse,
-    },
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
+use markers::ErrorCode;
 use markers::wire::{
     DEFAULT_MAX_FRAME_BYTES, decode_request, encode_response, read_frame, write_frame,
 };
+use markers::writer::build_response;
 use tokio::net::{TcpListener, TcpStream};
 
 /// The APIs and versions a Kafka 4.1 broker lists for them (ApiVersions), of those the fake
@@ -318,40 +315,12 @@ fn default_answer(
                 ),
             )
         }
-        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(markers_written(&r)),
+        // every marker written
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(build_response(&r, |_, _, _| ErrorCode::NONE))
+        }
         _ => return None,
     })
-}
-
-/// A WriteTxnMarkers response that reports every marker of `r` written.
-pub fn markers_written(r: &WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
-    WriteTxnMarkersResponse::default().with_markers(
-        r.markers
-            .iter()
-            .map(|m| {
-                WritableTxnMarkerResult::default()
-                    .with_producer_id(m.producer_id)
-                    .with_topics(
-                        m.topics
-                            .iter()
-                            .map(|t| {
-                                WritableTxnMarkerTopicResult::default()
-                                    .with_name(t.name.clone())
-                                    .with_partitions(
-                                        t.partition_indexes
-                                            .iter()
-                                            .map(|&p| {
-                                                WritableTxnMarkerPartitionResult::default()
-                                                    .with_partition_index(p)
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
 }
 
 #[cfg(test)]

@@ -97,6 +97,10 @@ class Deliveries:
         self.ok = {}
         self.failed = {}
 
+    def rows(self, values):
+        """[partition, value, offset] of each (partition, value); offset -1 if not delivered."""
+        return [[p, v, self.ok.get(v, (None, -1))[1]] for p, v in values]
+
     def callback(self, err, msg):
         try:
             value = msg.value().decode()
@@ -121,6 +125,35 @@ def produce_one(producer, topic, partition, value, deliveries, deadline):
             producer.poll(0.1)
 
 
+def write_txn(producer, topic, values, deliveries, deadline, op_timeout):
+    """Begins a transaction, produces each (partition, value) of `values` and flushes."""
+    producer.begin_transaction()
+    for p, v in values:
+        produce_one(producer, topic, p, v, deliveries, deadline)
+    producer.flush(op_timeout)
+
+
+def outcome_of(fn):
+    """{"ok": True} if `fn()` returns, else {"ok": False} with the KafkaException described."""
+    try:
+        fn()
+        return {"ok": True}
+    except KafkaException as exc:
+        return dict(ok=False, **describe(exc))
+
+
+def initialized_producer(args, what, deadline, op_timeout):
+    """A transactional producer of args.txn_id after init_transactions (retried as `what`)."""
+    producer = Producer(txn_producer_conf(args, args.txn_id))
+    with_retries(what, lambda: producer.init_transactions(op_timeout), deadline)
+    return producer
+
+
+def tagged(args, tag, partitions):
+    """(partition, "<prefix>-<tag>-p<partition>") for each of `partitions`: distinct values."""
+    return [(p, "%s-%s-p%d" % (args.prefix, tag, p)) for p in partitions]
+
+
 def with_retries(what, fn, deadline):
     """Calls a transactional API, retrying retriable errors until the deadline."""
     while True:
@@ -138,9 +171,8 @@ def with_retries(what, fn, deadline):
 def cmd_txns(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
-    producer = Producer(txn_producer_conf(args, args.txn_id))
     op_timeout = 10
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     emit("init", txn_id=args.txn_id)
     for txn, action in enumerate(parse_pattern(args.pattern)):
         deliveries = Deliveries()
@@ -175,7 +207,7 @@ def cmd_txns(args):
                 emit("fatal", txn=txn, **d)
                 return 3
         producer.poll(0)
-        record = [[p, v, deliveries.ok.get(v, (None, -1))[1]] for p, v in values]
+        record = deliveries.rows(values)
         emit(outcome, txn=txn, values=record, undelivered=sorted(deliveries.failed))
         if args.sleep_ms:
             time.sleep(args.sleep_ms / 1000.0)
@@ -246,7 +278,7 @@ def cmd_seed(args):
             values.append((p, v))
             produce_one(producer, args.topic, p, v, deliveries, deadline)
     remaining = producer.flush(args.deadline)
-    record = [[p, v, deliveries.ok.get(v, (None, -1))[1]] for p, v in values]
+    record = deliveries.rows(values)
     emit("seeded", values=record, undelivered=sorted(set(deliveries.failed) | (
         {v for _, v in values if v not in deliveries.ok})), remaining=remaining)
     return 0 if remaining == 0 and not deliveries.failed else 3
@@ -269,9 +301,8 @@ def cmd_transform(args):
         }
     )
     consumer = Consumer(conf)
-    producer = Producer(txn_producer_conf(args, args.txn_id))
     op_timeout = 10
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     emit("init", txn_id=args.txn_id)
     tps = [TopicPartition(args.input, p) for p in partitions]
     ends = {}
@@ -362,30 +393,22 @@ def cmd_fence(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
     op_timeout = 10
-    a = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("a.init", lambda: a.init_transactions(op_timeout), deadline)
+    a = initialized_producer(args, "a.init", deadline, op_timeout)
     # A commits one transaction normally: visible.
     da = Deliveries()
-    ok_values = [(p, "%s-a-ok-p%d" % (args.prefix, p)) for p in partitions]
-    a.begin_transaction()
-    for p, v in ok_values:
-        produce_one(a, args.topic, p, v, da, deadline)
-    a.flush(op_timeout)
+    ok_values = tagged(args, "a-ok", partitions)
+    write_txn(a, args.topic, ok_values, da, deadline, op_timeout)
     a.commit_transaction(op_timeout)
-    emit("commit", who="a", values=[[p, v, da.ok.get(v, (None, -1))[1]] for p, v in ok_values])
+    emit("commit", who="a", values=da.rows(ok_values))
     # A begins a second transaction and writes to all but the last partition.
-    pre_values = [(p, "%s-a-pre-p%d" % (args.prefix, p)) for p in partitions[:-1]]
-    a.begin_transaction()
-    for p, v in pre_values:
-        produce_one(a, args.topic, p, v, da, deadline)
-    a.flush(op_timeout)
-    emit("a_pre_written", values=[[p, v, da.ok.get(v, (None, -1))[1]] for p, v in pre_values])
+    pre_values = tagged(args, "a-pre", partitions[:-1])
+    write_txn(a, args.topic, pre_values, da, deadline, op_timeout)
+    emit("a_pre_written", values=da.rows(pre_values))
     # B with the same transactional.id fences A.
-    b = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("b.init", lambda: b.init_transactions(op_timeout), deadline)
+    b = initialized_producer(args, "b.init", deadline, op_timeout)
     emit("b_init")
     # A, now a zombie, keeps writing, also to a partition not yet in its transaction.
-    post_values = [(p, "%s-a-post-p%d" % (args.prefix, p)) for p in partitions]
+    post_values = tagged(args, "a-post", partitions)
     produce_errors = []
     for p, v in post_values:
         try:
@@ -396,24 +419,17 @@ def cmd_fence(args):
         a.flush(op_timeout)
     except Exception as exc:  # noqa: BLE001 - the zombie's flush may raise its fatal error
         produce_errors.append({"error": repr(exc)})
-    try:
-        a.commit_transaction(op_timeout)
-        a_commit = {"ok": True}
-    except KafkaException as exc:
-        a_commit = dict(ok=False, **describe(exc))
+    a_commit = outcome_of(lambda: a.commit_transaction(op_timeout))
     a.poll(0)
     emit("a_post", values=[[p, v] for p, v in post_values],
          delivered=sorted(v for _, v in post_values if v in da.ok),
          produce_errors=produce_errors, commit=a_commit)
     # B commits: visible.
     db = Deliveries()
-    b_values = [(p, "%s-b-p%d" % (args.prefix, p)) for p in partitions]
-    b.begin_transaction()
-    for p, v in b_values:
-        produce_one(b, args.topic, p, v, db, deadline)
-    b.flush(op_timeout)
+    b_values = tagged(args, "b", partitions)
+    write_txn(b, args.topic, b_values, db, deadline, op_timeout)
     b.commit_transaction(op_timeout)
-    emit("commit", who="b", values=[[p, v, db.ok.get(v, (None, -1))[1]] for p, v in b_values])
+    emit("commit", who="b", values=db.rows(b_values))
     emit("done")
     return 0
 
@@ -422,22 +438,13 @@ def cmd_stall(args):
     partitions = parse_partitions(args.partitions)
     deadline = Deadline(args.deadline)
     op_timeout = 10
-    producer = Producer(txn_producer_conf(args, args.txn_id))
-    with_retries("init", lambda: producer.init_transactions(op_timeout), deadline)
+    producer = initialized_producer(args, "init", deadline, op_timeout)
     deliveries = Deliveries()
-    values = [(p, "%s-stalled-p%d" % (args.prefix, p)) for p in partitions]
-    producer.begin_transaction()
-    for p, v in values:
-        produce_one(producer, args.topic, p, v, deliveries, deadline)
-    producer.flush(op_timeout)
-    emit("written", values=[[p, v, deliveries.ok.get(v, (None, -1))[1]] for p, v in values])
+    values = tagged(args, "stalled", partitions)
+    write_txn(producer, args.topic, values, deliveries, deadline, op_timeout)
+    emit("written", values=deliveries.rows(values))
     time.sleep(args.stall_s)
-    try:
-        producer.commit_transaction(op_timeout)
-        result = {"ok": True}
-    except KafkaException as exc:
-        result = dict(ok=False, **describe(exc))
-    emit("late_commit", **result)
+    emit("late_commit", **outcome_of(lambda: producer.commit_transaction(op_timeout)))
     emit("done")
     return 0
 

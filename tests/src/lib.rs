@@ -7,3 +7,4 @@ pub mod fault;
 pub mod kafka_tool;
 pub mod refbroker;
 pub mod sim;
+pub mod txn_steps;

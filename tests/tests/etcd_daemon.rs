@@ -4,7 +4,7 @@
 //! commits through it with the producer's epoch, a decided one keeps its decision, and the
 //! producer ids it hands out do not collide with the first daemon's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd, requests};
@@ -24,20 +24,20 @@ async fn add(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16)
     assert_eq!(code, 0, "AddPartitionsToTxn({id}, t-{p})");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let _broker = Proc::start(
+/// A refbroker with topic `t` (2 partitions) and its data and log under `dir`; returns it and
+/// its address for `--bootstrap-servers`.
+fn start_broker(dir: &Path) -> (Proc, String) {
+    let port = free_port().expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    let broker = Proc::start(
         Spec {
             name: "broker".into(),
             bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
             args: [
                 "--listen",
-                &format!("127.0.0.1:{broker_port}"),
+                &addr,
                 "--data-dir",
-                &dir.path().join("broker").to_string_lossy(),
+                &dir.join("broker").to_string_lossy(),
                 "--topics",
                 "t:2",
                 "--coordinator",
@@ -46,23 +46,63 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
             .map(str::to_owned)
             .to_vec(),
             ready_prefix: "refbroker listening on ".into(),
-            log_file: Some(dir.path().join("broker.log")),
+            log_file: Some(dir.join("broker.log")),
             env: Vec::new(),
         },
         STARTUP,
     )
     .expect("refbroker starts");
-    let endpoints = etcd.endpoints_arg();
+    (broker, addr)
+}
+
+/// A failover test's world: etcd, a scratch directory with a refbroker in it, and the daemons'
+/// arguments (that broker, 8 log partitions, then the test's own).
+struct Failover {
+    // dropped in this order: the broker, etcd, then their directory
+    _broker: Proc,
+    etcd: EtcdCluster,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Failover {
+    /// etcd with `members` members, the broker, and the daemon arguments ending with `more`.
+    async fn start(members: usize, more: &[&str]) -> Self {
+        let etcd = EtcdCluster::start(members).await.expect("etcd");
+        let dir = tempfile::tempdir().expect("tmp");
+        let (broker, addr) = start_broker(dir.path());
+        let mut args: Vec<String> = [
+            "--bootstrap-servers",
+            &addr,
+            "--set",
+            "transaction.state.log.num.partitions=8",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(more.iter().map(|a| (*a).to_owned()));
+        Self {
+            etcd,
+            dir,
+            _broker: broker,
+            args,
+        }
+    }
+
+    /// Daemon `node` on this etcd with the arguments.
+    fn daemon(&self, node: i32) -> Proc {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        daemon_on_etcd(node, &self.etcd.endpoints_arg(), self.dir.path(), &args)
+            .unwrap_or_else(|e| panic!("daemon {node}: {e:#}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
+    let world = Failover::start(3, &[]).await;
+    let endpoints = world.etcd.endpoints_arg();
     let mut pool = Pool::new("etcd-daemon-test", Duration::from_secs(10));
 
-    let broker = format!("127.0.0.1:{broker_port}");
-    let extra = [
-        "--bootstrap-servers",
-        broker.as_str(),
-        "--set",
-        "transaction.state.log.num.partitions=8",
-    ];
-    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
+    let mut first = world.daemon(1);
     let a = first.addr().expect("first daemon's address");
     let app = init(&mut pool, a, "app").await;
     add(&mut pool, a, "app", app, 0).await;
@@ -72,7 +112,7 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     requests::wait_state(&mut pool, a, "app", "Ongoing").await;
     first.kill();
 
-    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
+    let second = world.daemon(2);
     let b = second.addr().expect("second daemon's address");
     let parts = requests::wait_state(&mut pool, b, "app", "Ongoing").await;
     assert_eq!(
@@ -212,43 +252,8 @@ async fn ready_means_this_daemons_share_is_loaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_two_phase_transaction_survives_a_failover() {
     use kafka_protocol::messages as km;
-    let etcd = EtcdCluster::start(1).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let broker_port = free_port().expect("port");
-    let _broker = Proc::start(
-        Spec {
-            name: "broker".into(),
-            bin: PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),
-            args: [
-                "--listen",
-                &format!("127.0.0.1:{broker_port}"),
-                "--data-dir",
-                &dir.path().join("broker").to_string_lossy(),
-                "--topics",
-                "t:2",
-                "--coordinator",
-                "127.0.0.1:1",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            ready_prefix: "refbroker listening on ".into(),
-            log_file: Some(dir.path().join("broker.log")),
-            env: Vec::new(),
-        },
-        STARTUP,
-    )
-    .expect("refbroker starts");
-    let endpoints = etcd.endpoints_arg();
+    let world = Failover::start(1, &["--set", "transaction.two.phase.commit.enable=true"]).await;
     let mut pool = Pool::new("etcd-2pc-test", Duration::from_secs(10));
-    let broker = format!("127.0.0.1:{broker_port}");
-    let extra = [
-        "--bootstrap-servers",
-        broker.as_str(),
-        "--set",
-        "transaction.state.log.num.partitions=8",
-        "--set",
-        "transaction.two.phase.commit.enable=true",
-    ];
     // InitProducerId v6 of "xa" with Enable2Pc at the only daemon, retried while retriable.
     async fn init_2pc(
         pool: &mut Pool,
@@ -272,7 +277,7 @@ async fn a_kept_two_phase_transaction_survives_a_failover() {
         panic!("InitProducerId(xa) v6 kept failing at {at}");
     }
 
-    let mut first = daemon_on_etcd(1, &endpoints, dir.path(), &extra).expect("daemon 1");
+    let mut first = world.daemon(1);
     let a = first.addr().expect("first daemon's address");
     let r = init_2pc(&mut pool, a, false).await;
     assert_eq!(r.error_code, 0);
@@ -291,7 +296,7 @@ async fn a_kept_two_phase_transaction_survives_a_failover() {
     assert_eq!(session, (txn.0, txn.1 + 1));
     first.kill();
 
-    let second = daemon_on_etcd(2, &endpoints, dir.path(), &extra).expect("daemon 2");
+    let second = world.daemon(2);
     let b = second.addr().expect("second daemon's address");
     let parts = requests::wait_state(&mut pool, b, "xa", "Ongoing").await;
     assert_eq!(parts, vec![0], "the kept transaction, read from etcd");

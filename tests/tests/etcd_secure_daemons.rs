@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 use coordinator::server::outgoing::ClientSecurity;
 use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rcgen::DnType;
 use txn_tests::etcd::EtcdCluster;
 use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+
+mod pki;
+use pki::{Ca, write};
 
 /// Ids asked about at once: with 8 log partitions over two members, both own some.
 const IDS: usize = 32;
@@ -22,32 +25,6 @@ const IDS: usize = 32;
 const SETTLE: Duration = Duration::from_secs(45);
 /// How long the answers must then hold: six probe rounds (a sixth of the 3 s lease each).
 const HOLD: Duration = Duration::from_secs(3);
-
-/// A CA: its certificate PEM and its issuer.
-fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().expect("key");
-    let pem = params.self_signed(&key).expect("self-signed").pem();
-    (pem, Issuer::new(params, key))
-}
-
-/// Writes a keystore (certificate for 127.0.0.1 signed by `issuer`, then its key) at `path`.
-fn keystore(path: &Path, cn: &str, issuer: &Issuer<'static, KeyPair>) -> PathBuf {
-    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("params");
-    params.distinguished_name.push(DnType::CommonName, cn);
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, issuer).expect("signed");
-    std::fs::write(path, format!("{}{}", cert.pem(), key.serialize_pem())).expect("keystore");
-    path.to_owned()
-}
-
-fn write(path: &Path, text: &str) -> PathBuf {
-    std::fs::write(path, text).expect("write");
-    path.to_owned()
-}
 
 /// Daemon `node` on etcd with one listener (`listeners=<listener>://127.0.0.1:<port>`) and
 /// `keys` (`KEY=VALUE`).
@@ -159,6 +136,46 @@ async fn both_members_named(client: &ClientSecurity, ports: [u16; 2]) {
     }
 }
 
+/// Writes a keystore at `path`: a certificate for 127.0.0.1 and localhost with common name
+/// `cn`, signed by `ca`, then its key.
+fn keystore(path: &Path, cn: &str, ca: &Ca) -> PathBuf {
+    write(
+        path,
+        &ca.keystore(&["127.0.0.1", "localhost"], &[(DnType::CommonName, cn)]),
+    )
+}
+
+/// Two daemons on `etcd`, each with one `listener` whose keystore (`d<node>.pem` in `dir`) is
+/// signed by `ca` and whose truststore is `truststore`, and the listener `keys`; returns them
+/// and their ports.
+fn two_daemons(
+    etcd: &EtcdCluster,
+    dir: &Path,
+    ca: &Ca,
+    truststore: &Path,
+    listener: &str,
+    keys: &[String],
+) -> (Vec<Proc>, [u16; 2]) {
+    let ports = [free_port().expect("port"), free_port().expect("port")];
+    let daemons = [(1, ports[0]), (2, ports[1])]
+        .into_iter()
+        .map(|(node, port)| {
+            let ks = keystore(
+                &dir.join(format!("d{node}.pem")),
+                &format!("daemon-{node}"),
+                ca,
+            );
+            let mut all = vec![
+                key("ssl.keystore.location", &ks),
+                key("ssl.truststore.location", truststore),
+            ];
+            all.extend_from_slice(keys);
+            daemon(node, port, listener, &etcd.endpoints_arg(), dir, &all)
+        })
+        .collect();
+    (daemons, ports)
+}
+
 fn key(k: &str, v: impl AsRef<Path>) -> String {
     format!("{k}={}", v.as_ref().display())
 }
@@ -169,31 +186,11 @@ fn key(k: &str, v: impl AsRef<Path>) -> String {
 async fn find_coordinator_names_the_other_member_over_mutual_tls() {
     let etcd = EtcdCluster::start(1).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let (ca_pem, issuer) = ca("test CA");
-    let ca_path = write(&dir.path().join("ca.pem"), &ca_pem);
-    let ports = [free_port().expect("port"), free_port().expect("port")];
-    let mut daemons = Vec::new();
-    for (node, port) in [(1, ports[0]), (2, ports[1])] {
-        let ks = keystore(
-            &dir.path().join(format!("d{node}.pem")),
-            &format!("daemon-{node}"),
-            &issuer,
-        );
-        let keys = [
-            key("ssl.keystore.location", &ks),
-            key("ssl.truststore.location", &ca_path),
-            "ssl.client.auth=required".to_owned(),
-        ];
-        daemons.push(daemon(
-            node,
-            port,
-            "SSL",
-            &etcd.endpoints_arg(),
-            dir.path(),
-            &keys,
-        ));
-    }
-    let client_ks = keystore(&dir.path().join("client.pem"), "client", &issuer);
+    let ca = Ca::new("test CA");
+    let ca_path = write(&dir.path().join("ca.pem"), &ca.pem);
+    let keys = ["ssl.client.auth=required".to_owned()];
+    let (daemons, ports) = two_daemons(&etcd, dir.path(), &ca, &ca_path, "SSL", &keys);
+    let client_ks = keystore(&dir.path().join("client.pem"), "client", &ca);
     let client = ClientSecurity::from_keys("", |k| match k {
         "security.protocol" => Some("SSL".to_owned()),
         "ssl.truststore.location" => Some(ca_path.display().to_string()),
@@ -210,31 +207,13 @@ async fn find_coordinator_names_the_other_member_over_mutual_tls() {
 async fn find_coordinator_names_the_other_member_over_sasl_ssl() {
     let etcd = EtcdCluster::start(1).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let (ca_pem, issuer) = ca("test CA");
-    let ca_path = write(&dir.path().join("ca.pem"), &ca_pem);
-    let ports = [free_port().expect("port"), free_port().expect("port")];
-    let mut daemons = Vec::new();
-    for (node, port) in [(1, ports[0]), (2, ports[1])] {
-        let ks = keystore(
-            &dir.path().join(format!("d{node}.pem")),
-            &format!("daemon-{node}"),
-            &issuer,
-        );
-        let keys = [
-            key("ssl.keystore.location", &ks),
-            key("ssl.truststore.location", &ca_path),
-            "sasl.enabled.mechanisms=SCRAM-SHA-256".to_owned(),
-            "txn.scram.credentials=SCRAM-SHA-256=[name=app,password=app-secret]".to_owned(),
-        ];
-        daemons.push(daemon(
-            node,
-            port,
-            "SASL_SSL",
-            &etcd.endpoints_arg(),
-            dir.path(),
-            &keys,
-        ));
-    }
+    let ca = Ca::new("test CA");
+    let ca_path = write(&dir.path().join("ca.pem"), &ca.pem);
+    let keys = [
+        "sasl.enabled.mechanisms=SCRAM-SHA-256".to_owned(),
+        "txn.scram.credentials=SCRAM-SHA-256=[name=app,password=app-secret]".to_owned(),
+    ];
+    let (daemons, ports) = two_daemons(&etcd, dir.path(), &ca, &ca_path, "SASL_SSL", &keys);
     let client = ClientSecurity::from_keys("", |k| match k {
         "security.protocol" => Some("SASL_SSL".to_owned()),
         "ssl.truststore.location" => Some(ca_path.display().to_string()),
@@ -256,13 +235,15 @@ async fn find_coordinator_names_the_other_member_over_sasl_ssl() {
 async fn an_untrusted_member_is_unreachable_and_the_log_says_why() {
     let etcd = EtcdCluster::start(1).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let (ca1, issuer1) = ca("CA one");
-    let (ca2, issuer2) = ca("CA two");
-    let trust1 = write(&dir.path().join("ca1.pem"), &ca1);
-    let trust_both = write(&dir.path().join("both.pem"), &format!("{ca1}{ca2}"));
+    let (ca1, ca2) = (Ca::new("CA one"), Ca::new("CA two"));
+    let trust1 = write(&dir.path().join("ca1.pem"), &ca1.pem);
+    let trust_both = write(
+        &dir.path().join("both.pem"),
+        &format!("{}{}", ca1.pem, ca2.pem),
+    );
     let ports = [free_port().expect("port"), free_port().expect("port")];
-    let ks1 = keystore(&dir.path().join("d1.pem"), "daemon-1", &issuer1);
-    let ks2 = keystore(&dir.path().join("d2.pem"), "daemon-2", &issuer2);
+    let ks1 = keystore(&dir.path().join("d1.pem"), "daemon-1", &ca1);
+    let ks2 = keystore(&dir.path().join("d2.pem"), "daemon-2", &ca2);
     let etcd_arg = etcd.endpoints_arg();
     let _d1 = daemon(
         1,

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, FetchRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProducerId as WireProducerId, SyncGroupRequest,
-    TopicName, TransactionalId, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
+    ApiKey, ApiVersionsRequest, BrokerId, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProducerId as WireProducerId, SyncGroupRequest, TopicName, TransactionalId,
+    TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -18,6 +18,7 @@ use markers::wire::KafkaConnection;
 use tokio::net::TcpStream;
 use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
+use txn_tests::txn_steps::fetch_of_t;
 
 fn start(dir: &std::path::Path) -> BrokerProcess {
     let args = [
@@ -67,23 +68,7 @@ struct Fetched {
 }
 
 async fn fetch(c: &mut Conn, partition: i32, offset: i64, read_committed: bool) -> Fetched {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(i8::from(read_committed))
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(sb("t")))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ]);
+    let req = fetch_of_t(partition, offset, read_committed);
     let resp = c.call(&req, 11).await.expect("fetch");
     let p = &resp.responses[0].partitions[0];
     let mut records = Vec::new();

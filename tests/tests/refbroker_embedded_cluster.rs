@@ -6,14 +6,16 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, EndTxnRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, InitProducerIdRequest, MetadataRequest, OffsetFetchRequest,
-    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, FindCoordinatorRequest, GroupId, OffsetFetchRequest, ProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
-use kafka_protocol::records::RecordBatchDecoder;
 use tokio::net::TcpStream;
 use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
+use txn_tests::txn_steps::{
+    Committed, add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes,
+    stable_read, until_not_retriable,
+};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -22,127 +24,6 @@ fn free_port() -> u16 {
 
 async fn connect(port: u16) -> Conn {
     wire::connect(("127.0.0.1", port), "refbroker-cluster-test").await
-}
-
-/// Evaluates `$body` (an `i16` error code, may `.await`) until it is not a retriable
-/// coordinator error, at most 100 times.
-macro_rules! until_ok {
-    ($what:expr, $body:expr) => {{
-        let mut out = None;
-        for _ in 0..100 {
-            let e: i16 = $body;
-            // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
-            // CONCURRENT_TRANSACTIONS
-            if ![14, 15, 16, 51].contains(&e) {
-                out = Some(e);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        out.unwrap_or_else(|| panic!("{}: still retriable after 100 attempts", $what))
-    }};
-}
-
-/// Data values and aborted producer ids a read_committed fetch from 0 returns once the
-/// partition is stable up to its high watermark (bounded polling).
-async fn stable_read(port: u16, partition: i32) -> (Vec<String>, Vec<i64>) {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let mut c = connect(port).await;
-    for _ in 0..100 {
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(1)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(TopicName(sb("t")))
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(partition)
-                            .with_fetch_offset(0)
-                            .with_partition_max_bytes(1 << 20),
-                    ]),
-            ]);
-        let resp = c.call(&req, 11).await.expect("fetch");
-        let p = &resp.responses[0].partitions[0];
-        assert_eq!(p.error_code, 0);
-        if p.last_stable_offset == p.high_watermark && p.high_watermark > 0 {
-            let mut values = Vec::new();
-            let mut buf = p.records.clone().unwrap_or_default();
-            for set in RecordBatchDecoder::decode_all(&mut buf).expect("records") {
-                for r in set.records.iter().filter(|r| !r.control) {
-                    values.push(
-                        String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
-                            .into_owned(),
-                    );
-                }
-            }
-            let aborted = p
-                .aborted_transactions
-                .iter()
-                .flatten()
-                .map(|a| a.producer_id.0)
-                .collect();
-            return (values, aborted);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("partition {partition} never became stable");
-}
-
-/// The coordinator `c` names for `key` (`key_type` 0: group, 1: transaction), connected.
-async fn coordinator(c: &mut Conn, key_type: i8, key: &str) -> Conn {
-    let fc = c
-        .call(
-            &FindCoordinatorRequest::default()
-                .with_key_type(key_type)
-                .with_key(sb(key)),
-            2,
-        )
-        .await
-        .expect("find coordinator");
-    assert_eq!(fc.error_code, 0);
-    connect(u16::try_from(fc.port).expect("port")).await
-}
-
-/// InitProducerId (at `version`) for `txn_id` at its coordinator `tc`, retried while the error
-/// is retriable; returns (producer id, epoch).
-async fn init_producer(tc: &mut Conn, txn_id: &str, version: i16) -> (i64, i16) {
-    let mut init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(sb(txn_id))))
-        .with_transaction_timeout_ms(30_000);
-    init.producer_id = ProducerId(-1);
-    init.producer_epoch = -1;
-    let mut got = (0, 0);
-    let e = until_ok!("InitProducerId", {
-        let r = tc.call(&init, version).await.expect("init");
-        got = (r.producer_id.0, r.producer_epoch);
-        r.error_code
-    });
-    assert_eq!(e, 0);
-    got
-}
-
-/// AddPartitionsToTxn (v3) of `t`'s `partitions` to `txn_id`'s transaction of `producer`
-/// (id, epoch), retried while the error is retriable.
-async fn add_partitions(tc: &mut Conn, txn_id: &str, producer: (i64, i16), partitions: Vec<i32>) {
-    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-    let add = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(TransactionalId(sb(txn_id)))
-        .with_v3_and_below_producer_id(ProducerId(producer.0))
-        .with_v3_and_below_producer_epoch(producer.1)
-        .with_v3_and_below_topics(vec![
-            AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(sb("t")))
-                .with_partitions(partitions),
-        ]);
-    let e = until_ok!("AddPartitionsToTxn", {
-        let r = tc.call(&add, 3).await.expect("add partitions");
-        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
-    });
-    assert_eq!(e, 0);
 }
 
 /// Produces the one record `value` to `t`/`partition` in `txn_id`'s transaction of `producer`
@@ -158,35 +39,6 @@ async fn produce_txn(
     wire::produce(c, "t", partition, batch, Some(txn_id))
         .await
         .0
-}
-
-/// EndTxn (at `version`) of `txn_id`'s transaction of `producer` (id, epoch), retried while
-/// the error is retriable; returns the answer's (producer id, epoch).
-async fn end_txn(
-    tc: &mut Conn,
-    txn_id: &str,
-    producer: (i64, i16),
-    commit: bool,
-    version: i16,
-) -> (i64, i16) {
-    let mut answered = (0, 0);
-    let e = until_ok!("EndTxn", {
-        let r = tc
-            .call(
-                &EndTxnRequest::default()
-                    .with_transactional_id(TransactionalId(sb(txn_id)))
-                    .with_producer_id(ProducerId(producer.0))
-                    .with_producer_epoch(producer.1)
-                    .with_committed(commit),
-                version,
-            )
-            .await
-            .expect("end txn");
-        answered = (r.producer_id.0, r.producer_epoch);
-        r.error_code
-    });
-    assert_eq!(e, 0);
-    answered
 }
 
 /// Starts two embedded-coordinator nodes; returns their processes, data dirs and ports.
@@ -268,27 +120,15 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
     let port_of = |node: i32| ports[usize::try_from(node - 1).expect("node id")];
 
     let mut c = connect(ports[0]).await;
-    let md = c
-        .call(&MetadataRequest::default().with_topics(None), 12)
-        .await
-        .expect("metadata");
-    let leaders: Vec<i32> = md.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.leader_id.0)
-        .collect();
-    assert!(
-        leaders.contains(&1) && leaders.contains(&2),
-        "t spans both nodes: {leaders:?}"
-    );
+    let leaders = leaders_on_both_nodes(&mut c).await;
 
-    let mut tc = coordinator(&mut c, 1, "rtx").await;
+    let mut tc = connect(coordinator_port(&mut c, 1, "rtx").await).await;
     let (pid, epoch) = init_producer(&mut tc, "rtx", 4).await;
 
     for (round, commit) in [(0, true), (1, false)] {
         add_partitions(&mut tc, "rtx", (pid, epoch), vec![0, 1, 2]).await;
         if commit {
-            let e = until_ok!("AddOffsetsToTxn", {
+            let e = until_not_retriable("AddOffsetsToTxn", async || {
                 let r = tc
                     .call(
                         &AddOffsetsToTxnRequest::default()
@@ -301,9 +141,10 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
                     .await
                     .expect("add offsets");
                 r.error_code
-            });
+            })
+            .await;
             assert_eq!(e, 0);
-            let mut g = coordinator(&mut c, 0, "cg").await;
+            let mut g = connect(coordinator_port(&mut c, 0, "cg").await).await;
             use kafka_protocol::messages::txn_offset_commit_request::{
                 TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
             };
@@ -340,7 +181,9 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
     }
 
     for (p, &leader) in leaders.iter().enumerate() {
-        let (values, aborted) = stable_read(port_of(leader), i32::try_from(p).expect("p")).await;
+        let mut pc = connect(port_of(leader)).await;
+        let Committed { values, aborted } =
+            stable_read(&mut pc, i32::try_from(p).expect("p")).await;
         assert_eq!(values, vec![format!("r0-p{p}"), format!("r1-p{p}")]);
         assert_eq!(
             aborted,
@@ -349,7 +192,7 @@ async fn a_transaction_spanning_two_embedded_brokers_commits_and_aborts_everywhe
         );
     }
 
-    let mut g = coordinator(&mut c, 0, "cg").await;
+    let mut g = connect(coordinator_port(&mut c, 0, "cg").await).await;
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let mut last = (-2, -2);
     for _ in 0..100 {
@@ -408,16 +251,8 @@ async fn embedded_mode_serves_transaction_version_2() {
     assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));
     assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
 
-    let md = c
-        .call(&MetadataRequest::default().with_topics(None), 12)
-        .await
-        .expect("metadata");
-    let leaders: Vec<i32> = md.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.leader_id.0)
-        .collect();
-    let mut tc = coordinator(&mut c, 1, "tv2").await;
+    let leaders = leaders_on_both_nodes(&mut c).await;
+    let mut tc = connect(coordinator_port(&mut c, 1, "tv2").await).await;
     let (pid, mut epoch) = init_producer(&mut tc, "tv2", 5).await;
 
     for (round, commit) in [(0, true), (1, false), (2, true)] {
@@ -434,7 +269,9 @@ async fn embedded_mode_serves_transaction_version_2() {
     }
 
     for (p, &leader) in leaders.iter().enumerate() {
-        let (values, aborted) = stable_read(port_of(leader), i32::try_from(p).expect("p")).await;
+        let mut pc = connect(port_of(leader)).await;
+        let Committed { values, aborted } =
+            stable_read(&mut pc, i32::try_from(p).expect("p")).await;
         assert_eq!(
             values,
             vec![format!("r0-p{p}"), format!("r1-p{p}"), format!("r2-p{p}")]

@@ -6,15 +6,16 @@
 //! refbroker with a wrong password gets nothing from the daemon, and the daemon counts the
 //! failed authentications. Certificates made with rcgen.
 
+mod pki;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kafka_protocol::messages::{InitProducerIdRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
 use txn_tests::fault::process::bin_path;
 use txn_tests::refbroker::process::BrokerProcess;
@@ -32,24 +33,6 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Writes the CA and the daemon's keystore (certificate for 127.0.0.1 and localhost + key).
-fn pki(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "test CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_pem = ca.self_signed(&ca_key).expect("self-signed").pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = leaf.signed_by(&key, &issuer).expect("signed");
-    let (ca_path, ks_path) = (dir.join("ca.pem"), dir.join("daemon.pem"));
-    std::fs::write(&ca_path, ca_pem).expect("write ca");
-    std::fs::write(&ks_path, format!("{}{}", cert.pem(), key.serialize_pem())).expect("write");
-    (ca_path, ks_path)
 }
 
 fn free_port() -> u16 {
@@ -152,7 +135,7 @@ fn start_broker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refbroker_runs_transactions_through_a_sasl_ssl_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ca, keystore) = pki(dir.path());
+    let (ca, keystore) = pki::ca_and_keystore(dir.path(), "daemon.pem");
     let port = free_port();
     let d = start_daemon(&dir.path().join("coord"), &keystore, port);
     let broker = start_broker(&dir.path().join("broker"), port, d.addr, &ca, "rb-secret");

@@ -32,6 +32,7 @@
 //! the tests say they skipped.
 
 mod e2e;
+mod pki;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -40,7 +41,7 @@ use std::time::Duration;
 
 use e2e::Json;
 use e2e::{Client, args, daemon_bin, free_port, refbroker_bin};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rcgen::DnType;
 use txn_tests::etcd::EtcdCluster;
 use txn_tests::refbroker::process::BrokerProcess;
 
@@ -59,41 +60,22 @@ struct Pki {
 }
 
 fn pki(dir: &Path) -> Pki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "refbroker test CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_pem = ca.self_signed(&ca_key).expect("self-signed").pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("params");
-    let server_key = KeyPair::generate().expect("key");
-    let server_cert = server.signed_by(&server_key, &issuer).expect("signed");
-    let mut client = CertificateParams::new(Vec::<String>::new()).expect("params");
-    client.distinguished_name = rcgen::DistinguishedName::new();
+    let ca = pki::Ca::new("refbroker test CA");
     // RFC 2253 names the last RDN first: O then CN in the certificate reads CN=carol,O=example.
-    client
-        .distinguished_name
-        .push(DnType::OrganizationName, "example");
-    client.distinguished_name.push(DnType::CommonName, "carol");
-    let client_key = KeyPair::generate().expect("key");
-    let client_cert = client.signed_by(&client_key, &issuer).expect("signed");
-    let p = Pki {
-        ca: dir.join("ca.pem"),
-        keystore: dir.join("server.pem"),
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-    };
-    std::fs::write(&p.ca, ca_pem).expect("write");
-    std::fs::write(
-        &p.keystore,
-        format!("{}{}", server_cert.pem(), server_key.serialize_pem()),
-    )
-    .expect("write");
-    std::fs::write(&p.client_cert, client_cert.pem()).expect("write");
-    std::fs::write(&p.client_key, client_key.serialize_pem()).expect("write");
-    p
+    let carol = [
+        (DnType::OrganizationName, "example"),
+        (DnType::CommonName, "carol"),
+    ];
+    let (client_cert, client_key) = ca.sign(&[], &carol);
+    Pki {
+        ca: pki::write(&dir.join("ca.pem"), &ca.pem),
+        keystore: pki::write(
+            &dir.join("server.pem"),
+            &ca.keystore(&["127.0.0.1", "localhost"], &[]),
+        ),
+        client_cert: pki::write(&dir.join("client.pem"), &client_cert),
+        client_key: pki::write(&dir.join("client.key"), &client_key),
+    }
 }
 
 fn path(p: &Path) -> &str {

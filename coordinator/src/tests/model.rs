@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use txn_log::rng::Rng;
 use txn_log::{
     CoordinatorEpoch, LogError, LogOp, LogPartition, MemTxnLog, ProducerEpoch, ProducerId,
     TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
@@ -22,25 +23,6 @@ use txn_log::{
 use super::fixture::{io_error, tid};
 use crate::testing::{Appends, EngineHarness};
 use crate::*;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Sent {
@@ -99,7 +81,7 @@ impl Harness {
         )
         .with_appends(Appends::Held);
         let mut h = Self {
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             driver,
             config,
             durable: BTreeMap::new(),
@@ -175,12 +157,12 @@ impl Harness {
         let op = self.rng.below(100);
         match op {
             0..=11 => {
-                let expected = if self.rng.chance(50) {
+                let expected = if self.rng.chance(0.5) {
                     self.client.get(&id).copied()
                 } else {
                     None
                 };
-                let timeout = if self.rng.chance(50) { 150 } else { 5000 };
+                let timeout = if self.rng.chance(0.5) { 150 } else { 5000 };
                 let (pid, epoch) = expected.unwrap_or((ProducerId::NONE, ProducerEpoch::NONE));
                 self.send(
                     Request::InitProducerId(InitProducerIdRequest {
@@ -200,7 +182,7 @@ impl Harness {
             }
             12..=23 => {
                 let (pid, epoch) = self.pick_identity(&id);
-                let n = if self.rng.chance(5) {
+                let n = if self.rng.chance(0.05) {
                     0
                 } else {
                     1 + self.pick(2)
@@ -208,7 +190,7 @@ impl Harness {
                 let parts: Vec<_> = (0..n)
                     .map(|_| TopicPartition::new("t", i32::try_from(self.pick(3)).expect("small")))
                     .collect();
-                let verify = self.rng.chance(25);
+                let verify = self.rng.chance(0.25);
                 let sent = if verify {
                     Sent::Verify
                 } else {
@@ -233,8 +215,8 @@ impl Harness {
             }
             24..=33 => {
                 let (pid, epoch) = self.pick_identity(&id);
-                let version = if self.rng.chance(70) { 5 } else { 3 };
-                let committed = self.rng.chance(50);
+                let version = if self.rng.chance(0.7) { 5 } else { 3 };
+                let committed = self.rng.chance(0.5);
                 self.send(
                     Request::EndTxn(EndTxnRequest {
                         version,

@@ -27,7 +27,7 @@ use markers::participant::{
     BatchHeader, Marker, ParticipantConfig, PartitionState, ProduceDecision,
 };
 use markers::wire::{DecodeError, decode_request};
-use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TopicPartition, TxnState};
+use txn_log::{MemTxnLog, ProducerEpoch, TopicPartition, TxnState};
 
 /// Metadata v0, correlation id 1, null client id, then a topic count of i32::MAX: crates.io's
 /// kafka-protocol 0.18.0 tries to reserve ~154 GB for it and aborts the process.
@@ -204,15 +204,7 @@ fn main() {
         let as_alice = Authz::new(Some(authorizer.clone()), &alice, &denials, "InitProducerId");
         assert_eq!(as_alice.init_producer_id(Some("alice-orders"), false), Ok(()));
         let init = coordinator
-            .init_producer_id(InitProducerIdRequest {
-                version: 5,
-                transactional_id: Some("alice-orders".into()),
-                transaction_timeout_ms: 60_000,
-                producer_id: ProducerId::NONE,
-                producer_epoch: ProducerEpoch::NONE,
-                enable_2pc: false,
-                keep_prepared_txn: false,
-            })
+            .init_producer_id(InitProducerIdRequest::new_producer(5, "alice-orders", 60_000))
             .await;
         assert_eq!(init.error, ErrorCode::NONE, "{init:?}");
         assert_eq!(init.producer_epoch, ProducerEpoch(0));

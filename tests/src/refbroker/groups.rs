@@ -645,6 +645,97 @@ impl Groups {
 
 /// The offsets of one commit request, keyed for `group`, stamped with the current time. Each
 /// item is `(topic, partition, offset, leader epoch, metadata)`.
+/// Defines `$fn`: the answer of every partition of `$req` topics with one error code, as the
+/// `$topic`/`$part` entries of the response (OffsetCommit and TxnOffsetCommit have the same
+/// shape over different types).
+macro_rules! every_partition_answer {
+    ($fn:ident, $req:ty, $topic:ty, $part:ty) => {
+        /// The answer of every partition of `topics` with error `code`.
+        pub(crate) fn $fn(topics: &[$req], code: i16) -> Vec<$topic> {
+            topics
+                .iter()
+                .map(|t| {
+                    <$topic>::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    <$part>::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect()
+        }
+    };
+}
+
+every_partition_answer!(
+    offset_commit_answers,
+    kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic,
+    kafka_protocol::messages::offset_commit_response::OffsetCommitResponseTopic,
+    kafka_protocol::messages::offset_commit_response::OffsetCommitResponsePartition
+);
+every_partition_answer!(
+    txn_offset_commit_answers,
+    kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic,
+    kafka_protocol::messages::txn_offset_commit_response::TxnOffsetCommitResponseTopic,
+    kafka_protocol::messages::txn_offset_commit_response::TxnOffsetCommitResponsePartition
+);
+
+/// The OffsetFetch answer of every partition of `topics` with error `code` (no offset, empty
+/// metadata).
+pub(crate) fn offset_fetch_answers(
+    topics: &[kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic],
+    code: i16,
+) -> Vec<kafka_protocol::messages::offset_fetch_response::OffsetFetchResponseTopic> {
+    use kafka_protocol::messages::offset_fetch_response::{
+        OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    };
+    topics
+        .iter()
+        .map(|t| {
+            OffsetFetchResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partition_indexes
+                        .iter()
+                        .map(|&p| {
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(-1)
+                                .with_metadata(Some(sb("")))
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
+/// The offsets `topics` (of an OffsetCommit or a TxnOffsetCommit request) commit for `group`.
+macro_rules! requested_offsets {
+    ($group:expr, $topics:expr) => {
+        offset_entries(
+            $group,
+            $topics.iter().flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    (
+                        t.name.0.as_str(),
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.committed_metadata.as_deref(),
+                    )
+                })
+            }),
+        )
+    };
+}
+
 fn offset_entries<'a>(
     group: &str,
     requested: impl Iterator<Item = (&'a str, i32, i64, i32, Option<&'a str>)>,
@@ -671,9 +762,6 @@ pub(crate) async fn offset_commit(
     r: OffsetCommitRequest,
     _v: i16,
 ) -> OffsetCommitResponse {
-    use kafka_protocol::messages::offset_commit_response::{
-        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-    };
     let group = r.group_id.0.to_string();
     let mut err = if !is_coordinator(broker, &group) {
         Some(ResponseError::NotCoordinator)
@@ -687,20 +775,7 @@ pub(crate) async fn offset_commit(
             )
             .await
     };
-    let entries = offset_entries(
-        &group,
-        r.topics.iter().flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                (
-                    t.name.0.as_str(),
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    p.committed_metadata.as_deref(),
-                )
-            })
-        }),
-    );
+    let entries = requested_offsets!(&group, r.topics);
     if err.is_none() && !entries.is_empty() {
         err = append_offsets(
             broker,
@@ -714,25 +789,7 @@ pub(crate) async fn offset_commit(
         .err();
     }
     let code = err.map_or(0, |e| e.code());
-    OffsetCommitResponse::default().with_topics(
-        r.topics
-            .iter()
-            .map(|t| {
-                OffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                OffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
+    OffsetCommitResponse::default().with_topics(offset_commit_answers(&r.topics, code))
 }
 
 async fn append_offsets(
@@ -827,7 +884,6 @@ pub(crate) async fn offset_fetch(
         OffsetFetchResponsePartition, OffsetFetchResponseTopic,
     };
     let group = r.group_id.0.to_string();
-    let no_metadata = || Some(sb(""));
     let Some(part) = broker
         .partition(CONSUMER_OFFSETS, offsets_partition_for(broker, &group))
         .filter(|_| !group.is_empty())
@@ -842,27 +898,7 @@ pub(crate) async fn offset_fetch(
             resp.error_code = e.code();
         } else {
             // v1 has no top-level error: put it on every partition
-            resp.topics = r
-                .topics
-                .iter()
-                .flatten()
-                .map(|t| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(
-                            t.partition_indexes
-                                .iter()
-                                .map(|&p| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_committed_offset(-1)
-                                        .with_metadata(no_metadata())
-                                        .with_error_code(e.code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
+            resp.topics = offset_fetch_answers(r.topics.as_deref().unwrap_or_default(), e.code());
         }
         return resp;
     };
@@ -891,7 +927,7 @@ pub(crate) async fn offset_fetch(
                     let mut out = OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
                         .with_committed_offset(-1)
-                        .with_metadata(no_metadata());
+                        .with_metadata(Some(sb("")));
                     if v >= 7 && r.require_stable && store.is_some_and(|s| s.has_pending(&key)) {
                         out.error_code = ResponseError::UnstableOffsetCommit.code();
                     } else if let Some(val) = store.and_then(|s| s.get(&key)) {
@@ -920,9 +956,6 @@ pub(crate) async fn txn_offset_commit(
     r: TxnOffsetCommitRequest,
     v: i16,
 ) -> TxnOffsetCommitResponse {
-    use kafka_protocol::messages::txn_offset_commit_response::{
-        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-    };
     let group = r.group_id.0.to_string();
     let mut err = if !is_coordinator(broker, &group) {
         Some(ResponseError::NotCoordinator)
@@ -941,20 +974,7 @@ pub(crate) async fn txn_offset_commit(
     } else {
         None
     };
-    let entries = offset_entries(
-        &group,
-        r.topics.iter().flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                (
-                    t.name.0.as_str(),
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    p.committed_metadata.as_deref(),
-                )
-            })
-        }),
-    );
+    let entries = requested_offsets!(&group, r.topics);
     if err.is_none() && !entries.is_empty() {
         let producer = (ProducerId(r.producer_id.0), ProducerEpoch(r.producer_epoch));
         err = append_offsets(
@@ -969,23 +989,5 @@ pub(crate) async fn txn_offset_commit(
         .err();
     }
     let code = err.map_or(0, |e| e.code());
-    TxnOffsetCommitResponse::default().with_topics(
-        r.topics
-            .iter()
-            .map(|t| {
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
+    TxnOffsetCommitResponse::default().with_topics(txn_offset_commit_answers(&r.topics, code))
 }

@@ -50,6 +50,7 @@ use security::acl::{AclOperation, ResourceType};
 use tokio::sync::watch;
 
 use super::Config;
+use super::groups::{offset_commit_answers, offset_fetch_answers, txn_offset_commit_answers};
 
 fn code(e: ResponseError) -> i16 {
     e.code()
@@ -260,6 +261,26 @@ pub(crate) fn produce(
     denied
 }
 
+/// Removes from `topics` those whose `name` lacks `op` on the topic and returns their
+/// `answer`s.
+fn take_denied<T, R>(
+    a: &Authz<'_>,
+    op: AclOperation,
+    topics: &mut Vec<T>,
+    name: impl Fn(&T) -> &str,
+    answer: impl Fn(&T) -> R,
+) -> Vec<R> {
+    let mut denied = Vec::new();
+    topics.retain(|t| {
+        if a.allowed(op, ResourceType::Topic, name(t)) {
+            return true;
+        }
+        denied.push(answer(t));
+        false
+    });
+    denied
+}
+
 /// Whether the first batch of some partition of `r` is transactional (Kafka's
 /// `RequestUtils.hasTransactionalRecords`): bit 4 of the attributes of a magic-2 batch header.
 fn has_transactional_records(r: &km::ProduceRequest) -> bool {
@@ -283,12 +304,12 @@ pub(crate) fn fetch(
     r: &mut km::FetchRequest,
 ) -> Vec<km::fetch_response::FetchableTopicResponse> {
     use km::fetch_response::{FetchableTopicResponse, PartitionData};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(AclOperation::Read, ResourceType::Topic, t.topic.0.as_str()) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Read,
+        &mut r.topics,
+        |t| t.topic.0.as_str(),
+        |t| {
             FetchableTopicResponse::default()
                 .with_topic(t.topic.clone())
                 .with_partitions(
@@ -305,11 +326,9 @@ pub(crate) fn fetch(
                                 .with_records(None)
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 /// ListOffsets: DESCRIBE on each topic. Removes the denied topics and returns their answers.
@@ -318,16 +337,12 @@ pub(crate) fn list_offsets(
     r: &mut km::ListOffsetsRequest,
 ) -> Vec<km::list_offsets_response::ListOffsetsTopicResponse> {
     use km::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(
-            AclOperation::Describe,
-            ResourceType::Topic,
-            t.name.0.as_str(),
-        ) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Describe,
+        &mut r.topics,
+        |t| t.name.0.as_str(),
+        |t| {
             ListOffsetsTopicResponse::default()
                 .with_name(t.name.clone())
                 .with_partitions(
@@ -341,11 +356,9 @@ pub(crate) fn list_offsets(
                                 .with_offset(-1)
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 /// Metadata: topics without DESCRIBE are left out of an answer about every topic, and
@@ -377,31 +390,6 @@ pub(crate) fn group_read(a: &Authz<'_>, group: &str) -> bool {
     a.allowed(AclOperation::Read, ResourceType::Group, group)
 }
 
-/// The per-partition answers of `topics` with error `e`.
-fn offset_commit_all(
-    topics: &[km::offset_commit_request::OffsetCommitRequestTopic],
-    e: ResponseError,
-) -> Vec<km::offset_commit_response::OffsetCommitResponseTopic> {
-    use km::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-    topics
-        .iter()
-        .map(|t| {
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code(e))
-                        })
-                        .collect(),
-                )
-        })
-        .collect()
-}
-
 /// OffsetCommit: READ on the group (else every partition is denied: `Err`), then READ on each
 /// topic (the denied topics are removed from `r` and answered).
 pub(crate) fn offset_commit(
@@ -410,9 +398,9 @@ pub(crate) fn offset_commit(
 ) -> Result<Vec<km::offset_commit_response::OffsetCommitResponseTopic>, km::OffsetCommitResponse> {
     if !group_read(a, r.group_id.0.as_str()) {
         return Err(
-            km::OffsetCommitResponse::default().with_topics(offset_commit_all(
+            km::OffsetCommitResponse::default().with_topics(offset_commit_answers(
                 &r.topics,
-                ResponseError::GroupAuthorizationFailed,
+                code(ResponseError::GroupAuthorizationFailed),
             )),
         );
     }
@@ -420,9 +408,9 @@ pub(crate) fn offset_commit(
         .into_iter()
         .partition(|t| a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()));
     r.topics = ok;
-    Ok(offset_commit_all(
+    Ok(offset_commit_answers(
         &no,
-        ResponseError::TopicAuthorizationFailed,
+        code(ResponseError::TopicAuthorizationFailed),
     ))
 }
 
@@ -435,29 +423,6 @@ pub(crate) fn txn_offset_commit(
     Vec<km::txn_offset_commit_response::TxnOffsetCommitResponseTopic>,
     km::TxnOffsetCommitResponse,
 > {
-    use km::txn_offset_commit_response::{
-        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-    };
-    let all = |topics: &[km::txn_offset_commit_request::TxnOffsetCommitRequestTopic],
-               e: ResponseError| {
-        topics
-            .iter()
-            .map(|t| {
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code(e))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect::<Vec<_>>()
-    };
     let whole = if !a.allowed(
         AclOperation::Write,
         ResourceType::TransactionalId,
@@ -470,13 +435,17 @@ pub(crate) fn txn_offset_commit(
         None
     };
     if let Some(e) = whole {
-        return Err(km::TxnOffsetCommitResponse::default().with_topics(all(&r.topics, e)));
+        let answers = txn_offset_commit_answers(&r.topics, code(e));
+        return Err(km::TxnOffsetCommitResponse::default().with_topics(answers));
     }
     let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
         .into_iter()
         .partition(|t| a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()));
     r.topics = ok;
-    Ok(all(&no, ResponseError::TopicAuthorizationFailed))
+    Ok(txn_offset_commit_answers(
+        &no,
+        code(ResponseError::TopicAuthorizationFailed),
+    ))
 }
 
 /// OffsetFetch (one group, v1-7): DESCRIBE on the group (else `Err`, the whole answer), then
@@ -487,28 +456,6 @@ pub(crate) fn offset_fetch(
     r: &mut km::OffsetFetchRequest,
     v: i16,
 ) -> Result<Vec<km::offset_fetch_response::OffsetFetchResponseTopic>, km::OffsetFetchResponse> {
-    use km::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
-    let all = |topics: &[km::offset_fetch_request::OffsetFetchRequestTopic], e: ResponseError| {
-        topics
-            .iter()
-            .map(|t| {
-                OffsetFetchResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partition_indexes
-                            .iter()
-                            .map(|&p| {
-                                OffsetFetchResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_committed_offset(-1)
-                                    .with_metadata(Some(Default::default()))
-                                    .with_error_code(code(e))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect::<Vec<_>>()
-    };
     if !a.allowed(
         AclOperation::Describe,
         ResourceType::Group,
@@ -519,7 +466,7 @@ pub(crate) fn offset_fetch(
         if v >= 2 {
             resp.error_code = code(e);
         } else {
-            resp.topics = all(r.topics.as_deref().unwrap_or_default(), e);
+            resp.topics = offset_fetch_answers(r.topics.as_deref().unwrap_or_default(), code(e));
         }
         return Err(resp);
     }
@@ -534,7 +481,10 @@ pub(crate) fn offset_fetch(
         )
     });
     r.topics = Some(ok);
-    Ok(all(&no, ResponseError::TopicAuthorizationFailed))
+    Ok(offset_fetch_answers(
+        &no,
+        code(ResponseError::TopicAuthorizationFailed),
+    ))
 }
 
 /// OffsetFetch of every topic (`topics` null): leaves out the topics without DESCRIBE.
@@ -556,43 +506,11 @@ pub(crate) fn write_txn_markers(
     a: &Authz<'_>,
     r: &km::WriteTxnMarkersRequest,
 ) -> Option<km::WriteTxnMarkersResponse> {
-    use km::write_txn_markers_response::{
-        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
-    };
     if a.cluster(AclOperation::ClusterAction) {
         return None;
     }
     let e = code(ResponseError::ClusterAuthorizationFailed);
-    Some(
-        km::WriteTxnMarkersResponse::default().with_markers(
-            r.markers
-                .iter()
-                .map(|m| {
-                    WritableTxnMarkerResult::default()
-                        .with_producer_id(m.producer_id)
-                        .with_topics(
-                            m.topics
-                                .iter()
-                                .map(|t| {
-                                    WritableTxnMarkerTopicResult::default()
-                                        .with_name(t.name.clone())
-                                        .with_partitions(
-                                            t.partition_indexes
-                                                .iter()
-                                                .map(|&p| {
-                                                    WritableTxnMarkerPartitionResult::default()
-                                                        .with_partition_index(p)
-                                                        .with_error_code(e)
-                                                })
-                                                .collect(),
-                                        )
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
+    Some(markers::writer::build_response(r, |_, _, _| e))
 }
 
 /// DescribeProducers: READ on each topic. Removes the denied topics and returns their
@@ -602,12 +520,12 @@ pub(crate) fn describe_producers(
     r: &mut km::DescribeProducersRequest,
 ) -> Vec<km::describe_producers_response::TopicResponse> {
     use km::describe_producers_response::{PartitionResponse, TopicResponse};
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        if a.allowed(AclOperation::Read, ResourceType::Topic, t.name.0.as_str()) {
-            return true;
-        }
-        denied.push(
+    take_denied(
+        a,
+        AclOperation::Read,
+        &mut r.topics,
+        |t| t.name.0.as_str(),
+        |t| {
             TopicResponse::default()
                 .with_name(t.name.clone())
                 .with_partitions(
@@ -619,11 +537,9 @@ pub(crate) fn describe_producers(
                                 .with_error_code(code(ResponseError::TopicAuthorizationFailed))
                         })
                         .collect(),
-                ),
-        );
-        false
-    });
-    denied
+                )
+        },
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! written to a directory. Shared by the TLS tests of this crate and of `coordinator/tests`
 //! (which include this file by path).
 
-#![allow(dead_code)] // each test binary uses part of it
+#![allow(dead_code, unreachable_pub)] // each test binary uses part of it, as a private module
 
 use std::path::{Path, PathBuf};
 

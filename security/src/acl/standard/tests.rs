@@ -1074,54 +1074,25 @@ fn by_type_no_acl_found_override() {
 
 #[test]
 fn by_type_init_producer_id_write_on_any_topic() {
+    // WRITE on topics `name` (`pattern`) for User:producer from any host.
+    let producer_write =
+        |name, pattern, perm| acl(Topic, name, pattern, "User:producer", "*", Write, perm);
     // InitProducerId without a transactional id: WRITE on some topic suffices.
-    let a = authorizer(&[acl(
-        Topic,
-        "orders-",
-        Prefixed,
-        "User:producer",
-        "*",
-        Write,
-        Allow,
-    )]);
+    let a = authorizer(&[producer_write("orders-", Prefixed, Allow)]);
     assert_eq!(by_type(&a, "producer", H1, Write, Topic), Allowed);
     assert_eq!(by_type(&a, "producer", H1, Read, Topic), Denied);
     assert_eq!(by_type(&a, "consumer", H1, Write, Topic), Denied);
     // Shadowed by a DENY on a shorter prefix: no topic is writable.
     let a = authorizer(&[
-        acl(
-            Topic,
-            "orders-",
-            Prefixed,
-            "User:producer",
-            "*",
-            Write,
-            Allow,
-        ),
-        acl(
-            Topic,
-            "orders-eu",
-            Literal,
-            "User:producer",
-            "*",
-            Write,
-            Allow,
-        ),
+        producer_write("orders-", Prefixed, Allow),
+        producer_write("orders-eu", Literal, Allow),
         acl(Topic, "ord", Prefixed, "User:*", "*", Write, Deny),
     ]);
     assert_eq!(by_type(&a, "producer", H1, Write, Topic), Denied);
     // A literal DENY shadows the same literal only, not a prefix.
     let a = authorizer(&[
-        acl(
-            Topic,
-            "orders",
-            Prefixed,
-            "User:producer",
-            "*",
-            Write,
-            Allow,
-        ),
-        acl(Topic, "orders", Literal, "User:producer", "*", Write, Deny),
+        producer_write("orders", Prefixed, Allow),
+        producer_write("orders", Literal, Deny),
     ]);
     assert_eq!(by_type(&a, "producer", H1, Write, Topic), Allowed);
 }
