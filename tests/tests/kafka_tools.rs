@@ -745,7 +745,8 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
     assert_eq!(p.producer_id.0, 4242);
     assert_eq!(p.producer_epoch, 3);
     assert_eq!(p.last_sequence, 2);
-    assert_eq!(p.last_timestamp, 1_700_000_000_000);
+    // the batch's largest timestamp: record_batch stamps record i at 1_700_000_000_000 + i
+    assert_eq!(p.last_timestamp, 1_700_000_000_002);
     assert_eq!(p.coordinator_epoch, -1);
     assert_eq!(p.current_txn_start_offset, -1);
     assert_eq!(r.topics[1].partitions[0].error_code, 3);
