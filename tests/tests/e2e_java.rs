@@ -24,7 +24,6 @@ mod e2e;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::Json;
 use e2e::checks::{
     Expect, Expected, Must, ReadResult, assert_clean, end_offsets, ev, int, offsets, values,
 };
@@ -237,17 +236,9 @@ fn scenario(mode: Mode, tv: i16) {
         ru.records.len(),
         rc.records.len()
     );
-    let zombie_outputs: Vec<String> = open
-        .get("outputs")
-        .and_then(Json::as_array)
-        .expect("outputs")
-        .iter()
-        .map(|o| {
-            o.as_array().expect("pair")[1]
-                .as_str()
-                .expect("v")
-                .to_owned()
-        })
+    let zombie_outputs: Vec<String> = values(&open, "outputs")
+        .into_iter()
+        .map(|(_, v, _)| v)
         .collect();
     for v in &zombie_outputs {
         let n = ru.records.iter().filter(|r| &r.value == v).count();

@@ -11,7 +11,6 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::Json;
 use e2e::checks::{Expect, Expected, Must, end_offsets, ev, offsets, values};
 use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
@@ -73,17 +72,9 @@ fn scenario(mode: Mode) {
     }
     let open = first.wait_event("txn_produced", Duration::from_secs(30));
     first.kill();
-    let zombie_outputs: Vec<String> = open
-        .get("outputs")
-        .and_then(Json::as_array)
-        .expect("outputs")
-        .iter()
-        .map(|o| {
-            o.as_array().expect("pair")[1]
-                .as_str()
-                .expect("v")
-                .to_owned()
-        })
+    let zombie_outputs: Vec<String> = values(&open, "outputs")
+        .into_iter()
+        .map(|(_, v, _)| v)
         .collect();
     assert!(!zombie_outputs.is_empty());
 
