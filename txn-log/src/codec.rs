@@ -219,7 +219,8 @@ fn open<'a>(kind: u8, key: &[u8], value: &'a [u8]) -> Result<(u8, &'a [u8]), Str
     Ok((header[1], payload))
 }
 
-fn decode_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
+/// Decodes a whole bincode payload (as [`encode_payload`] wrote it); trailing bytes are an error.
+pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
     let (value, used) = bincode::serde::decode_from_slice::<T, _>(payload, config())
         .map_err(|e| format!("payload does not decode: {e}"))?;
     if used != payload.len() {
@@ -231,7 +232,8 @@ fn decode_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, S
     Ok(value)
 }
 
-fn encode_payload<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, LogError> {
+/// Encodes `value` as a bincode payload of at most [`MAX_PAYLOAD_LEN`] bytes.
+pub(crate) fn encode_payload<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, LogError> {
     bincode::serde::encode_to_vec(value, config())
         .map_err(|e| LogError::InvalidArgument(format!("value does not encode: {e}")))
 }

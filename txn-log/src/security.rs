@@ -107,27 +107,6 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn bincode_config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<{ codec::MAX_PAYLOAD_LEN }>()
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, LogError> {
-    bincode::serde::encode_to_vec(value, bincode_config())
-        .map_err(|e| LogError::InvalidArgument(format!("value does not encode: {e}")))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
-    let (value, used) = bincode::serde::decode_from_slice::<T, _>(payload, bincode_config())
-        .map_err(|e| format!("payload does not decode: {e}"))?;
-    if used != payload.len() {
-        return Err(format!(
-            "payload has {} trailing bytes",
-            payload.len() - used
-        ));
-    }
-    Ok(value)
-}
-
 fn corrupt(key: &[u8], reason: impl Into<String>) -> LogError {
     LogError::Corrupt {
         partition: None,
@@ -139,7 +118,7 @@ fn corrupt(key: &[u8], reason: impl Into<String>) -> LogError {
 /// The key of `binding`.
 pub fn acl_key(binding: &AclBinding) -> Result<Vec<u8>, LogError> {
     let mut k = ACL_KEY_PREFIX.to_vec();
-    k.extend_from_slice(hex(&encode(binding)?).as_bytes());
+    k.extend_from_slice(hex(&codec::encode_payload(binding)?).as_bytes());
     Ok(k)
 }
 
@@ -155,14 +134,14 @@ pub fn scram_key(user: &str, mechanism: ScramMechanism) -> Vec<u8> {
 /// Encodes `binding` as the value stored under its key: `(key, value)`.
 pub fn encode_acl(binding: &AclBinding) -> Result<(Vec<u8>, Vec<u8>), LogError> {
     let key = acl_key(binding)?;
-    let value = codec::seal_value(KIND_ACL, ACL_VERSION, &key, &encode(binding)?)?;
+    let value = codec::seal_value(KIND_ACL, ACL_VERSION, &key, &codec::encode_payload(binding)?)?;
     Ok((key, value))
 }
 
 /// Encodes a credential as the value stored under its key: `(key, value)`.
 pub fn encode_scram(s: &StoredScram) -> Result<(Vec<u8>, Vec<u8>), LogError> {
     let key = scram_key(&s.user, s.mechanism);
-    let value = codec::seal_value(KIND_SCRAM, SCRAM_VERSION, &key, &encode(&s.credential)?)?;
+    let value = codec::seal_value(KIND_SCRAM, SCRAM_VERSION, &key, &codec::encode_payload(&s.credential)?)?;
     Ok((key, value))
 }
 
@@ -192,7 +171,7 @@ pub fn decode_acl(key: &[u8], value: &[u8]) -> Result<AclBinding, LogError> {
             format!("unknown ACL binding version {version}"),
         ));
     }
-    let binding: AclBinding = decode(payload).map_err(|r| corrupt(key, r))?;
+    let binding: AclBinding = codec::decode_payload(payload).map_err(|r| corrupt(key, r))?;
     if acl_key(&binding)? != key {
         return Err(corrupt(key, "the binding does not match its key"));
     }
@@ -219,7 +198,7 @@ pub fn decode_scram(key: &[u8], value: &[u8]) -> Result<StoredScram, LogError> {
             format!("unknown SCRAM credential version {version}"),
         ));
     }
-    let credential: ScramCredential = decode(payload).map_err(|r| corrupt(key, r))?;
+    let credential: ScramCredential = codec::decode_payload(payload).map_err(|r| corrupt(key, r))?;
     if !credential.fits(mechanism) {
         return Err(corrupt(key, "key lengths do not fit the mechanism"));
     }
