@@ -32,7 +32,7 @@ use txn_log::sync::Mutex;
 use txn_log::{
     CoordinatorEpoch, ErrorCode, LoadedPartition, LogEntry, LogError, LogOp, LogPartition,
     MemTxnLog, ProducerEpoch, ProducerId, ProducerIdBlock, TopicPartition, TransactionalId, TxnLog,
-    TxnResult, TxnState,
+    TxnRecord, TxnResult, TxnState,
 };
 
 /// The loom model builder every model uses: the environment's settings
@@ -126,13 +126,14 @@ pub fn end_txn(
     })
 }
 
+/// The record of `id` in `loaded`, if present.
+pub fn record_of<'a>(loaded: &'a LoadedPartition, id: &TransactionalId) -> Option<&'a TxnRecord> {
+    loaded.records.iter().find(|(k, _)| k == id).map(|(_, r)| r)
+}
+
 /// The state of `id` in `loaded`, if present.
 pub fn state_of(loaded: &LoadedPartition, id: &TransactionalId) -> Option<TxnState> {
-    loaded
-        .records
-        .iter()
-        .find(|(k, _)| k == id)
-        .map(|(_, r)| r.state)
+    record_of(loaded, id).map(|r| r.state)
 }
 
 /// Whether `entries` carry a record in `state`.
@@ -578,6 +579,43 @@ pub fn call(node: &Mutex<Node>, now: Millis, to: RequestId, request: Request) ->
         .unwrap_or_else(|| panic!("no reply to {to:?} after the append resolved"))
         .response
         .clone()
+}
+
+/// A node on `log` that owns its partition at coordinator epoch 1, loaded at 0 ms (nothing
+/// in the log yet, or what the model put there).
+pub fn loaded_node(log: &MemTxnLog, markers: Markers) -> Node {
+    let mut node = Node::new(log.clone(), allocator(), markers);
+    node.load_now(Millis(0), CoordinatorEpoch(1));
+    node
+}
+
+/// Opens a transaction of `id` over `partitions` on `node`, whose log is in Immediate mode:
+/// InitProducerId (request 1 at 1 ms, 60 s timeout), then AddPartitionsToTxn (request 2 at
+/// 2 ms), both answered without error. Returns the producer id and epoch.
+pub fn open_txn(
+    node: &Mutex<Node>,
+    id: &str,
+    partitions: &[TopicPartition],
+) -> (ProducerId, ProducerEpoch) {
+    let Response::InitProducerId(init) =
+        call(node, Millis(1), RequestId(1), init_producer_id(id, 60_000))
+    else {
+        panic!("wrong response kind");
+    };
+    assert_eq!(init.error, ErrorCode::NONE, "InitProducerId");
+    let (pid, epoch) = (init.producer_id, init.producer_epoch);
+    let Response::AddPartitionsToTxn(add) = call(
+        node,
+        Millis(2),
+        RequestId(2),
+        add_partitions(id, pid, epoch, partitions),
+    ) else {
+        panic!("wrong response kind");
+    };
+    for (partition, error) in add.results.iter().flat_map(|t| &t.partitions) {
+        assert_eq!(*error, ErrorCode::NONE, "AddPartitionsToTxn {partition:?}");
+    }
+    (pid, epoch)
 }
 
 /// One accepted marker at a broker.

@@ -17,28 +17,22 @@
 #![cfg(txn_loom)]
 
 use coordinator::{ErrorCode, Millis, RequestId, Response};
-use loom_tests::{Markers, Node, PARTITION, add_partitions, allocator, init_producer_id, tid, tp};
+use loom_tests::{
+    Markers, Node, PARTITION, add_partitions, allocator, init_producer_id, loaded_node, record_of,
+    tid, tp,
+};
 use txn_log::mem::Durability;
 use txn_log::sync::{Arc, Mutex};
-use txn_log::{CoordinatorEpoch, LoadedPartition, MemTxnLog, TxnRecord, TxnState};
+use txn_log::{CoordinatorEpoch, MemTxnLog, TxnState};
 
 const ID: &str = "app";
-
-fn record(loaded: &LoadedPartition) -> Option<&TxnRecord> {
-    loaded
-        .records
-        .iter()
-        .find(|(k, _)| *k == tid(ID))
-        .map(|(_, r)| r)
-}
 
 #[test]
 fn crash_reload() {
     loom_tests::builder().check(|| {
         let log = MemTxnLog::new();
-        let mut n = Node::new(log.clone(), allocator(), Markers::AckAtOnce);
+        let mut n = loaded_node(&log, Markers::AckAtOnce);
         n.snapshot_replies = true;
-        n.load_now(Millis(0), CoordinatorEpoch(1));
         log.set_durability(Durability::Manual);
         let node = Arc::new(Mutex::new(n));
         let p = tp("t", 0);
@@ -105,7 +99,7 @@ fn crash_reload() {
             match &reply.response {
                 Response::InitProducerId(r) if r.error == ErrorCode::NONE => {
                     for (when, state) in [("when it was sent", at_reply), ("after reload", &loaded)] {
-                        let rec = record(state);
+                        let rec = record_of(state, &tid(ID));
                         assert!(
                             rec.is_some_and(|rec| rec.producer_id == r.producer_id
                                 && rec.producer_epoch == r.producer_epoch),
@@ -115,7 +109,7 @@ fn crash_reload() {
                 }
                 Response::AddPartitionsToTxn(r) if r.results[0].partitions[0].1 == ErrorCode::NONE => {
                     for (when, state) in [("when it was sent", at_reply), ("after reload", &loaded)] {
-                        let rec = record(state);
+                        let rec = record_of(state, &tid(ID));
                         assert!(
                             rec.is_some_and(|rec| rec.state == TxnState::Ongoing
                                 && rec.partitions.contains(&p)),

@@ -19,8 +19,8 @@
 use coordinator::ProducerIdAllocator;
 use coordinator::{ErrorCode, Millis, RequestId, Response};
 use loom_tests::{
-    Broker, Markers, Node, PARTITION, add_partitions, allocator, call, deliver_all, deliver_one,
-    end_txn, init_producer_id, state_of, tid, tp,
+    Broker, Markers, Node, PARTITION, call, deliver_all, deliver_one, end_txn, loaded_node,
+    open_txn, state_of, tid, tp,
 };
 use txn_log::sync::{Arc, AtomicBool, Mutex, Ordering};
 use txn_log::{CoordinatorEpoch, LogError, MemTxnLog, TxnResult, TxnState};
@@ -40,22 +40,8 @@ fn failover() {
         let (b1, b2) = (Arc::new(Mutex::new(b1)), Arc::new(Mutex::new(b2)));
 
         // Setup, sequential: A owns the partition and prepares a commit.
-        let mut a = Node::new(log.clone(), allocator(), markers_a);
-        a.load_now(Millis(0), CoordinatorEpoch(1));
-        let a = Arc::new(Mutex::new(a));
-        let Response::InitProducerId(init) =
-            call(&a, Millis(1), RequestId(1), init_producer_id(ID, 60_000))
-        else {
-            panic!("wrong response kind");
-        };
-        let (pid, epoch) = (init.producer_id, init.producer_epoch);
-        let parts = [tp0.clone(), tp1.clone()];
-        call(
-            &a,
-            Millis(2),
-            RequestId(2),
-            add_partitions(ID, pid, epoch, &parts),
-        );
+        let a = Arc::new(Mutex::new(loaded_node(&log, markers_a)));
+        let (pid, epoch) = open_txn(&a, ID, &[tp0.clone(), tp1.clone()]);
         b1.lock().produce(&tp0, pid, epoch);
         b2.lock().produce(&tp1, pid, epoch);
         let Response::EndTxn(end) = call(

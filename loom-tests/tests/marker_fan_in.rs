@@ -17,8 +17,8 @@
 
 use coordinator::{ErrorCode, Millis, RequestId, Response};
 use loom_tests::{
-    Broker, Markers, Node, PARTITION, add_partitions, allocator, call, deliver_all, deliver_one,
-    end_txn, init_producer_id, is_complete, state_of, tid, tp,
+    Broker, Markers, Node, PARTITION, call, deliver_all, deliver_one, end_txn, is_complete,
+    loaded_node, open_txn, state_of, tid, tp,
 };
 use markers::writer::codes;
 use txn_log::sync::{Arc, Mutex};
@@ -36,23 +36,9 @@ fn marker_fan_in() {
         let markers =
             Markers::planner(&[(tp0.clone(), &b1), (tp1.clone(), &b2), (tp2.clone(), &b2)]);
         let (b1, b2) = (Arc::new(Mutex::new(b1)), Arc::new(Mutex::new(b2)));
-        let mut n = Node::new(log.clone(), allocator(), markers);
-        n.load_now(Millis(0), CoordinatorEpoch(1));
-        let node = Arc::new(Mutex::new(n));
-
-        let Response::InitProducerId(init) =
-            call(&node, Millis(1), RequestId(1), init_producer_id(ID, 60_000))
-        else {
-            panic!("wrong response kind");
-        };
-        let (pid, epoch) = (init.producer_id, init.producer_epoch);
+        let node = Arc::new(Mutex::new(loaded_node(&log, markers)));
         let parts = [tp0.clone(), tp1.clone(), tp2.clone()];
-        call(
-            &node,
-            Millis(2),
-            RequestId(2),
-            add_partitions(ID, pid, epoch, &parts),
-        );
+        let (pid, epoch) = open_txn(&node, ID, &parts);
         b1.lock().produce(&tp0, pid, epoch);
         b2.lock().produce(&tp1, pid, epoch);
         b2.lock().produce(&tp2, pid, epoch);

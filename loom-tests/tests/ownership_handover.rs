@@ -67,24 +67,17 @@
 
 use coordinator::{ErrorCode, Millis, ProducerIdAllocator, Request, RequestId, Response};
 use loom_tests::{
-    Markers, Node, PARTITION, add_partitions, allocator, call, end_txn, init_producer_id, tid, tp,
+    Markers, Node, PARTITION, add_partitions, call, end_txn, loaded_node, open_txn, record_of, tid,
+    tp,
 };
 use txn_log::mem::poll_once;
 use txn_log::sync::{Arc, AtomicBool, Mutex, Ordering};
 use txn_log::{
     CoordinatorEpoch, LoadedPartition, LogError, MemTxnLog, ProducerEpoch, ProducerId,
-    TopicPartition, TxnLog, TxnRecord, TxnResult, TxnState,
+    TopicPartition, TxnLog, TxnResult, TxnState,
 };
 
 const ID: &str = "app";
-
-fn record(loaded: &LoadedPartition) -> Option<&TxnRecord> {
-    loaded
-        .records
-        .iter()
-        .find(|(k, _)| *k == tid(ID))
-        .map(|(_, r)| r)
-}
 
 fn error_of(r: &Response) -> ErrorCode {
     match r {
@@ -100,23 +93,8 @@ fn is_fenced(at: &loom_tests::Attempt) -> bool {
 
 /// Owner A at epoch 1 with `app` Ongoing over t-0; returns A and the producer's id and epoch.
 fn setup(log: &MemTxnLog) -> (Arc<Mutex<Node>>, ProducerId, ProducerEpoch) {
-    let mut a = Node::new(log.clone(), allocator(), Markers::AckAtOnce);
-    a.load_now(Millis(0), CoordinatorEpoch(1));
-    let a = Arc::new(Mutex::new(a));
-    let Response::InitProducerId(init) =
-        call(&a, Millis(1), RequestId(1), init_producer_id(ID, 60_000))
-    else {
-        panic!("wrong response kind");
-    };
-    assert_eq!(init.error, ErrorCode::NONE);
-    let (pid, epoch) = (init.producer_id, init.producer_epoch);
-    let add = call(
-        &a,
-        Millis(1),
-        RequestId(2),
-        add_partitions(ID, pid, epoch, &[tp("t", 0)]),
-    );
-    assert_eq!(error_of(&add), ErrorCode::NONE);
+    let a = Arc::new(Mutex::new(loaded_node(log, Markers::AckAtOnce)));
+    let (pid, epoch) = open_txn(&a, ID, &[tp("t", 0)]);
     (a, pid, epoch)
 }
 
@@ -155,7 +133,7 @@ fn assert_fenced_after_claim(node: &Node, who: &str) {
 
 /// What A's answer to the add of t-1 implies for B's load (the first two invariants).
 fn assert_add_outcome(code: ErrorCode, loaded: &LoadedPartition, t1: &TopicPartition) {
-    let rec = record(loaded);
+    let rec = record_of(loaded, &tid(ID));
     let has_t1 = rec.is_some_and(|r| r.partitions.contains(t1));
     if code == ErrorCode::NONE {
         assert!(
@@ -326,7 +304,7 @@ fn stale_append_vs_claim() {
             "the log's epoch went down"
         );
         assert_eq!(
-            record(&durable).map(|r| r.state),
+            record_of(&durable, &tid(ID)).map(|r| r.state),
             Some(TxnState::CompleteCommit)
         );
     });
@@ -424,7 +402,7 @@ fn next_epoch_claims_race() {
             "both claims won: A claimed {ea:?}, B claimed {eb:?}; the owner of epoch {lost:?} \
              acknowledged AddPartitionsToTxn(t-1), which the other owner, loaded before it, \
              does not have: {:?}",
-            record(&won_load)
+            record_of(&won_load, &tid(ID))
         );
     });
 }

@@ -17,11 +17,11 @@
 
 use coordinator::{ErrorCode, Millis, RequestId, Response};
 use loom_tests::{
-    Broker, Markers, Node, PARTITION, add_partitions, allocator, call, deliver_all, end_txn,
-    has_state, init_producer_id, state_of, tid, tp,
+    Broker, Markers, PARTITION, add_partitions, call, deliver_all, end_txn, has_state,
+    init_producer_id, loaded_node, state_of, tid, tp,
 };
 use txn_log::sync::{Arc, Mutex};
-use txn_log::{CoordinatorEpoch, MemTxnLog, ProducerEpoch, ProducerId, TxnResult, TxnState};
+use txn_log::{MemTxnLog, ProducerEpoch, ProducerId, TxnResult, TxnState};
 
 const ID: &str = "app";
 const TIMEOUT_MS: i32 = 60_000;
@@ -42,9 +42,8 @@ fn model(version: i16) {
         let broker = Broker::new(1, std::slice::from_ref(&p));
         let markers = Markers::planner(&[(p.clone(), &broker)]);
         let broker = Arc::new(Mutex::new(broker));
-        let mut n = Node::new(log.clone(), allocator(), markers);
+        let mut n = loaded_node(&log, markers);
         n.snapshot_replies = true;
-        n.load_now(Millis(0), CoordinatorEpoch(1));
         let node = Arc::new(Mutex::new(n));
         let Response::InitProducerId(init) = call(
             &node,

@@ -19,9 +19,9 @@
 #![cfg(txn_loom)]
 
 use coordinator::{ErrorCode, Millis, RequestId, Response};
-use loom_tests::{Markers, Node, add_partitions, allocator, call, end_txn, init_producer_id, tp};
+use loom_tests::{Markers, Node, add_partitions, call, end_txn, init_producer_id, loaded_node, tp};
 use txn_log::sync::{Arc, Mutex};
-use txn_log::{CoordinatorEpoch, MemTxnLog, ProducerEpoch, ProducerId};
+use txn_log::{MemTxnLog, ProducerEpoch, ProducerId};
 
 const ID: &str = "app";
 
@@ -102,9 +102,7 @@ fn error_of(r: &Response) -> ErrorCode {
 fn zombie_fencing() {
     loom_tests::builder().check(|| {
         let log = MemTxnLog::new();
-        let mut n = Node::new(log.clone(), allocator(), Markers::AckAtOnce);
-        n.load_now(Millis(0), CoordinatorEpoch(1));
-        let node = Arc::new(Mutex::new(n));
+        let node = Arc::new(Mutex::new(loaded_node(&log, Markers::AckAtOnce)));
 
         let a = {
             let node = node.clone();
