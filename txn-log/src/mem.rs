@@ -137,6 +137,20 @@ impl Store {
     fn stored_epoch(&self, p: LogPartition) -> Option<CoordinatorEpoch> {
         self.partitions.get(&p).and_then(|s| s.epoch)
     }
+
+    /// What a load of `p` reads from this store.
+    fn loaded(&self, p: LogPartition) -> LoadedPartition {
+        self.partitions
+            .get(&p)
+            .map_or_else(LoadedPartition::default, |s| LoadedPartition {
+                coordinator_epoch: s.epoch,
+                records: s
+                    .records
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -323,17 +337,7 @@ impl Inner {
             }
             None => {}
         }
-        Ok(match self.live.partitions.get(&p) {
-            Some(s) => LoadedPartition {
-                coordinator_epoch: s.epoch,
-                records: s
-                    .records
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            },
-            None => LoadedPartition::default(),
-        })
+        Ok(self.live.loaded(p))
     }
 }
 
@@ -494,18 +498,7 @@ impl MemTxnLog {
 
     /// The durable state of `partition`: what a [`MemTxnLog::crash`] would leave.
     pub fn durable_snapshot(&self, partition: LogPartition) -> LoadedPartition {
-        let inner = self.inner.lock();
-        match inner.durable.partitions.get(&partition) {
-            Some(s) => LoadedPartition {
-                coordinator_epoch: s.epoch,
-                records: s
-                    .records
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            },
-            None => LoadedPartition::default(),
-        }
+        self.inner.lock().durable.loaded(partition)
     }
 
     /// Waits until the write behind `ticket` is durable (or lost / poisoned).

@@ -134,14 +134,24 @@ pub fn scram_key(user: &str, mechanism: ScramMechanism) -> Vec<u8> {
 /// Encodes `binding` as the value stored under its key: `(key, value)`.
 pub fn encode_acl(binding: &AclBinding) -> Result<(Vec<u8>, Vec<u8>), LogError> {
     let key = acl_key(binding)?;
-    let value = codec::seal_value(KIND_ACL, ACL_VERSION, &key, &codec::encode_payload(binding)?)?;
+    let value = codec::seal_value(
+        KIND_ACL,
+        ACL_VERSION,
+        &key,
+        &codec::encode_payload(binding)?,
+    )?;
     Ok((key, value))
 }
 
 /// Encodes a credential as the value stored under its key: `(key, value)`.
 pub fn encode_scram(s: &StoredScram) -> Result<(Vec<u8>, Vec<u8>), LogError> {
     let key = scram_key(&s.user, s.mechanism);
-    let value = codec::seal_value(KIND_SCRAM, SCRAM_VERSION, &key, &codec::encode_payload(&s.credential)?)?;
+    let value = codec::seal_value(
+        KIND_SCRAM,
+        SCRAM_VERSION,
+        &key,
+        &codec::encode_payload(&s.credential)?,
+    )?;
     Ok((key, value))
 }
 
@@ -198,7 +208,8 @@ pub fn decode_scram(key: &[u8], value: &[u8]) -> Result<StoredScram, LogError> {
             format!("unknown SCRAM credential version {version}"),
         ));
     }
-    let credential: ScramCredential = codec::decode_payload(payload).map_err(|r| corrupt(key, r))?;
+    let credential: ScramCredential =
+        codec::decode_payload(payload).map_err(|r| corrupt(key, r))?;
     if !credential.fits(mechanism) {
         return Err(corrupt(key, "key lengths do not fit the mechanism"));
     }
