@@ -12,7 +12,7 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Must, add_stream_txn, ev};
+use e2e::checks::{Stream, commits_after, ev};
 use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "crash";
@@ -75,25 +75,10 @@ fn scenario(mode: Mode) {
         Duration::from_secs(120),
     );
 
-    let mut expect = Expect::default();
-    let mut commits = 0;
-    for e in events.iter().chain(sentinel.iter()) {
-        match ev(e) {
-            "commit" => {
-                add_stream_txn(&mut expect, e, Must::Present);
-                commits += 1;
-            }
-            "abort" => {
-                add_stream_txn(&mut expect, e, Must::Absent);
-            }
-            _ => {}
-        }
-    }
-    let after_restart = events
-        .iter()
-        .filter(|e| ev(e) == "commit")
-        .filter(|e| e.get("t").and_then(e2e::Json::as_f64) > Some(killed_at))
-        .count();
+    let Stream {
+        expect, commits, ..
+    } = Stream::of(events.iter().chain(&sentinel));
+    let after_restart = commits_after(&events, killed_at).len();
     assert!(
         after_restart >= 1 && commits >= 5,
         "the stream must go on committing after the restart: {commits} commits, \

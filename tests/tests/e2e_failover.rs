@@ -33,8 +33,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::Json;
-use e2e::checks::{Expect, Must, add_stream_txn, ev};
+use e2e::checks::{Stream, commits_after, ev};
 use e2e::{Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, TopicReader, args, run};
 use txn_tests::refbroker::{Cluster as Placement, NodeAddr};
 
@@ -210,38 +209,14 @@ fn scenario(mode: Mode, script: &str) {
         Duration::from_secs(60),
     );
 
-    let mut expect = Expect::default();
-    let (mut commits, mut aborts, mut abandoned, mut ambiguous) = (0, 0, 0, 0);
-    for e in events.iter().chain(sentinel.iter()) {
-        match ev(e) {
-            "commit" => {
-                add_stream_txn(&mut expect, e, Must::Present);
-                commits += 1;
-            }
-            "abort" => {
-                add_stream_txn(&mut expect, e, Must::Absent);
-                aborts += 1;
-            }
-            // kp.py: a transaction left without asking for its commit; the next instance's
-            // InitProducerId aborts it.
-            "abandoned" => {
-                add_stream_txn(&mut expect, e, Must::Absent);
-                abandoned += 1;
-            }
-            // kp.py: a commit that may have been sent: all or nothing.
-            "ambiguous" => {
-                add_stream_txn(&mut expect, e, Must::Either);
-                ambiguous += 1;
-            }
-            _ => {}
-        }
-    }
-    let commit_times: Vec<f64> = events
-        .iter()
-        .filter(|e| ev(e) == "commit")
-        .filter_map(|e| e.get("t").and_then(Json::as_f64))
-        .filter(|t| *t > killed_at)
-        .collect();
+    let Stream {
+        expect,
+        commits,
+        aborts,
+        abandoned,
+        ambiguous,
+    } = Stream::of(events.iter().chain(&sentinel));
+    let commit_times = commits_after(&events, killed_at);
     let next_commit = commit_times.iter().copied().reduce(f64::min);
     assert!(
         !commit_times.is_empty() && commits > BEFORE_KILL,

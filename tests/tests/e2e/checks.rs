@@ -402,10 +402,57 @@ impl Outcomes {
     }
 }
 
-/// Adds the transaction of a producer stream's event `e` to `expect` as `must`, named by the
-/// event and its first value (`commit-<value>`).
-pub(crate) fn add_stream_txn(expect: &mut Expect, e: &Json, must: Must) {
-    let vals = values(e, "values");
-    let txn = format!("{}-{}", ev(e), vals[0].1);
-    expect.add_txn(&txn, &vals, must);
+/// What the events of a producer stream (`txns` of lr.py or kp.py) promise about the topic:
+/// each transaction named by its event and first value (`commit-<value>`), and how many ended
+/// each way.
+pub(crate) struct Stream {
+    /// Committed transactions present, aborted and abandoned ones absent, ambiguous ones whole
+    /// or absent.
+    pub(crate) expect: Expect,
+    /// Transactions whose commit succeeded.
+    pub(crate) commits: usize,
+    /// Transactions the producer aborted.
+    pub(crate) aborts: usize,
+    /// kp.py: a transaction left without asking for its commit; the next instance's
+    /// InitProducerId aborts it.
+    pub(crate) abandoned: usize,
+    /// kp.py: a commit that may have been sent: all or nothing.
+    pub(crate) ambiguous: usize,
+}
+
+impl Stream {
+    /// The promises of `events`.
+    pub(crate) fn of<'a>(events: impl IntoIterator<Item = &'a Json>) -> Self {
+        let mut stream = Self {
+            expect: Expect::default(),
+            commits: 0,
+            aborts: 0,
+            abandoned: 0,
+            ambiguous: 0,
+        };
+        for e in events {
+            let (must, count) = match ev(e) {
+                "commit" => (Must::Present, &mut stream.commits),
+                "abort" => (Must::Absent, &mut stream.aborts),
+                "abandoned" => (Must::Absent, &mut stream.abandoned),
+                "ambiguous" => (Must::Either, &mut stream.ambiguous),
+                _ => continue,
+            };
+            *count += 1;
+            let vals = values(e, "values");
+            let txn = format!("{}-{}", ev(e), vals[0].1);
+            stream.expect.add_txn(&txn, &vals, must);
+        }
+        stream
+    }
+}
+
+/// The times (`t`, s since the Unix epoch) of the commits in `events` after `after`.
+pub(crate) fn commits_after(events: &[Json], after: f64) -> Vec<f64> {
+    events
+        .iter()
+        .filter(|e| ev(e) == "commit")
+        .filter_map(|e| e.get("t").and_then(Json::as_f64))
+        .filter(|t| *t > after)
+        .collect()
 }
