@@ -54,15 +54,7 @@ async fn cluster_faults_leave_no_anomaly() {
     .await
     .expect("run");
     let (h, seed) = (&r.history, r.seed);
-    println!(
-        "faults injected: {}\n{}",
-        h.faults.len(),
-        h.faults
-            .iter()
-            .map(|(t, f)| format!("  {t} ms: {f}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    println!("{}", h.faults_injected());
     assert!(r.report.is_valid(), "seed {seed}: {}", r.report);
 
     // The faults that matter here happened, and transactions committed after them.

@@ -124,15 +124,7 @@ async fn mixed_faults_leave_no_anomaly() {
     .await
     .expect("run");
     let h = &r.history;
-    println!(
-        "faults injected: {}\n{}",
-        h.faults.len(),
-        h.faults
-            .iter()
-            .map(|(t, f)| format!("  {t} ms: {f}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    println!("{}", h.faults_injected());
     assert!(r.report.is_valid(), "seed {}: {}", r.seed, r.report);
     assert!(r.report.committed > 10, "seed {}: {}", r.seed, r.report);
     assert!(h.faults.len() > 5, "seed {}: too few faults", r.seed);

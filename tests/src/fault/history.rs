@@ -208,6 +208,17 @@ pub struct Record {
     pub w3: W3Record,
 }
 
+impl Record {
+    /// The faults injected, counted and one per line with their time, for a test's output.
+    pub fn faults_injected(&self) -> String {
+        let mut out = format!("faults injected: {}", self.faults.len());
+        for (ms, fault) in &self.faults {
+            out.push_str(&format!("\n  {ms} ms: {fault}"));
+        }
+        out
+    }
+}
+
 /// A shared, append-only history.
 #[derive(Debug, Clone)]
 pub struct History {
