@@ -9,9 +9,7 @@
 use std::sync::Arc;
 
 use coordinator::shell::Coordinator;
-use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, InitProducerIdRequest,
-};
+use coordinator::{AddPartitionsToTxnRequest, Config, EndTxnRequest, InitProducerIdRequest};
 use markers::apply::{ApplyError, MarkerApplier};
 use markers::participant::{
     BatchHeader, Marker, ParticipantConfig, PartitionState, ProduceDecision,
@@ -84,16 +82,13 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let orders = TopicPartition::new("orders", 0);
     let added = coordinator
-        .add_partitions_to_txn(AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: "app".into(),
-                producer_id,
-                producer_epoch: epoch,
-                verify_only: false,
-                partitions: vec![orders],
-            }],
-        })
+        .add_partitions_to_txn(AddPartitionsToTxnRequest::add(
+            3,
+            "app",
+            producer_id,
+            epoch,
+            &[orders],
+        ))
         .await;
     assert!(added.results[0].partitions[0].1.is_none());
 

@@ -57,16 +57,9 @@ fn run(label: &str, appends: Appends) {
             };
             assert!(r.error.is_none(), "{r:?}");
             let (pid, epoch) = (r.producer_id, r.producer_epoch);
-            let _ = d.call(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-                version: 3,
-                transactions: vec![AddPartitionsTxn {
-                    transactional_id: id.clone(),
-                    producer_id: pid,
-                    producer_epoch: epoch,
-                    verify_only: false,
-                    partitions: parts.clone(),
-                }],
-            }));
+            let _ = d.call(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::add(
+                3, id, pid, epoch, &parts,
+            )));
             let _ = d.call(Request::EndTxn(EndTxnRequest {
                 version: 5,
                 transactional_id: id.clone(),

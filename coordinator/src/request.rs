@@ -106,6 +106,29 @@ pub struct AddPartitionsToTxnRequest {
     pub transactions: Vec<AddPartitionsTxn>,
 }
 
+impl AddPartitionsToTxnRequest {
+    /// The request of one producer adding `partitions` to its transaction (not verify-only),
+    /// as a client sends it at `version`.
+    pub fn add(
+        version: i16,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        partitions: &[TopicPartition],
+    ) -> Self {
+        Self {
+            version,
+            transactions: vec![AddPartitionsTxn {
+                transactional_id: transactional_id.to_owned(),
+                producer_id,
+                producer_epoch,
+                verify_only: false,
+                partitions: partitions.to_vec(),
+            }],
+        }
+    }
+}
+
 /// The per-transaction result of AddPartitionsToTxn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddPartitionsTxnResult {

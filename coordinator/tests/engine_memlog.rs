@@ -4,8 +4,8 @@
 
 use coordinator::testing::EngineHarness;
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, ErrorCode,
-    InitProducerIdRequest, ProducerIdAllocator, Request, Response,
+    AddPartitionsToTxnRequest, Config, EndTxnRequest, ErrorCode, InitProducerIdRequest,
+    ProducerIdAllocator, Request, Response,
 };
 use txn_log::{
     CoordinatorEpoch, LogPartition, MemTxnLog, ProducerEpoch, ProducerId, TopicPartition,
@@ -54,16 +54,13 @@ fn init(h: &mut EngineHarness, id: &str, expected: Option<(i64, i16)>) -> (Error
 
 fn add(h: &mut EngineHarness, id: &str, pid: i64, epoch: i16) -> ErrorCode {
     let Response::AddPartitionsToTxn(r) =
-        h.call(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: id.into(),
-                producer_id: ProducerId(pid),
-                producer_epoch: ProducerEpoch(epoch),
-                verify_only: false,
-                partitions: vec![TopicPartition::new("orders", 0)],
-            }],
-        }))
+        h.call(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::add(
+            3,
+            id,
+            ProducerId(pid),
+            ProducerEpoch(epoch),
+            &[TopicPartition::new("orders", 0)],
+        )))
     else {
         panic!("wrong response")
     };

@@ -3,9 +3,8 @@
 
 use coordinator::testing::{EngineHarness, Markers};
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, DescribeTransactionsRequest,
-    EndTxnRequest, InitProducerIdRequest, ListTransactionsRequest, Millis, ProducerIdAllocator,
-    Request,
+    AddPartitionsToTxnRequest, Config, DescribeTransactionsRequest, EndTxnRequest,
+    InitProducerIdRequest, ListTransactionsRequest, Millis, ProducerIdAllocator, Request,
 };
 use txn_log::{
     CoordinatorEpoch, LogEntry, LogError, LogOp, LogPartition, MemTxnLog, TopicPartition, codec,
@@ -207,16 +206,13 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
         );
         send(
             &mut h,
-            Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-                version: 3,
-                transactions: vec![AddPartitionsTxn {
-                    transactional_id: raw.clone(),
-                    producer_id: r.producer_id,
-                    producer_epoch: r.producer_epoch,
-                    verify_only: false,
-                    partitions: vec![TopicPartition::new("t", 0)],
-                }],
-            }),
+            Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::add(
+                3,
+                &raw,
+                r.producer_id,
+                r.producer_epoch,
+                &[TopicPartition::new("t", 0)],
+            )),
         );
         // The record's producer, then a kept transaction's session (KIP-939) if it has one.
         let pairs = std::iter::once((r.producer_id, r.producer_epoch)).chain(r.session());

@@ -17,9 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, Effect, EndTxnRequest, Engine,
-    InitProducerIdRequest, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
-    Request, RequestId, Response, UnloadReason,
+    AddPartitionsToTxnRequest, Config, Effect, EndTxnRequest, Engine, InitProducerIdRequest, IoId,
+    MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator, Request, RequestId, Response,
+    UnloadReason,
 };
 use markers::apply::ApplyError;
 use markers::participant::{
@@ -97,16 +97,9 @@ pub fn add_partitions(
     epoch: ProducerEpoch,
     partitions: &[TopicPartition],
 ) -> Request {
-    Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-        version: 3,
-        transactions: vec![AddPartitionsTxn {
-            transactional_id: id.to_owned(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            verify_only: false,
-            partitions: partitions.to_vec(),
-        }],
-    })
+    Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::add(
+        3, id, pid, epoch, partitions,
+    ))
 }
 
 /// EndTxn at `version` (v5+ is TV2 with the default config).

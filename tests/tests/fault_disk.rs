@@ -10,8 +10,7 @@ use coordinator::shell::{
     Coordinator, CoordinatorOptions, ManualClock, Metrics, RecordingMarkerSink,
 };
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, ErrorCode,
-    InitProducerIdRequest,
+    AddPartitionsToTxnRequest, Config, EndTxnRequest, ErrorCode, InitProducerIdRequest,
 };
 use tokio::sync::mpsc;
 use txn_log::mem::{Fault, MemOp};
@@ -49,16 +48,7 @@ fn init(id: &str) -> InitProducerIdRequest {
 }
 
 fn add(id: &str, pid: ProducerId, epoch: ProducerEpoch) -> AddPartitionsToTxnRequest {
-    AddPartitionsToTxnRequest {
-        version: 3,
-        transactions: vec![AddPartitionsTxn {
-            transactional_id: id.into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            verify_only: false,
-            partitions: vec![TopicPartition::new("t", 0)],
-        }],
-    }
+    AddPartitionsToTxnRequest::add(3, id, pid, epoch, &[TopicPartition::new("t", 0)])
 }
 
 fn end(id: &str, pid: ProducerId, epoch: ProducerEpoch) -> EndTxnRequest {

@@ -331,7 +331,7 @@ mod in_process_tests {
 
     use super::*;
     use crate::{
-        AddPartitionsToTxnRequest, AddPartitionsTxn, DescribeTransactionsRequest, EndTxnRequest,
+        AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
         InitProducerIdRequest,
     };
 
@@ -367,16 +367,13 @@ mod in_process_tests {
         assert!(init.error.is_none());
         let tp = TopicPartition::new("orders", 2);
         let added = c
-            .add_partitions_to_txn(AddPartitionsToTxnRequest {
-                version: 3,
-                transactions: vec![AddPartitionsTxn {
-                    transactional_id: "app".into(),
-                    producer_id: init.producer_id,
-                    producer_epoch: init.producer_epoch,
-                    verify_only: false,
-                    partitions: vec![tp.clone()],
-                }],
-            })
+            .add_partitions_to_txn(AddPartitionsToTxnRequest::add(
+                3,
+                "app",
+                init.producer_id,
+                init.producer_epoch,
+                std::slice::from_ref(&tp),
+            ))
             .await;
         assert!(added.results[0].partitions[0].1.is_none());
         let end = c

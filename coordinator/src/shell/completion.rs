@@ -71,8 +71,8 @@ mod tests {
     use super::*;
     use crate::shell::RecordingMarkerSink;
     use crate::{
-        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddPartitionsTxn, Config,
-        DescribeTransactionsRequest, EndTxnRequest, InitProducerIdRequest, InitProducerIdResponse,
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, Config, DescribeTransactionsRequest,
+        EndTxnRequest, InitProducerIdRequest, InitProducerIdResponse,
     };
 
     const P: LogPartition = LogPartition(0);
@@ -122,16 +122,13 @@ mod tests {
     }
 
     fn add(init: &InitProducerIdResponse, topic: &str) -> AddPartitionsToTxnRequest {
-        AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: "app".into(),
-                producer_id: init.producer_id,
-                producer_epoch: init.producer_epoch,
-                verify_only: false,
-                partitions: vec![TopicPartition::new(topic, 0)],
-            }],
-        }
+        AddPartitionsToTxnRequest::add(
+            3,
+            "app",
+            init.producer_id,
+            init.producer_epoch,
+            &[TopicPartition::new(topic, 0)],
+        )
     }
 
     fn added(r: &AddPartitionsToTxnResponse) -> bool {

@@ -51,16 +51,7 @@ fn init(id: &str) -> InitProducerIdRequest {
 }
 
 fn add(id: &str, pid: ProducerId, epoch: ProducerEpoch, topic: &str) -> AddPartitionsToTxnRequest {
-    AddPartitionsToTxnRequest {
-        version: 3,
-        transactions: vec![AddPartitionsTxn {
-            transactional_id: id.into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            verify_only: false,
-            partitions: vec![TopicPartition::new(topic, 0)],
-        }],
-    }
+    AddPartitionsToTxnRequest::add(3, id, pid, epoch, &[TopicPartition::new(topic, 0)])
 }
 
 fn end(id: &str, pid: ProducerId, epoch: ProducerEpoch, commit: bool) -> EndTxnRequest {

@@ -9,15 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use coordinator::security::Principal;
 use coordinator::security::acl::{
-    AclBinding, AclBindingFilter, AclError, Action, AuthorizationResult, Authorizer,
-    CreateOutcome, RequestContext, ResourceType,
+    AclBinding, AclBindingFilter, AclError, Action, AuthorizationResult, Authorizer, CreateOutcome,
+    RequestContext, ResourceType,
 };
 use coordinator::server::authz::{Authz, Denials};
 use coordinator::server::session::Session;
 use coordinator::shell::{CatalogUnavailable, Coordinator, PartitionCatalog};
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, Config, EndTxnRequest, ErrorCode,
-    InitProducerIdRequest,
+    AddPartitionsToTxnRequest, Config, EndTxnRequest, ErrorCode, InitProducerIdRequest,
 };
 use markers::apply::{ApplyError, MarkerApplier};
 // The protocol library, re-exported: no kafka-protocol dependency (or [patch]) of our own.
@@ -202,24 +201,24 @@ fn main() {
         println!("authorized first: User:bob may not use alice-orders");
         let alice = tenant("alice");
         let as_alice = Authz::new(Some(authorizer.clone()), &alice, &denials, "InitProducerId");
-        assert_eq!(as_alice.init_producer_id(Some("alice-orders"), false), Ok(()));
+        assert_eq!(
+            as_alice.init_producer_id(Some("alice-orders"), false),
+            Ok(())
+        );
         let init = coordinator
-            .init_producer_id(InitProducerIdRequest::new_producer(5, "alice-orders", 60_000))
+            .init_producer_id(InitProducerIdRequest::new_producer(
+                5,
+                "alice-orders",
+                60_000,
+            ))
             .await;
         assert_eq!(init.error, ErrorCode::NONE, "{init:?}");
         assert_eq!(init.producer_epoch, ProducerEpoch(0));
         let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
         println!("InitProducerId: producer id {producer_id:?}, epoch {epoch:?}");
 
-        let add = |tp: TopicPartition| AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: "alice-orders".into(),
-                producer_id,
-                producer_epoch: epoch,
-                verify_only: false,
-                partitions: vec![tp],
-            }],
+        let add = |tp: TopicPartition| {
+            AddPartitionsToTxnRequest::add(3, "alice-orders", producer_id, epoch, &[tp])
         };
         // A partition the broker does not have: refused before the engine, by the catalog.
         let unknown = coordinator

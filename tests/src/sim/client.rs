@@ -5,8 +5,7 @@
 //! after an unanswered attempt is indeterminate, and a commit never answered is never aborted.
 
 use coordinator::{
-    AddPartitionsToTxnRequest, AddPartitionsTxn, EndTxnRequest, InitProducerIdRequest, Request,
-    Response,
+    AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest, Request, Response,
 };
 use txn_log::{ErrorCode, ProducerEpoch, ProducerId, TopicPartition};
 
@@ -241,16 +240,13 @@ impl Client {
                         self.phase = Phase::Produce(i);
                         continue;
                     }
-                    Send::Coordinator(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-                        version: 3,
-                        transactions: vec![AddPartitionsTxn {
-                            transactional_id: self.tid.clone(),
-                            producer_id: ProducerId(self.pid),
-                            producer_epoch: ProducerEpoch(self.epoch),
-                            verify_only: false,
-                            partitions: vec![TopicPartition::new(&self.topic, p)],
-                        }],
-                    }))
+                    Send::Coordinator(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::add(
+                        3,
+                        &self.tid,
+                        ProducerId(self.pid),
+                        ProducerEpoch(self.epoch),
+                        &[TopicPartition::new(&self.topic, p)],
+                    )))
                 }
                 Phase::Produce(i) => {
                     let (p, v) = self.plans[self.current].writes[i].clone();
