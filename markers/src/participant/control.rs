@@ -11,13 +11,12 @@
 //! Encoding and decoding go through `kafka_protocol::records`, so the CRC and varint layout
 //! are the library's (the same code path clients built on it use).
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
+use super::data_batch::encode_v2;
 use super::error::{BatchParseError, EncodeError};
 
 /// Control record key version written (`ControlRecordType.CURRENT_CONTROL_RECORD_KEY_VERSION`).
@@ -116,17 +115,7 @@ impl ControlBatch {
             ))),
             headers: IndexMap::new(),
         };
-        let mut buf = BytesMut::with_capacity(80);
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, [&record], &options).map_err(|e| {
-            EncodeError::Encoder {
-                reason: e.to_string(),
-            }
-        })?;
-        Ok(buf.freeze())
+        encode_v2(std::slice::from_ref(&record))
     }
 
     /// Decodes the first batch of `bytes` as a transaction marker batch.
