@@ -12,11 +12,10 @@
 //! are the library's (the same code path clients built on it use).
 
 use bytes::Bytes;
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
+use kafka_protocol::records::RecordBatchDecoder;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
-use super::data_batch::encode_v2;
+use super::data_batch::{DataBatch, RecordTimestamps};
 use super::error::{BatchParseError, EncodeError};
 
 /// Control record key version written (`ControlRecordType.CURRENT_CONTROL_RECORD_KEY_VERSION`).
@@ -98,24 +97,18 @@ pub struct ControlBatch {
 impl ControlBatch {
     /// Encodes the batch as Kafka's `MemoryRecords.withEndTransactionMarker` does.
     pub fn encode(&self) -> Result<Bytes, EncodeError> {
-        let record = Record {
+        let header = DataBatch {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: -1,
             transactional: true,
-            control: true,
-            delete_horizon: false,
+            base_offset: self.base_offset,
             partition_leader_epoch: self.partition_leader_epoch,
-            producer_id: self.producer_id.0,
-            producer_epoch: self.producer_epoch.0,
-            timestamp_type: TimestampType::Creation,
-            offset: self.base_offset,
-            sequence: -1,
-            timestamp: self.timestamp_ms,
-            key: Some(Bytes::copy_from_slice(&control_key_bytes(self.result))),
-            value: Some(Bytes::copy_from_slice(&end_txn_value_bytes(
-                self.coordinator_epoch,
-            ))),
-            headers: IndexMap::new(),
+            timestamps: RecordTimestamps::Same(self.timestamp_ms),
         };
-        encode_v2(std::slice::from_ref(&record))
+        let key = Bytes::copy_from_slice(&control_key_bytes(self.result));
+        let value = Bytes::copy_from_slice(&end_txn_value_bytes(self.coordinator_epoch));
+        header.encode_with_control_bit(true, [(Some(key), Some(value))])
     }
 
     /// Decodes the first batch of `bytes` as a transaction marker batch.

@@ -1,7 +1,7 @@
 //! Data batches as a producer writes them: a RecordBatch v2 of key/value records, encoded
-//! through `kafka_protocol::records` like [`ControlBatch`](super::ControlBatch). The
-//! refbroker's offset commits, the test clients, the benchmark producer and the fuzz seeds
-//! build their batches here.
+//! through `kafka_protocol::records` (as [`ControlBatch`](super::ControlBatch) is, with the
+//! control bit). The refbroker's offset commits, the test clients, the benchmark producer and
+//! the fuzz seeds build their batches here.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
@@ -80,11 +80,21 @@ impl DataBatch {
         &self,
         records: impl IntoIterator<Item = (Option<Bytes>, Option<Bytes>)>,
     ) -> Result<Bytes, EncodeError> {
+        self.encode_with_control_bit(false, records)
+    }
+
+    /// [`DataBatch::encode`] with the control attribute bit set as `control` says (a
+    /// transaction marker sets it).
+    pub(super) fn encode_with_control_bit(
+        &self,
+        control: bool,
+        records: impl IntoIterator<Item = (Option<Bytes>, Option<Bytes>)>,
+    ) -> Result<Bytes, EncodeError> {
         let records: Vec<Record> = (0i32..)
             .zip(records)
             .map(|(i, (key, value))| Record {
                 transactional: self.transactional,
-                control: false,
+                control,
                 delete_horizon: false,
                 partition_leader_epoch: self.partition_leader_epoch,
                 producer_id: self.producer_id.0,
@@ -104,20 +114,16 @@ impl DataBatch {
                 headers: IndexMap::new(),
             })
             .collect();
-        encode_v2(&records)
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).map_err(|e| {
+            EncodeError::Encoder {
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(buf.freeze())
     }
-}
-
-/// Encodes `records` as RecordBatch v2 without compression (the encoder groups them into
-/// batches by their batch-level fields).
-pub(super) fn encode_v2(records: &[Record]) -> Result<Bytes, EncodeError> {
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, records, &options).map_err(|e| EncodeError::Encoder {
-        reason: e.to_string(),
-    })?;
-    Ok(buf.freeze())
 }
