@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, InitProducerIdRequest, ProduceRequest,
     ProducerId, TopicName, TransactionalId,
@@ -14,9 +14,7 @@ use kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use markers::participant::{DataBatch, RecordTimestamps};
 use tokio::time::Instant;
 use txn_log::ErrorCode;
 use txn_log::rng::Rng;
@@ -368,41 +366,20 @@ impl Producer {
             let mut pdata = Vec::with_capacity(ps.len());
             for &p in &ps {
                 let base = *self.seqs.get(&p).unwrap_or(&0);
-                let ts = now_ms();
-                let records: Vec<Record> = (0..n)
-                    .map(|i| {
-                        let i = i32::try_from(i).unwrap_or(0);
-                        Record {
-                            transactional: true,
-                            control: false,
-                            delete_horizon: false,
-                            partition_leader_epoch: -1,
-                            producer_id: self.pid,
-                            producer_epoch: self.epoch,
-                            timestamp_type: TimestampType::Creation,
-                            offset: i64::from(i),
-                            sequence: base.wrapping_add(i),
-                            timestamp: ts,
-                            key: None,
-                            value: Some(self.payload.clone()),
-                            headers: Default::default(),
-                        }
-                    })
-                    .collect();
-                let mut buf = BytesMut::new();
-                RecordBatchEncoder::encode(
-                    &mut buf,
-                    &records,
-                    &RecordEncodeOptions {
-                        version: 2,
-                        compression: Compression::None,
-                    },
-                )
+                let batch = DataBatch {
+                    producer_id: txn_log::ProducerId(self.pid),
+                    producer_epoch: txn_log::ProducerEpoch(self.epoch),
+                    base_sequence: base,
+                    transactional: true,
+                    timestamps: RecordTimestamps::Same(now_ms()),
+                    ..DataBatch::default()
+                }
+                .encode((0..n).map(|_| (None, Some(self.payload.clone()))))
                 .map_err(|e| TxnError::Fatal(anyhow::anyhow!("encode batch: {e}")))?;
                 pdata.push(
                     PartitionProduceData::default()
                         .with_index(p)
-                        .with_records(Some(buf.freeze())),
+                        .with_records(Some(batch)),
                 );
             }
             let req = ProduceRequest::default()

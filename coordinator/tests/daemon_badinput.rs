@@ -319,13 +319,12 @@ async fn a_closed_stdout_does_not_stop_the_daemon() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let mut answered = None;
     for _ in 0..200 {
-        if let Ok(stream) = TcpStream::connect(addr).await {
-            let mut c = markers::wire::KafkaConnection::new(stream, "closed-stdout");
-            if let Ok(r) = c.call(&init_req(Some("closed-stdout"), 60_000), 4).await {
-                answered = Some(r.error_code);
-                if r.error_code == 0 {
-                    break;
-                }
+        if let Ok(mut c) = txn_testkit::wire::try_connect(addr, "closed-stdout").await
+            && let Ok(r) = c.call(&init_req(Some("closed-stdout"), 60_000), 4).await
+        {
+            answered = Some(r.error_code);
+            if r.error_code == 0 {
+                break;
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

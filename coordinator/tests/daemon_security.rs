@@ -294,9 +294,7 @@ async fn sasl_plaintext_listener() {
     let data = tempfile::tempdir().expect("data");
     let d = start(&pki, data.path());
     let addr = d.listener("SASL_PLAINTEXT");
-    let conn = || async move {
-        KafkaConnection::new(TcpStream::connect(addr).await.expect("connect"), "t")
-    };
+    let conn = || txn_testkit::wire::connect(addr, "t");
 
     // A request before authentication closes the connection.
     let mut c = conn().await;

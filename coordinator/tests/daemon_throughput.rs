@@ -45,8 +45,7 @@ async fn run(label: &str, partitions: u32) {
     for i in 0..CLIENTS {
         let addr = d.addr;
         tasks.push(tokio::spawn(async move {
-            let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            let mut c = markers::wire::KafkaConnection::new(stream, "bench");
+            let mut c = txn_testkit::wire::connect(addr, "bench").await;
             let id = format!("bench-{i}");
             let (pid, epoch) = init_ok(&mut c, &id, 60_000).await;
             for n in 0..TXNS_PER_CLIENT {

@@ -1,14 +1,10 @@
-//! Seed inputs of each harness, made by the production encoders (kafka-protocol's request and
-//! record-batch encoders, the txn-log codec, the participant's control batch encoder).
+//! Seed inputs of each harness, made by the production encoders (kafka-protocol's request
+//! encoders, the txn-log codec, the participant's data and control batch encoders).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::{self as km, ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes, encode_request_header_into_buffer};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use markers::participant::ControlBatch;
+use markers::participant::{ControlBatch, DataBatch, RecordTimestamps};
 use txn_log::{
     CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
     TxnRecord, TxnResult, TxnState, codec,
@@ -37,36 +33,22 @@ fn frame<R: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &R)
 }
 
 fn data_batch(pid: i64, epoch: i16, seq: i32, transactional: bool, values: &[&str]) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::copy_from_slice(v.as_bytes())),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("batch");
-    buf.freeze()
+    DataBatch {
+        producer_id: ProducerId(pid),
+        producer_epoch: ProducerEpoch(epoch),
+        base_sequence: seq,
+        transactional,
+        partition_leader_epoch: 0,
+        timestamps: RecordTimestamps::Ascending(1_700_000_000_000),
+        ..DataBatch::default()
+    }
+    .encode(values.iter().enumerate().map(|(i, v)| {
+        (
+            Some(Bytes::from(format!("k{i}"))),
+            Some(Bytes::copy_from_slice(v.as_bytes())),
+        )
+    }))
+    .expect("batch")
 }
 
 fn produce_request(batch: Bytes) -> km::ProduceRequest {

@@ -14,6 +14,8 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use markers::wire::{BoxedConnection, Connector, PlaintextConnector};
 use txn_log::ErrorCode;
 
+use crate::wire::{BoundedCallError, call_before};
+
 /// API version ranges a peer advertised (ApiVersions).
 #[derive(Debug, Clone, Default)]
 pub struct Versions(HashMap<i16, (i16, i16)>);
@@ -93,9 +95,15 @@ impl Conn {
 
     /// One request/response round trip with a 30 s bound.
     pub async fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
-        match tokio::time::timeout(Duration::from_secs(30), self.inner.call(req, version)).await {
-            Ok(r) => r.with_context(|| format!("{:?} v{version} to {}", R::KEY, self.addr)),
-            Err(_) => bail!("{:?} to {} timed out after 30 s", R::KEY, self.addr),
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        match call_before(&mut self.inner, req, version, deadline).await {
+            Ok(r) => Ok(r),
+            Err(BoundedCallError::TimedOut) => {
+                bail!("{:?} to {} timed out after 30 s", R::KEY, self.addr)
+            }
+            Err(BoundedCallError::Failed(e)) => {
+                Err(e).with_context(|| format!("{:?} v{version} to {}", R::KEY, self.addr))
+            }
         }
     }
 }

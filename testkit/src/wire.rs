@@ -1,16 +1,16 @@
 //! Plain wire helpers for tests that drive a broker request by request: a connection without
-//! negotiation, record batches and Produce.
+//! negotiation, calls bounded by a deadline, record batches and Produce.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use markers::wire::KafkaConnection;
+use kafka_protocol::protocol::{Request, StrBytes};
+use markers::participant::{DataBatch, RecordTimestamps};
+use markers::wire::{CallError, KafkaConnection};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, ToSocketAddrs};
+use tokio::time::Instant;
+use txn_log::{ProducerEpoch, ProducerId};
 
 /// A client connection to a broker.
 pub type Conn = KafkaConnection<TcpStream>;
@@ -20,51 +20,65 @@ pub fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
-/// Connects to `addr` as client `client_id`.
+/// Connects to `addr` as client `client_id` (TCP, `TCP_NODELAY`); panics if it cannot.
 pub async fn connect(addr: impl ToSocketAddrs, client_id: &str) -> Conn {
-    let s = TcpStream::connect(addr).await.expect("connect");
-    KafkaConnection::new(s, client_id)
+    try_connect(addr, client_id).await.expect("connect")
 }
 
-/// A v2 record batch of `values` (offsets from 0); producer `(pid, epoch, base sequence)`
-/// (transactional or idempotent) or plain.
+/// Connects to `addr` as client `client_id` (TCP, `TCP_NODELAY`), or the connect error.
+pub async fn try_connect(addr: impl ToSocketAddrs, client_id: &str) -> std::io::Result<Conn> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    Ok(KafkaConnection::new(s, client_id))
+}
+
+/// Why a bounded call gave no response.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedCallError {
+    /// The deadline passed first.
+    #[error("timed out")]
+    TimedOut,
+    /// The call failed (connection lost, codec error, ...).
+    #[error(transparent)]
+    Failed(#[from] CallError),
+}
+
+/// One request/response round trip on `conn` that gives up at `deadline`. After an error the
+/// connection's state is unknown (a response may still be on its way): drop it.
+pub async fn call_before<S, R>(
+    conn: &mut KafkaConnection<S>,
+    req: &R,
+    version: i16,
+    deadline: Instant,
+) -> Result<R::Response, BoundedCallError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    R: Request,
+{
+    match tokio::time::timeout_at(deadline, conn.call(req, version)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(BoundedCallError::TimedOut),
+    }
+}
+
+/// A v2 record batch of `values` (offsets from 0, record `i` stamped 1_700_000_000_000 + `i`,
+/// no keys); producer `(pid, epoch, base sequence)` (transactional or idempotent) or plain.
 pub fn record_batch(
     producer: Option<(i64, i16, i32)>,
     transactional: bool,
     values: &[String],
 ) -> Bytes {
-    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
-    let records: Vec<Record> = (0..)
-        .zip(values)
-        .map(|(i, v)| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::from(i),
-            // the encoder splits batches where `offset - sequence` changes: a plain batch
-            // (base sequence -1) numbers its records -1, 0, 1, ...
-            sequence: seq.wrapping_add(i),
-            timestamp: 1_700_000_000_000 + i64::from(i),
-            key: None,
-            value: Some(Bytes::from(v.clone())),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.freeze()
+    let (pid, epoch, base_sequence) = producer.unwrap_or((-1, -1, -1));
+    DataBatch {
+        producer_id: ProducerId(pid),
+        producer_epoch: ProducerEpoch(epoch),
+        base_sequence,
+        transactional,
+        timestamps: RecordTimestamps::Ascending(1_700_000_000_000),
+        ..DataBatch::default()
+    }
+    .encode(values.iter().map(|v| (None, Some(Bytes::from(v.clone())))))
+    .expect("encode")
 }
 
 /// Produces `records` (acks all, v9) to `topic`/`partition`, in `txn_id`'s transaction if

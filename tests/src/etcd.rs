@@ -276,7 +276,7 @@ pub mod requests {
     };
     use kafka_protocol::protocol::StrBytes;
 
-    use crate::fault::client::Pool;
+    use txn_testkit::pool::Pool;
 
     fn s(v: &str) -> StrBytes {
         StrBytes::from_string(v.to_owned())

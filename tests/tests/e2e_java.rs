@@ -70,7 +70,7 @@ fn described_epoch(broker: std::net::SocketAddr, txn_id: &str) -> i16 {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let mut pool = txn_tests::fault::client::Pool::new("e2e-java", Duration::from_secs(5));
+        let mut pool = txn_testkit::pool::Pool::new("e2e-java", Duration::from_secs(5));
         let req =
             DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(
                 kafka_protocol::protocol::StrBytes::from_string(txn_id.to_owned()),

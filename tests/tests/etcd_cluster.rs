@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{self as km};
 use kafka_protocol::protocol::StrBytes;
+use txn_testkit::pool::Pool;
 use txn_tests::etcd::requests::{find, init_at_owner};
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
-use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, bin_path};
 
 const LEASE_MS: u64 = 2000;

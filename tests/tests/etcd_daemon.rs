@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use txn_testkit::pool::Pool;
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd, requests};
-use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
 
 const STARTUP: Duration = Duration::from_secs(60);

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages as km;
+use txn_testkit::pool::Pool;
 use txn_tests::etcd::requests::{add, end, find, init_at_owner, wait_state};
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
-use txn_tests::fault::client::Pool;
 use txn_tests::fault::process::{Proc, Spec, free_port};
 
 const LEASE_MS: u64 = 2000;

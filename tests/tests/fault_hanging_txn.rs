@@ -30,11 +30,10 @@ use kafka_protocol::messages::{
     ApiKey, DescribeTransactionsRequest, GroupId, ProduceRequest, ProducerId as WireProducerId,
     TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::StrBytes;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
-use txn_testkit::wire::record_batch;
-use txn_tests::fault::client::{ClientError, ClusterView, Fetcher, Pool, TxnProducer, TxnVersion};
+use txn_testkit::wire::{connect, record_batch, sb};
+use txn_tests::fault::client::{
+    ClientError, ClusterView, Fetcher, TxnProducer, TxnVersion, loopback_pool,
+};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
 use txn_tests::fault::proxy::RequestClass;
 use txn_tests::refbroker::process::BrokerProcess;
@@ -44,10 +43,6 @@ const TID: &str = "tv1-late";
 /// How long the broker's proxy holds the late Produce: the abort completes well within it.
 const HOLD: Duration = Duration::from_secs(4);
 const INVALID_TXN_STATE: i16 = 48;
-
-fn sb(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_owned())
-}
 
 fn options() -> ClusterOptions {
     ClusterOptions::from_env(
@@ -61,7 +56,7 @@ fn options() -> ClusterOptions {
 
 /// Polls DescribeTransactions at `coordinator` until `tid` is in `state`.
 async fn await_state(coordinator: std::net::SocketAddr, tid: &str, state: &str) {
-    let mut pool = Pool::new("hanging-test", Duration::from_secs(3));
+    let mut pool = loopback_pool("hanging-test", Duration::from_secs(3));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
     while Instant::now() < deadline {
@@ -89,10 +84,7 @@ async fn raw_produce(
     seq: i32,
     value: &str,
 ) -> (i16, i64) {
-    let stream = TcpStream::connect(leader)
-        .await
-        .expect("connect to the leader");
-    let mut conn = KafkaConnection::new(stream, "late-producer");
+    let mut conn = connect(leader, "late-producer").await;
     let req = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(sb(TID))))
         .with_acks(-1)
@@ -293,7 +285,7 @@ async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
     assert_eq!(late.0, INVALID_TXN_STATE, "{late:?}");
     // A late TxnOffsetCommit of the aborted transaction (its group's __consumer_offsets
     // partition was never added) is refused the same way.
-    let mut pool = Pool::new("late-offsets", Duration::from_secs(5));
+    let mut pool = loopback_pool("late-offsets", Duration::from_secs(5));
     let commit = TxnOffsetCommitRequest::default()
         .with_transactional_id(TransactionalId(sb(TID)))
         .with_group_id(GroupId(sb("hv-group")))

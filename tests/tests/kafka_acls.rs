@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages as km;
 use kafka_protocol::protocol::StrBytes;
-use markers::wire::KafkaConnection;
+use txn_testkit::wire::connect;
 use txn_tests::fault::cluster::daemon_bin_from_env;
 use txn_tests::kafka_tool::ACLS;
 
@@ -52,8 +52,7 @@ fn start(data: &str) -> Daemon {
 }
 
 async fn init(addr: SocketAddr, id: &str) -> i16 {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut c = KafkaConnection::new(stream, "kafka-acls-test");
+    let mut c = connect(addr, "kafka-acls-test").await;
     for _ in 0..100 {
         let r = c
             .call(

@@ -14,11 +14,8 @@ use kafka_protocol::messages::{
     ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
+use txn_testkit::wire::{self, Conn};
 use txn_tests::refbroker::process::BrokerProcess;
-
-type Conn = KafkaConnection<TcpStream>;
 
 fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
@@ -104,11 +101,10 @@ async fn start_kafka(classpath: &str, dir: &Path) -> Kafka {
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
     };
     for _ in 0..240 {
-        if let Ok(s) = TcpStream::connect(kafka.addr).await {
-            let mut c = KafkaConnection::new(s, "differential");
-            if c.call(&ApiVersionsRequest::default(), 3).await.is_ok() {
-                return kafka;
-            }
+        if let Ok(mut c) = wire::try_connect(kafka.addr, "differential").await
+            && c.call(&ApiVersionsRequest::default(), 3).await.is_ok()
+        {
+            return kafka;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -116,10 +112,7 @@ async fn start_kafka(classpath: &str, dir: &Path) -> Kafka {
 }
 
 async fn connect(addr: SocketAddr) -> Conn {
-    KafkaConnection::new(
-        TcpStream::connect(addr).await.expect("connect"),
-        "differential",
-    )
+    wire::connect(addr, "differential").await
 }
 
 /// InitProducerId for `id` at its coordinator, retried while the coordinator gets ready

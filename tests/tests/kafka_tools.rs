@@ -34,7 +34,8 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, ListTransactionsRequest, MetadataRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use txn_tests::fault::client::{ClusterView, Pool, TxnProducer, TxnVersion};
+use txn_testkit::pool::Pool;
+use txn_tests::fault::client::{ClusterView, TxnProducer, TxnVersion};
 use txn_tests::refbroker::process::BrokerProcess;
 
 const TOPIC: &str = "kt";

@@ -14,8 +14,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
 use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::fetch_of_t;
@@ -706,19 +704,18 @@ async fn a_closed_stdout_does_not_stop_the_broker() {
     drop(child.stdout.take());
     let mut answered = None;
     for _ in 0..200 {
-        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)).await {
-            let mut c = KafkaConnection::new(stream, "closed-stdout");
-            if let Ok(r) = c.call(&ApiVersionsRequest::default(), 3).await {
-                answered = Some(r.error_code);
-                break;
-            }
+        if let Ok(mut c) = wire::try_connect(("127.0.0.1", port), "closed-stdout").await
+            && let Ok(r) = c.call(&ApiVersionsRequest::default(), 3).await
+        {
+            answered = Some(r.error_code);
+            break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // a second connection after the broker has long announced its listeners
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let again = match TcpStream::connect(("127.0.0.1", port)).await {
-        Ok(stream) => KafkaConnection::new(stream, "closed-stdout")
+    let again = match wire::try_connect(("127.0.0.1", port), "closed-stdout").await {
+        Ok(mut c) => c
             .call(&ApiVersionsRequest::default(), 3)
             .await
             .map(|r| r.error_code)

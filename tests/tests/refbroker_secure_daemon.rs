@@ -177,10 +177,7 @@ async fn refbroker_runs_transactions_through_a_sasl_ssl_daemon() {
     // The same broker with a wrong password: the daemon refuses it, the client gets an error.
     let port2 = free_port();
     let bad = start_broker(&dir.path().join("broker2"), port2, d.addr, &ca, "wrong");
-    let stream = tokio::net::TcpStream::connect(bad.addr())
-        .await
-        .expect("connect");
-    let mut c = markers::wire::KafkaConnection::new(stream, "refused");
+    let mut c = txn_testkit::wire::connect(bad.addr(), "refused").await;
     let r = tokio::time::timeout(
         Duration::from_secs(20),
         c.call(

@@ -812,8 +812,7 @@ async fn call<R: kafka_protocol::protocol::Request>(
     req: &R,
     version: i16,
 ) -> R::Response {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut c = markers::wire::KafkaConnection::new(stream, "refbroker-security-test");
+    let mut c = txn_testkit::wire::connect(addr, "refbroker-security-test").await;
     tokio::time::timeout(Duration::from_secs(10), c.call(req, version))
         .await
         .expect("answered in time")

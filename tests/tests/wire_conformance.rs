@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
 use kafka_protocol::messages as km;
+use txn_testkit::pool::Pool;
 use txn_testkit::requests::{add_errors, add_req_v3, end_req, init_req};
 use txn_testkit::wire::sb as s;
-use txn_tests::fault::client::Pool;
 
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

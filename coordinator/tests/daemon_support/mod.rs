@@ -141,8 +141,7 @@ impl Daemon {
     }
 
     pub async fn conn(&self) -> KafkaConnection<TcpStream> {
-        let stream = TcpStream::connect(self.addr).await.expect("connect");
-        KafkaConnection::new(stream, "daemon-test")
+        txn_testkit::wire::connect(self.addr, "daemon-test").await
     }
 
     /// SIGKILL and reap.

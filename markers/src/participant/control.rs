@@ -11,13 +11,11 @@
 //! Encoding and decoding go through `kafka_protocol::records`, so the CRC and varint layout
 //! are the library's (the same code path clients built on it use).
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
 use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
+use super::data_batch::{DataBatch, RecordTimestamps};
 use super::error::{BatchParseError, EncodeError};
 
 /// Control record key version written (`ControlRecordType.CURRENT_CONTROL_RECORD_KEY_VERSION`).
@@ -99,34 +97,18 @@ pub struct ControlBatch {
 impl ControlBatch {
     /// Encodes the batch as Kafka's `MemoryRecords.withEndTransactionMarker` does.
     pub fn encode(&self) -> Result<Bytes, EncodeError> {
-        let record = Record {
+        let header = DataBatch {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: -1,
             transactional: true,
-            control: true,
-            delete_horizon: false,
+            base_offset: self.base_offset,
             partition_leader_epoch: self.partition_leader_epoch,
-            producer_id: self.producer_id.0,
-            producer_epoch: self.producer_epoch.0,
-            timestamp_type: TimestampType::Creation,
-            offset: self.base_offset,
-            sequence: -1,
-            timestamp: self.timestamp_ms,
-            key: Some(Bytes::copy_from_slice(&control_key_bytes(self.result))),
-            value: Some(Bytes::copy_from_slice(&end_txn_value_bytes(
-                self.coordinator_epoch,
-            ))),
-            headers: IndexMap::new(),
+            timestamps: RecordTimestamps::Same(self.timestamp_ms),
         };
-        let mut buf = BytesMut::with_capacity(80);
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, [&record], &options).map_err(|e| {
-            EncodeError::Encoder {
-                reason: e.to_string(),
-            }
-        })?;
-        Ok(buf.freeze())
+        let key = Bytes::copy_from_slice(&control_key_bytes(self.result));
+        let value = Bytes::copy_from_slice(&end_txn_value_bytes(self.coordinator_epoch));
+        header.encode_with_control_bit(true, [(Some(key), Some(value))])
     }
 
     /// Decodes the first batch of `bytes` as a transaction marker batch.

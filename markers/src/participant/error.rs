@@ -276,12 +276,12 @@ impl BatchParseError {
     }
 }
 
-/// Why a control batch could not be encoded.
+/// Why a record batch (control or data) could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
     /// The encoder failed (it reports why).
-    #[error("could not encode control batch: {reason}")]
+    #[error("could not encode record batch: {reason}")]
     Encoder {
         /// The encoder's message.
         reason: String,

@@ -82,6 +82,7 @@
 
 mod batch;
 mod control;
+mod data_batch;
 mod error;
 mod metrics;
 mod offsets;
@@ -100,6 +101,7 @@ pub use control::{
     END_TXN_MARKER_VERSION, control_key_bytes, encode_control_batch, end_txn_value_bytes,
     parse_control_key_value,
 };
+pub use data_batch::{DataBatch, RecordTimestamps};
 pub use error::{
     AppendError, BatchParseError, EncodeError, MarkerError, ProduceError, ReplayError,
 };

@@ -1,8 +1,9 @@
-//! Workload clients over [`markers::wire::KafkaConnection`]: a transactional producer, a
+//! Workload clients over the test kit's connection [`Pool`]: a transactional producer, a
 //! read_committed fetcher that filters aborted transactions exactly as a Kafka client does,
 //! and a consumer group's committed offsets as a read_committed consumer fetches them.
 //!
-//! Every call has a deadline; a connection that failed or timed out is dropped and reopened.
+//! Every call has a deadline; a connection that failed or timed out is dropped and reopened
+//! (the pool's rules); every address is checked to be loopback first ([`loopback_pool`]).
 //! Results distinguish a definite failure from an indeterminate one, because the checker
 //! must not treat "no answer" as "did not happen".
 
@@ -24,14 +25,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Request;
 use kafka_protocol::records::RecordBatchDecoder;
-use markers::wire::KafkaConnection;
-use tokio::net::TcpStream;
 use txn_log::ErrorCode;
+use txn_testkit::pool::Pool;
 use txn_testkit::wire::{record_batch, sb};
 
 use super::proxy::check_loopback;
-
-type Conn = KafkaConnection<TcpStream>;
 
 /// Why a client operation did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,60 +76,10 @@ impl std::fmt::Display for ClientError {
 
 impl std::error::Error for ClientError {}
 
-/// A pool of connections, one per address, each call bounded by `timeout`.
-#[derive(Debug)]
-pub struct Pool {
-    conns: HashMap<SocketAddr, Conn>,
-    timeout: Duration,
-    client_id: String,
-}
-
-impl Pool {
-    /// An empty pool.
-    pub fn new(client_id: &str, timeout: Duration) -> Self {
-        Self {
-            conns: HashMap::new(),
-            timeout,
-            client_id: client_id.to_owned(),
-        }
-    }
-
-    /// Drops every connection.
-    pub fn reset(&mut self) {
-        self.conns.clear();
-    }
-
-    /// One request and its response; any failure drops the connection.
-    pub async fn call<R: Request>(
-        &mut self,
-        addr: SocketAddr,
-        req: &R,
-        version: i16,
-    ) -> Result<R::Response, String> {
-        check_loopback(addr).map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        if !self.conns.contains_key(&addr) {
-            let s = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
-                .await
-                .map_err(|_| "connect timed out".to_owned())?
-                .map_err(|e| format!("connect: {e}"))?;
-            let _ = s.set_nodelay(true);
-            self.conns
-                .insert(addr, KafkaConnection::new(s, &self.client_id));
-        }
-        let conn = self.conns.get_mut(&addr).ok_or("no connection")?;
-        match tokio::time::timeout_at(deadline, conn.call(req, version)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => {
-                self.conns.remove(&addr);
-                Err(e.to_string())
-            }
-            Err(_) => {
-                self.conns.remove(&addr);
-                Err("timed out".to_owned())
-            }
-        }
-    }
+/// The harness's pool: the kit's [`Pool`], refusing every address outside 127.0.0.0/8
+/// ([`check_loopback`]) as the fault proxies do.
+pub fn loopback_pool(client_id: &str, timeout: Duration) -> Pool {
+    Pool::new(client_id, timeout).with_address_check(check_loopback)
 }
 
 /// Where things are: the coordinator and the leader of each partition of the topic.
@@ -159,7 +107,7 @@ impl ClusterView {
         probe_tid: &str,
         within: Duration,
     ) -> anyhow::Result<Self> {
-        let mut pool = Pool::new("fault-discover", Duration::from_secs(2));
+        let mut pool = loopback_pool("fault-discover", Duration::from_secs(2));
         let end = Instant::now() + within;
         let mut last = String::new();
         while Instant::now() < end {
@@ -288,7 +236,7 @@ impl TxnProducer {
             tid: tid.to_owned(),
             txn_timeout_ms,
             tv,
-            pool: Pool::new(tid, Duration::from_millis(1500)),
+            pool: loopback_pool(tid, Duration::from_millis(1500)),
             pid: -1,
             epoch: -1,
             seqs: HashMap::new(),
@@ -685,7 +633,7 @@ impl GroupOffsets {
         client_id: &str,
         within: Duration,
     ) -> anyhow::Result<Self> {
-        let mut pool = Pool::new(client_id, Duration::from_millis(1500));
+        let mut pool = loopback_pool(client_id, Duration::from_millis(1500));
         let end = Instant::now() + within;
         let mut last = String::new();
         while Instant::now() < end {
@@ -852,7 +800,7 @@ impl Fetcher {
     pub fn new(view: ClusterView, client_id: &str) -> Self {
         Self {
             view,
-            pool: Pool::new(client_id, Duration::from_millis(1500)),
+            pool: loopback_pool(client_id, Duration::from_millis(1500)),
         }
     }
 
@@ -953,64 +901,37 @@ impl Fetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BytesMut;
-    use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use markers::participant::{ControlBatch, DataBatch};
+    use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
 
-    fn batch(pid: i64, offset: i64, control: Option<i16>, values: &[&str]) -> Vec<u8> {
-        let records: Vec<Record> = if let Some(kind) = control {
-            let mut key = BytesMut::new();
-            key.extend_from_slice(&0i16.to_be_bytes());
-            key.extend_from_slice(&kind.to_be_bytes());
-            vec![Record {
-                transactional: true,
-                control: true,
-                delete_horizon: false,
+    /// A transactional batch of `values` at `offset`, or the marker of `result`.
+    fn batch(pid: i64, offset: i64, marker: Option<TxnResult>, values: &[&str]) -> Vec<u8> {
+        let bytes = match marker {
+            Some(result) => ControlBatch {
+                producer_id: ProducerId(pid),
+                producer_epoch: ProducerEpoch(0),
+                coordinator_epoch: CoordinatorEpoch(0),
+                result,
+                base_offset: offset,
                 partition_leader_epoch: -1,
-                producer_id: pid,
-                producer_epoch: 0,
-                timestamp_type: TimestampType::Creation,
-                offset,
-                sequence: -1,
-                timestamp: 0,
-                key: Some(key.freeze()),
-                value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
-                headers: IndexMap::new(),
-            }]
-        } else {
-            values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| Record {
-                    transactional: true,
-                    control: false,
-                    delete_horizon: false,
-                    partition_leader_epoch: -1,
-                    producer_id: pid,
-                    producer_epoch: 0,
-                    timestamp_type: TimestampType::Creation,
-                    offset: offset + i as i64,
-                    sequence: i as i32,
-                    timestamp: 0,
-                    key: None,
-                    value: Some(Bytes::from((*v).to_owned())),
-                    headers: IndexMap::new(),
-                })
-                .collect()
+                timestamp_ms: 0,
+            }
+            .encode(),
+            None => DataBatch {
+                producer_id: ProducerId(pid),
+                producer_epoch: ProducerEpoch(0),
+                base_sequence: 0,
+                transactional: true,
+                base_offset: offset,
+                ..DataBatch::default()
+            }
+            .encode(
+                values
+                    .iter()
+                    .map(|v| (None, Some(Bytes::from((*v).to_owned())))),
+            ),
         };
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            records.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .expect("encode");
-        buf.to_vec()
+        bytes.expect("encode").to_vec()
     }
 
     #[test]
@@ -1018,10 +939,10 @@ mod tests {
         let mut log = Vec::new();
         log.extend(batch(7, 0, None, &["a1", "a2"])); // aborted txn of pid 7
         log.extend(batch(8, 2, None, &["b1"])); // committed txn of pid 8
-        log.extend(batch(7, 3, Some(0), &[])); // ABORT marker of pid 7
-        log.extend(batch(8, 4, Some(1), &[])); // COMMIT marker of pid 8
+        log.extend(batch(7, 3, Some(TxnResult::Abort), &[])); // ABORT marker of pid 7
+        log.extend(batch(8, 4, Some(TxnResult::Commit), &[])); // COMMIT marker of pid 8
         log.extend(batch(7, 5, None, &["c1"])); // a later, committed txn of pid 7
-        log.extend(batch(7, 6, Some(1), &[]));
+        log.extend(batch(7, 6, Some(TxnResult::Commit), &[]));
         let log = Bytes::from(log);
         let (out, next) = filter_read_committed(&log, &[(7, 0)], 0).expect("decodes");
         let values: Vec<&str> = out.iter().map(|d| d.value.as_str()).collect();

@@ -42,7 +42,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 use txn_log::TxnState;
 
 use super::checker::Anomaly;
-use super::client::{ClusterView, Pool};
+use super::client::{ClusterView, loopback_pool};
 use super::history::{Outcome, Record};
 
 /// A COMMIT or ABORT control batch.
@@ -207,7 +207,7 @@ pub fn decode_items(records: &Bytes, from: i64) -> Result<(Vec<LogItem>, i64), S
 /// Reads every partition of each view's topic from offset 0 to its high watermark with
 /// read_uncommitted (Fetch v11, isolation level 0), control batches included.
 pub async fn read_logs(views: &[&ClusterView], within: Duration) -> Observed {
-    let mut pool = Pool::new("i10-reader", Duration::from_millis(1500));
+    let mut pool = loopback_pool("i10-reader", Duration::from_millis(1500));
     let mut obs = Observed::default();
     let end = Instant::now() + within;
     for view in views {

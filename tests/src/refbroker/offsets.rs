@@ -19,11 +19,10 @@
 use std::collections::HashMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+use kafka_protocol::records::RecordBatchDecoder;
+use markers::participant::{
+    DataBatch, OffsetCommitRecord, PendingTxnOffsets, RecordTimestamps, merge_committed,
 };
-use markers::participant::{OffsetCommitRecord, PendingTxnOffsets, merge_committed};
 use txn_log::{ProducerEpoch, ProducerId, TxnResult};
 
 /// `(group, topic, partition)`.
@@ -124,42 +123,22 @@ pub(crate) fn encode_batch(
     producer: Option<(ProducerId, ProducerEpoch, i32)>,
     now_ms: i64,
 ) -> anyhow::Result<Bytes> {
-    let (pid, epoch, base_sequence) =
+    let (producer_id, producer_epoch, base_sequence) =
         producer.unwrap_or((ProducerId::NONE, ProducerEpoch::NONE, -1));
-    let records: Vec<Record> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: producer.is_some(),
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid.0,
-            producer_epoch: epoch.0,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::try_from(i).unwrap_or(0),
-            // The encoder starts a new batch whenever `offset - sequence` changes, so a plain
-            // batch (base sequence -1) numbers its records -1, 0, 1, ... to stay one batch.
-            sequence: markers::participant::increment_sequence(
-                base_sequence,
-                i32::try_from(i).unwrap_or(0),
-            ),
-            timestamp: now_ms,
-            key: Some(encode_key(k)),
-            value: Some(encode_value(v)),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf.freeze())
+    let batch = DataBatch {
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        transactional: producer.is_some(),
+        partition_leader_epoch: 0,
+        timestamps: RecordTimestamps::Same(now_ms),
+        ..DataBatch::default()
+    };
+    Ok(batch.encode(
+        entries
+            .iter()
+            .map(|(k, v)| (Some(encode_key(k)), Some(encode_value(v)))),
+    )?)
 }
 
 /// The offsets held by one `__consumer_offsets` partition.

@@ -2,9 +2,7 @@
 //! behaviour, as Kafka's `ProducerStateManager` and `UnifiedLog` apply it; scenario S102). Each test names the rule it guards.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use txn_log::{CoordinatorEpoch, ErrorCode, ProducerEpoch, ProducerId, TxnResult};
 
 use crate::participant::*;
@@ -618,38 +616,17 @@ fn control_records_that_are_not_markers_are_recognised_and_malformed_ones_reject
 
 /// Encodes a data batch as a client would, via kafka-protocol.
 fn data_bytes(h: &BatchHeader, base_offset: i64) -> Bytes {
-    let records: Vec<Record> = (0..h.record_count)
-        .map(|i| Record {
-            transactional: h.is_transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: h.producer_id.0,
-            producer_epoch: h.producer_epoch.0,
-            timestamp_type: TimestampType::Creation,
-            offset: base_offset + i64::from(i),
-            sequence: if h.base_sequence < 0 {
-                -1
-            } else {
-                increment_sequence(h.base_sequence, i)
-            },
-            timestamp: 1000 + i64::from(i),
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    DataBatch {
+        producer_id: h.producer_id,
+        producer_epoch: h.producer_epoch,
+        base_sequence: h.base_sequence,
+        transactional: h.is_transactional,
+        base_offset,
+        partition_leader_epoch: 0,
+        timestamps: RecordTimestamps::Ascending(1000),
+    }
+    .encode((0..h.record_count).map(|_| (None, Some(Bytes::from_static(b"v")))))
+    .unwrap()
 }
 
 #[test]
@@ -673,7 +650,6 @@ fn replaying_the_log_rebuilds_the_live_state() {
         live.advance_high_watermark(live.next_offset());
     };
     produce(&mut live, &mut log, txn(0, 0, 3));
-    // kafka-protocol splits a sequence-less batch per record, so plain batches hold one record here
     produce(&mut live, &mut log, BatchHeader::plain(1));
     produce(
         &mut live,
