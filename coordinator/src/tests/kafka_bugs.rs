@@ -199,7 +199,7 @@ fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id(
 #[test]
 fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
     let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
-    while fx.alloc.next_id().is_some() {}
+    while fx.alloc().next_id().is_some() {}
     let evs = fx.tick(10_000);
     assert!(appended(&evs).is_empty(), "{evs:?}");
     let to = fx.init(Some("known"), 10, None);
@@ -422,7 +422,7 @@ fn kafka_19999_markers_resent_after_a_failover_complete_the_transaction() {
         vec![Some(TxnState::CompleteCommit)]
     );
     let _ = fx.ack(&evs);
-    assert_eq!(fx.eng.transactions_awaiting_markers().count(), 0);
+    assert_eq!(fx.eng().transactions_awaiting_markers().count(), 0);
 
     // The producer's next transaction starts at once.
     let to = fx.add("app", pid, epoch + 1, &t1());

@@ -379,17 +379,13 @@ fn a_version_1_record_loads_and_serves() {
     let loaded =
         codec::decode_partition(partition, None, [Ok::<_, txn_log::LogError>((key, value))])
             .expect("a version-1 record decodes");
-    let mut eng = Engine::new(
-        partition,
-        enabled(),
-        ProducerIdAllocator::with_block(txn_log::ProducerIdBlock {
-            first: txn_log::ProducerId(0),
-            len: 10,
-        })
-        .expect("valid"),
-    );
-    eng.handle_load(Millis(0), txn_log::CoordinatorEpoch(0), loaded);
-    let r = eng.record(&id).expect("loaded");
+    let records = loaded
+        .records
+        .into_iter()
+        .map(|(_, r)| ("old", r))
+        .collect();
+    let fx = Fx::with_config(enabled(), records);
+    let r = fx.record("old").expect("loaded");
     assert_eq!((r.two_phase_commit, r.session()), (false, None));
     assert_eq!((r.producer_id.0, r.producer_epoch.0), (10, 5));
 }
