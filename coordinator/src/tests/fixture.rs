@@ -173,6 +173,14 @@ impl Fx {
         evs
     }
 
+    /// [`effects`](Self::effects) that hold no append: what a request answered without a
+    /// write leaves.
+    pub(crate) fn effects_without_write(&mut self) -> Vec<Ev> {
+        let evs = self.effects();
+        assert!(appended(&evs).is_empty(), "nothing written: {evs:#?}");
+        evs
+    }
+
     pub(crate) fn send(&mut self, req: Request) -> RequestId {
         self.h.request(req)
     }
@@ -193,16 +201,7 @@ impl Fx {
         timeout: i32,
         expected: Option<(i64, i16)>,
     ) -> RequestId {
-        let (pid, epoch) = expected.unwrap_or((-1, -1));
-        self.send(Request::InitProducerId(InitProducerIdRequest {
-            version,
-            transactional_id: id.map(str::to_owned),
-            transaction_timeout_ms: timeout,
-            producer_id: ProducerId(pid),
-            producer_epoch: ProducerEpoch(epoch),
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        }))
+        self.send(init_request(version, id, timeout, expected))
     }
 
     /// InitProducerId v6 with `Enable2Pc` (KIP-939), and `KeepPreparedTxn` if `keep`.
@@ -225,18 +224,10 @@ impl Fx {
         epoch: i16,
         parts: &[TopicPartition],
     ) -> RequestId {
-        self.send(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: id.into(),
-                producer_id: ProducerId(pid),
-                producer_epoch: ProducerEpoch(epoch),
-                verify_only: false,
-                partitions: parts.to_vec(),
-            }],
-        }))
+        self.add_partitions(3, false, id, (pid, epoch), parts)
     }
 
+    /// AddPartitionsToTxn v5 with `VerifyOnly` (KIP-890's verification).
     pub(crate) fn verify(
         &mut self,
         id: &str,
@@ -244,13 +235,24 @@ impl Fx {
         epoch: i16,
         parts: &[TopicPartition],
     ) -> RequestId {
+        self.add_partitions(5, true, id, (pid, epoch), parts)
+    }
+
+    fn add_partitions(
+        &mut self,
+        version: i16,
+        verify_only: bool,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        parts: &[TopicPartition],
+    ) -> RequestId {
         self.send(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-            version: 5,
+            version,
             transactions: vec![AddPartitionsTxn {
                 transactional_id: id.into(),
                 producer_id: ProducerId(pid),
                 producer_epoch: ProducerEpoch(epoch),
-                verify_only: true,
+                verify_only,
                 partitions: parts.to_vec(),
             }],
         }))
@@ -408,53 +410,69 @@ fn appends_of(evs: &[Ev]) -> impl Iterator<Item = IoId> + '_ {
     })
 }
 
-pub(crate) fn init_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::InitProducerId(r)) = e
-            && *t == to
-        {
-            return (r.error, r.producer_id.0, r.producer_epoch.0);
-        }
+/// InitProducerId `version` of `id` (none: an idempotent producer) with `timeout`, from the
+/// `expected` producer id and epoch (none: -1, -1).
+pub(crate) fn init_request(
+    version: i16,
+    id: Option<&str>,
+    timeout: i32,
+    expected: Option<(i64, i16)>,
+) -> Request {
+    let (pid, epoch) = expected.unwrap_or((-1, -1));
+    Request::InitProducerId(InitProducerIdRequest {
+        version,
+        transactional_id: id.map(str::to_owned),
+        transaction_timeout_ms: timeout,
+        producer_id: ProducerId(pid),
+        producer_epoch: ProducerEpoch(epoch),
+        enable_2pc: false,
+        keep_prepared_txn: false,
+    })
+}
+
+/// The answer to `to` among `evs`.
+fn reply(evs: &[Ev], to: RequestId) -> Option<&Response> {
+    evs.iter().find_map(|e| match e {
+        Ev::Respond(t, r) if *t == to => Some(r),
+        _ => None,
+    })
+}
+
+/// The InitProducerId answer to `to` among `evs`.
+fn init_response(evs: &[Ev], to: RequestId) -> &InitProducerIdResponse {
+    match reply(evs, to) {
+        Some(Response::InitProducerId(r)) => r,
+        _ => panic!("no InitProducerId reply for {to:?} in {evs:#?}"),
     }
-    panic!("no InitProducerId reply for {to:?} in {evs:#?}")
+}
+
+pub(crate) fn init_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
+    let r = init_response(evs, to);
+    (r.error, r.producer_id.0, r.producer_epoch.0)
 }
 
 /// The kept transaction's pair of an InitProducerId reply (`OngoingTxnProducerId/Epoch`).
 pub(crate) fn init_ongoing(evs: &[Ev], to: RequestId) -> (i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::InitProducerId(r)) = e
-            && *t == to
-        {
-            return (r.ongoing_txn_producer_id.0, r.ongoing_txn_producer_epoch.0);
-        }
-    }
-    panic!("no InitProducerId reply for {to:?} in {evs:#?}")
+    let r = init_response(evs, to);
+    (r.ongoing_txn_producer_id.0, r.ongoing_txn_producer_epoch.0)
 }
 
 pub(crate) fn end_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::EndTxn(r)) = e
-            && *t == to
-        {
-            return (r.error, r.producer_id.0, r.producer_epoch.0);
-        }
+    match reply(evs, to) {
+        Some(Response::EndTxn(r)) => (r.error, r.producer_id.0, r.producer_epoch.0),
+        _ => panic!("no EndTxn reply for {to:?} in {evs:#?}"),
     }
-    panic!("no EndTxn reply for {to:?} in {evs:#?}")
 }
 
 pub(crate) fn add_reply(evs: &[Ev], to: RequestId) -> Vec<(TopicPartition, ErrorCode)> {
-    for e in evs {
-        if let Ev::Respond(t, Response::AddPartitionsToTxn(r)) = e
-            && *t == to
-        {
-            return r
-                .results
-                .iter()
-                .flat_map(|t| t.partitions.clone())
-                .collect();
-        }
+    match reply(evs, to) {
+        Some(Response::AddPartitionsToTxn(r)) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.clone())
+            .collect(),
+        _ => panic!("no AddPartitions reply for {to:?} in {evs:#?}"),
     }
-    panic!("no AddPartitions reply for {to:?} in {evs:#?}")
 }
 
 pub(crate) fn appended(evs: &[Ev]) -> Vec<(String, Option<TxnRecord>)> {
