@@ -59,13 +59,17 @@ const DRIVE_LIMIT: usize = 100_000;
 /// One [`Engine`] on one partition of a [`MemTxnLog`], driven as the shell's driver does, but
 /// synchronously and on a virtual clock: the one effect executor of the engine's tests.
 ///
-/// Inputs (`request`, `ack_append`, `fail_append`, `complete_marker`, `advance`, `load`) only
-/// feed the engine; [`step`](Self::step) executes one effect and returns it, so that a test can
-/// check each as it happens, and [`drive`](Self::drive) executes effects until none is left
-/// ([`call`](Self::call) sends a request, drives and returns its answer). Executing means:
-/// appends go to the log as [`Appends`] says, responses are collected ([`take_reply`](Self::take_reply)),
-/// marker requests are held or acknowledged as [`Markers`] says, producer-id blocks are
-/// allocated from the log, unloads are recorded. The log handle is shared (clone it to start a
+/// Inputs (`request`, `ack_append`, `ack_append_io`, `fail_append`, `fail_append_io`,
+/// `complete_marker`, `complete_marker_request`, `serve_producer_ids`, `advance`, `begin_load`,
+/// `unload`, `load`, `load_again`) only feed the engine; [`step`](Self::step) executes one
+/// effect and returns it, so that a test can check each as it happens, and
+/// [`drive`](Self::drive) executes effects until none is left ([`call`](Self::call) sends a
+/// request, drives and returns its answer). Executing means: appends go to the log as
+/// [`Appends`] says, responses are collected ([`take_reply`](Self::take_reply)), marker
+/// requests are held or acknowledged as [`Markers`] says, producer-id blocks are allocated from
+/// the log or held as [`ProducerIds`] says, unloads are recorded. A test that wants every
+/// effect for itself holds all three and acks, fails, completes and serves what it names (the
+/// engine's exact-effect fixture does). The log handle is shared (clone it to start a
 /// second coordinator on the same log, to crash it, to make writes durable, or to inject
 /// faults); [`crash`](Self::crash) then [`load`](Self::load) restarts the coordinator from
 /// the log's durable image.
@@ -94,7 +98,7 @@ pub struct EngineHarness {
 
 impl EngineHarness {
     /// An engine of `partition` over `log`, not loaded yet ([`load`](Self::load) it), at time 0,
-    /// with appends written at once and markers held.
+    /// with appends written at once, markers held and producer ids from the log.
     pub fn new(
         log: MemTxnLog,
         partition: LogPartition,
