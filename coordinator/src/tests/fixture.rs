@@ -1,13 +1,15 @@
-//! A tiny fixture around one [`Engine`]: builds records, sends requests, and turns effects
-//! into comparable values.
+//! The exact-effect fixture of the handler and scenario tests: [`Fx`], a thin layer over the
+//! engine's one simulated driver ([`EngineHarness`]) that holds every append, marker request
+//! and producer-id request for the test, and turns effects into comparable values ([`Ev`]).
 
 use std::collections::BTreeSet;
 
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogError, LogOp, LogPartition, ProducerEpoch, ProducerId,
-    ProducerIdBlock, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState, codec,
+    CoordinatorEpoch, LogEntry, LogError, LogOp, LogPartition, MemTxnLog, ProducerEpoch,
+    ProducerId, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
 };
 
+use crate::testing::{Appends, EngineHarness, Markers, ProducerIds};
 use crate::*;
 
 /// A comparable summary of an [`Effect`].
@@ -89,32 +91,6 @@ pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition
     }
 }
 
-/// What a log partition holding `records` at coordinator epoch `ce` loads: every record and the
-/// epoch are encoded as the logs store them (`txn_log::codec`, which the sled and etcd logs use)
-/// and decoded again as their `load` does.
-pub(crate) fn through_log(
-    partition: LogPartition,
-    ce: CoordinatorEpoch,
-    records: &[(TransactionalId, TxnRecord)],
-) -> LoadedPartition {
-    let epoch = codec::encode_epoch(&codec::epoch_key(partition), ce).expect("epoch encodes");
-    let stored = records.iter().map(|(id, r)| {
-        let key = codec::record_key(partition, id);
-        let value = codec::encode_record(&key, r).expect("record encodes");
-        Ok((key, value))
-    });
-    codec::decode_partition(partition, Some(&epoch), stored).expect("log decodes")
-}
-
-pub(crate) struct Fx {
-    pub(crate) eng: Engine,
-    pub(crate) alloc: ProducerIdAllocator,
-    pub(crate) now: i64,
-    /// Effects of the initial load (re-driven markers).
-    pub(crate) loaded: Vec<Ev>,
-    next_req: u64,
-}
-
 /// One log partition; requests that meet a completing transaction are answered at once, as
 /// Kafka answers them (parking has its own tests).
 pub(crate) fn config() -> Config {
@@ -125,6 +101,17 @@ pub(crate) fn config() -> Config {
     }
 }
 
+/// An [`EngineHarness`] on partition 0 of a [`MemTxnLog`] that executes nothing on the test's
+/// behalf: appends, marker requests and producer-id requests are held until the test acks,
+/// fails or serves the ones it names, in any order. An acked append is written to the log, and
+/// every load reads the log through the persistent logs' encoding, so that a field the
+/// encoding drops is lost here as it would be on a real failover.
+pub(crate) struct Fx {
+    h: EngineHarness,
+    /// Effects of the initial load (re-driven markers).
+    pub(crate) loaded: Vec<Ev>,
+}
+
 impl Fx {
     /// An engine at coordinator epoch 0 on partition 0 of 1, pids from 0 (as Kafka's mocked
     /// generator), loaded with `records`.
@@ -133,39 +120,69 @@ impl Fx {
     }
 
     pub(crate) fn with_config(config: Config, records: Vec<(&str, TxnRecord)>) -> Self {
-        let alloc = ProducerIdAllocator::with_block(ProducerIdBlock {
-            first: ProducerId(0),
-            len: 1000,
-        })
-        .expect("valid");
-        let mut eng = Engine::new(LogPartition(0), config, alloc.clone());
-        let records: Vec<_> = records.into_iter().map(|(id, r)| (tid(id), r)).collect();
-        let loaded = through_log(LogPartition(0), CoordinatorEpoch(0), &records);
-        eng.handle_load(Millis(0), CoordinatorEpoch(0), loaded);
-        let mut fx = Self {
-            eng,
-            alloc,
-            now: 0,
-            loaded: Vec::new(),
-            next_req: 1,
-        };
-        fx.loaded = fx.effects();
+        let log = MemTxnLog::new();
+        let (block, _) = log.allocate_block_sync(1000).expect("a block");
+        assert_eq!(block.first, ProducerId(0), "pids from 0");
+        let alloc = ProducerIdAllocator::with_block(block).expect("valid");
+        let epoch = CoordinatorEpoch(0);
+        log.claim_sync(LogPartition(0), epoch).expect("claim");
+        if !records.is_empty() {
+            let entries = records
+                .into_iter()
+                .map(|(id, r)| LogEntry {
+                    id: tid(id),
+                    op: LogOp::Upsert(r),
+                })
+                .collect();
+            log.append_sync(LogPartition(0), epoch, entries)
+                .expect("the log takes the records");
+        }
+        let mut fx = Self::unloaded_on(log, config, alloc);
+        fx.loaded = fx.load_again(0);
         fx
     }
 
+    /// An engine on partition 0 of 1 over an empty log, not loaded, with the producer ids of
+    /// `alloc` only.
+    pub(crate) fn unloaded(alloc: ProducerIdAllocator) -> Self {
+        Self::unloaded_on(MemTxnLog::new(), config(), alloc)
+    }
+
+    fn unloaded_on(log: MemTxnLog, config: Config, alloc: ProducerIdAllocator) -> Self {
+        let h = EngineHarness::new(log, LogPartition(0), config, alloc)
+            .with_appends(Appends::Held)
+            .with_markers(Markers::Held)
+            .with_producer_ids(ProducerIds::Held);
+        Self {
+            h,
+            loaded: Vec::new(),
+        }
+    }
+
+    /// The effects the engine has produced since the last input, none executed: appends,
+    /// marker requests and producer-id requests stay held for the test.
     pub(crate) fn effects(&mut self) -> Vec<Ev> {
-        self.eng
-            .drain_effects()
-            .into_iter()
-            .map(summarize)
-            .collect()
+        let mut evs = Vec::new();
+        while let Some(effect) = self.h.step() {
+            if let Effect::Respond { to, .. } = &effect {
+                // The answer is in `evs`; the harness need not keep it.
+                self.h.take_reply(*to);
+            }
+            evs.push(summarize(effect));
+        }
+        evs
+    }
+
+    /// [`effects`](Self::effects) that hold no append: what a request answered without a
+    /// write leaves.
+    pub(crate) fn effects_without_write(&mut self) -> Vec<Ev> {
+        let evs = self.effects();
+        assert!(appended(&evs).is_empty(), "nothing written: {evs:#?}");
+        evs
     }
 
     pub(crate) fn send(&mut self, req: Request) -> RequestId {
-        let to = RequestId(self.next_req);
-        self.next_req += 1;
-        self.eng.handle_request(Millis(self.now), to, req);
-        to
+        self.h.request(req)
     }
 
     pub(crate) fn init(
@@ -184,16 +201,7 @@ impl Fx {
         timeout: i32,
         expected: Option<(i64, i16)>,
     ) -> RequestId {
-        let (pid, epoch) = expected.unwrap_or((-1, -1));
-        self.send(Request::InitProducerId(InitProducerIdRequest {
-            version,
-            transactional_id: id.map(str::to_owned),
-            transaction_timeout_ms: timeout,
-            producer_id: ProducerId(pid),
-            producer_epoch: ProducerEpoch(epoch),
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        }))
+        self.send(init_request(version, id, timeout, expected))
     }
 
     /// InitProducerId v6 with `Enable2Pc` (KIP-939), and `KeepPreparedTxn` if `keep`.
@@ -216,18 +224,10 @@ impl Fx {
         epoch: i16,
         parts: &[TopicPartition],
     ) -> RequestId {
-        self.send(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-            version: 3,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: id.into(),
-                producer_id: ProducerId(pid),
-                producer_epoch: ProducerEpoch(epoch),
-                verify_only: false,
-                partitions: parts.to_vec(),
-            }],
-        }))
+        self.add_partitions(3, false, id, (pid, epoch), parts)
     }
 
+    /// AddPartitionsToTxn v5 with `VerifyOnly` (KIP-890's verification).
     pub(crate) fn verify(
         &mut self,
         id: &str,
@@ -235,13 +235,24 @@ impl Fx {
         epoch: i16,
         parts: &[TopicPartition],
     ) -> RequestId {
+        self.add_partitions(5, true, id, (pid, epoch), parts)
+    }
+
+    fn add_partitions(
+        &mut self,
+        version: i16,
+        verify_only: bool,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        parts: &[TopicPartition],
+    ) -> RequestId {
         self.send(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-            version: 5,
+            version,
             transactions: vec![AddPartitionsTxn {
                 transactional_id: id.into(),
                 producer_id: ProducerId(pid),
                 producer_epoch: ProducerEpoch(epoch),
-                verify_only: true,
+                verify_only,
                 partitions: parts.to_vec(),
             }],
         }))
@@ -264,21 +275,22 @@ impl Fx {
         }))
     }
 
-    /// Acks every append in `evs`, returning the effects that follow (one round).
+    /// Acks every append in `evs` (writes it to the log), returning the effects that follow
+    /// (one round).
     pub(crate) fn ack(&mut self, evs: &[Ev]) -> Vec<Ev> {
-        for e in evs {
-            if let Ev::Append(io, _) = e {
-                self.eng.handle_append_done(*io);
-            }
+        for io in appends_of(evs) {
+            // The log's answer reaches the engine: a stale append is fenced.
+            let _ = self.h.ack_append_io(io).expect("a held append").1;
         }
         self.effects()
     }
 
+    /// Fails every append in `evs` with `err`, returning the effects that follow.
     pub(crate) fn fail(&mut self, evs: &[Ev], err: LogError) -> Vec<Ev> {
-        for e in evs {
-            if let Ev::Append(io, _) = e {
-                self.eng.handle_append_failed(*io, err.clone());
-            }
+        for io in appends_of(evs) {
+            self.h
+                .fail_append_io(io, err.clone())
+                .expect("a held append");
         }
         self.effects()
     }
@@ -288,7 +300,8 @@ impl Fx {
         self.markers_finished(evs, MarkerOutcome::Completed)
     }
 
-    /// Reports `outcome` for every WriteMarkers in `evs`.
+    /// Reports `outcome` for every WriteMarkers in `evs`, held or not (a request completed
+    /// already, or one of the engine before a reload, makes a repeated or late completion).
     pub(crate) fn markers_finished(&mut self, evs: &[Ev], outcome: MarkerOutcome) -> Vec<Ev> {
         for e in evs {
             if let Ev::Markers {
@@ -300,32 +313,34 @@ impl Fx {
                 ..
             } = e
             {
-                self.eng.handle_markers_done(
-                    Millis(self.now),
-                    MarkerCompletion {
-                        transactional_id: tid(id),
-                        producer_id: ProducerId(*pid),
-                        producer_epoch: ProducerEpoch(*epoch),
-                        coordinator_epoch: CoordinatorEpoch(*ce),
-                        log_partition: LogPartition(0),
-                        result: *result,
-                        outcome,
-                        dropped_partitions: Vec::new(),
-                    },
-                );
+                self.h.complete_marker_request(MarkerCompletion {
+                    transactional_id: tid(id),
+                    producer_id: ProducerId(*pid),
+                    producer_epoch: ProducerEpoch(*epoch),
+                    coordinator_epoch: CoordinatorEpoch(*ce),
+                    log_partition: LogPartition(0),
+                    result: *result,
+                    outcome,
+                    dropped_partitions: Vec::new(),
+                });
             }
         }
         self.effects()
     }
 
     /// Acks appends and completes markers until nothing is left; returns every effect seen.
+    /// Appends of `evs` the test acked already are passed over.
     pub(crate) fn settle(&mut self, mut evs: Vec<Ev>) -> Vec<Ev> {
         let mut all = evs.clone();
         while evs
             .iter()
             .any(|e| matches!(e, Ev::Append(..) | Ev::Markers { .. }))
         {
-            let mut next = self.ack(&evs);
+            for io in appends_of(&evs) {
+                // `None`: acked already (`evs` may hold what a test acked itself).
+                let _ = self.h.ack_append_io(io).map(|(_, written)| written);
+            }
+            let mut next = self.effects();
             next.extend(self.markers_done(&evs));
             all.extend(next.iter().cloned());
             evs = next;
@@ -333,84 +348,131 @@ impl Fx {
         all
     }
 
+    /// Moves the clock to `now` and returns what the engine does then.
     pub(crate) fn tick(&mut self, now: i64) -> Vec<Ev> {
-        self.now = now;
-        self.eng.handle_timeout(Millis(now));
+        self.h.advance(now - self.now());
         self.effects()
     }
 
-    /// Failover: a new engine (same allocator) loads the durable records at `ce`, as they come
-    /// back from the log's encoding ([`through_log`]), so a field the encoding drops is lost
-    /// here as it would be on a real failover.
+    /// Failover: a new engine (same allocator) loads the log's records at `ce`, through the
+    /// log's encoding ([`EngineHarness::load`]); what was held for the old engine is dropped.
     pub(crate) fn reload(&mut self, ce: i32) -> Vec<Ev> {
-        let records: Vec<_> = self
-            .eng
-            .records()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let partition = self.eng.partition();
-        let mut eng = Engine::new(partition, self.eng.config().clone(), self.alloc.clone());
-        eng.handle_load(
-            Millis(self.now),
-            CoordinatorEpoch(ce),
-            through_log(partition, CoordinatorEpoch(ce), &records),
-        );
-        self.eng = eng;
+        self.h.load(CoordinatorEpoch(ce)).expect("reload");
         self.effects()
+    }
+
+    /// The same engine loads the partition again at `ce` ([`EngineHarness::load_again`]);
+    /// what is held stays held.
+    pub(crate) fn load_again(&mut self, ce: i32) -> Vec<Ev> {
+        self.h.load_again(CoordinatorEpoch(ce)).expect("load");
+        self.effects()
+    }
+
+    /// The partition starts moving here ([`Engine::handle_begin_load`]).
+    pub(crate) fn begin_load(&mut self) {
+        self.h.begin_load();
+    }
+
+    /// The partition leaves ([`Engine::handle_unload`]).
+    pub(crate) fn unload(&mut self) {
+        self.h.unload();
     }
 
     pub(crate) fn record(&self, id: &str) -> Option<TxnRecord> {
-        self.eng.record(&tid(id))
+        self.eng().record(&tid(id))
+    }
+
+    /// The engine, for its queries.
+    pub(crate) fn eng(&self) -> &Engine {
+        self.h.engine()
+    }
+
+    /// The engine's producer-id allocator.
+    pub(crate) fn alloc(&self) -> &ProducerIdAllocator {
+        self.h.allocator()
+    }
+
+    /// The virtual clock.
+    pub(crate) fn now(&self) -> i64 {
+        self.h.now().0
+    }
+
+    /// Sets the clock for the next inputs (no timeout is handled).
+    pub(crate) fn set_now(&mut self, now: i64) {
+        self.h.set_now(Millis(now));
+    }
+}
+
+fn appends_of(evs: &[Ev]) -> impl Iterator<Item = IoId> + '_ {
+    evs.iter().filter_map(|e| match e {
+        Ev::Append(io, _) => Some(*io),
+        _ => None,
+    })
+}
+
+/// InitProducerId `version` of `id` (none: an idempotent producer) with `timeout`, from the
+/// `expected` producer id and epoch (none: -1, -1).
+pub(crate) fn init_request(
+    version: i16,
+    id: Option<&str>,
+    timeout: i32,
+    expected: Option<(i64, i16)>,
+) -> Request {
+    let (pid, epoch) = expected.unwrap_or((-1, -1));
+    Request::InitProducerId(InitProducerIdRequest {
+        version,
+        transactional_id: id.map(str::to_owned),
+        transaction_timeout_ms: timeout,
+        producer_id: ProducerId(pid),
+        producer_epoch: ProducerEpoch(epoch),
+        enable_2pc: false,
+        keep_prepared_txn: false,
+    })
+}
+
+/// The answer to `to` among `evs`.
+fn reply(evs: &[Ev], to: RequestId) -> Option<&Response> {
+    evs.iter().find_map(|e| match e {
+        Ev::Respond(t, r) if *t == to => Some(r),
+        _ => None,
+    })
+}
+
+/// The InitProducerId answer to `to` among `evs`.
+fn init_response(evs: &[Ev], to: RequestId) -> &InitProducerIdResponse {
+    match reply(evs, to) {
+        Some(Response::InitProducerId(r)) => r,
+        _ => panic!("no InitProducerId reply for {to:?} in {evs:#?}"),
     }
 }
 
 pub(crate) fn init_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::InitProducerId(r)) = e
-            && *t == to
-        {
-            return (r.error, r.producer_id.0, r.producer_epoch.0);
-        }
-    }
-    panic!("no InitProducerId reply for {to:?} in {evs:#?}")
+    let r = init_response(evs, to);
+    (r.error, r.producer_id.0, r.producer_epoch.0)
 }
 
 /// The kept transaction's pair of an InitProducerId reply (`OngoingTxnProducerId/Epoch`).
 pub(crate) fn init_ongoing(evs: &[Ev], to: RequestId) -> (i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::InitProducerId(r)) = e
-            && *t == to
-        {
-            return (r.ongoing_txn_producer_id.0, r.ongoing_txn_producer_epoch.0);
-        }
-    }
-    panic!("no InitProducerId reply for {to:?} in {evs:#?}")
+    let r = init_response(evs, to);
+    (r.ongoing_txn_producer_id.0, r.ongoing_txn_producer_epoch.0)
 }
 
 pub(crate) fn end_reply(evs: &[Ev], to: RequestId) -> (ErrorCode, i64, i16) {
-    for e in evs {
-        if let Ev::Respond(t, Response::EndTxn(r)) = e
-            && *t == to
-        {
-            return (r.error, r.producer_id.0, r.producer_epoch.0);
-        }
+    match reply(evs, to) {
+        Some(Response::EndTxn(r)) => (r.error, r.producer_id.0, r.producer_epoch.0),
+        _ => panic!("no EndTxn reply for {to:?} in {evs:#?}"),
     }
-    panic!("no EndTxn reply for {to:?} in {evs:#?}")
 }
 
 pub(crate) fn add_reply(evs: &[Ev], to: RequestId) -> Vec<(TopicPartition, ErrorCode)> {
-    for e in evs {
-        if let Ev::Respond(t, Response::AddPartitionsToTxn(r)) = e
-            && *t == to
-        {
-            return r
-                .results
-                .iter()
-                .flat_map(|t| t.partitions.clone())
-                .collect();
-        }
+    match reply(evs, to) {
+        Some(Response::AddPartitionsToTxn(r)) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.clone())
+            .collect(),
+        _ => panic!("no AddPartitions reply for {to:?} in {evs:#?}"),
     }
-    panic!("no AddPartitions reply for {to:?} in {evs:#?}")
 }
 
 pub(crate) fn appended(evs: &[Ev]) -> Vec<(String, Option<TxnRecord>)> {

@@ -11,7 +11,7 @@ use crate::*;
 #[test]
 fn init_producer_id_appends_empty_then_replies_after_durable() {
     let mut fx = Fx::new(vec![]);
-    fx.now = 5;
+    fx.set_now(5);
     let to = fx.init(Some("known"), 1000, None);
     let evs = fx.effects();
     let mut want = rec(0, 0, TxnState::Empty, &[]);
@@ -48,7 +48,7 @@ fn init_producer_id_failed_append_replies_translated_error_and_forgets_fresh_id(
     );
     assert_eq!(evs.len(), 1);
     assert!(fx.record("known").is_none());
-    assert!(!fx.eng.has_pending(&tid("known")));
+    assert!(!fx.eng().has_pending(&tid("known")));
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn concurrent_request_while_pending_gets_concurrent_transactions_without_effects
 #[test]
 fn add_partitions_appends_ongoing_and_replies_after_durable() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
-    fx.now = 7;
+    fx.set_now(7);
     let to = fx.add("known", 10, 1, &[tp("topic1", 0)]);
     let evs = fx.effects();
     let mut want = rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]);
@@ -91,7 +91,7 @@ fn add_partitions_appends_ongoing_and_replies_after_durable() {
         add_reply(&evs, to),
         vec![(tp("topic1", 0), ErrorCode::NONE)]
     );
-    assert_eq!(fx.eng.metrics().transactions_begun, 1);
+    assert_eq!(fx.eng().metrics().transactions_begun, 1);
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
         "known",
         rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]),
     )]);
-    fx.now = 9;
+    fx.set_now(9);
     let to = fx.end(5, "known", 10, 1, true);
     let evs = fx.effects();
     let mut prep = rec(10, 2, TxnState::PrepareCommit, &[tp("topic1", 0)]);
@@ -149,7 +149,7 @@ fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
     );
     assert!(fx.ack(&evs).is_empty(), "Complete has no reply");
     assert_eq!(fx.record("known"), Some(done));
-    assert_eq!(fx.eng.metrics().transactions_committed, 1);
+    assert_eq!(fx.eng().metrics().transactions_committed, 1);
 }
 
 #[test]
@@ -168,7 +168,7 @@ fn failed_complete_append_is_retried_after_backoff() {
         fx.record("known").map(|r| r.state),
         Some(TxnState::PrepareAbort)
     );
-    assert_eq!(fx.eng.poll_timeout(), Some(Millis(50)));
+    assert_eq!(fx.eng().poll_timeout(), Some(Millis(50)));
     assert!(fx.tick(49).is_empty());
     let evs = fx.tick(50);
     let a = appended(&evs);
@@ -199,7 +199,7 @@ fn fenced_append_unloads_and_answers_not_coordinator() {
         vec![(tp("topic1", 0), ErrorCode::NOT_COORDINATOR)]
     );
     assert_eq!(evs.last(), Some(&Ev::Unloaded));
-    assert!(!fx.eng.is_loaded());
+    assert!(!fx.eng().is_loaded());
     let to = fx.init(Some("known"), 10, None);
     assert_eq!(init_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
 }
@@ -209,7 +209,7 @@ fn unload_answers_waiting_requests_and_ignores_late_completions() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
-    fx.eng.handle_unload();
+    fx.unload();
     let after = fx.effects();
     assert_eq!(init_reply(&after, to).0, ErrorCode::NOT_COORDINATOR);
     assert_eq!(after.last(), Some(&Ev::Unloaded));
@@ -217,31 +217,22 @@ fn unload_answers_waiting_requests_and_ignores_late_completions() {
         fx.ack(&evs).is_empty(),
         "late ack of a dropped append is ignored"
     );
-    assert_eq!(fx.eng.poll_timeout(), None);
+    assert_eq!(fx.eng().poll_timeout(), None);
 }
 
 #[test]
 fn loading_engine_answers_load_in_progress_and_list_reports_it() {
-    let alloc = ProducerIdAllocator::new();
-    let mut eng = Engine::new(LogPartition(0), config(), alloc);
-    eng.handle_request(
-        Millis(0),
-        RequestId(1),
-        Request::EndTxn(EndTxnRequest {
-            version: 3,
-            transactional_id: "known".into(),
-            producer_id: ProducerId(10),
-            producer_epoch: ProducerEpoch(1),
-            committed: true,
-        }),
-    );
-    let evs: Vec<_> = eng.drain_effects().into_iter().map(summarize).collect();
+    let mut fx = Fx::unloaded(ProducerIdAllocator::new());
+    let to = fx.end(3, "known", 10, 1, true);
+    let evs = fx.effects();
     assert_eq!(
-        end_reply(&evs, RequestId(1)).0,
+        end_reply(&evs, to).0,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
     // A loading partition makes ListTransactions COORDINATOR_LOAD_IN_PROGRESS.
-    let l = eng.list_transactions(Millis(0), &ListTransactionsRequest::default());
+    let l = fx
+        .eng()
+        .list_transactions(Millis(0), &ListTransactionsRequest::default());
     assert_eq!(l.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
     let merged = merge_list_responses(&ListTransactionsRequest::default(), [l]);
     assert_eq!(merged.error, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
@@ -263,42 +254,29 @@ fn load_with_newer_stored_epoch_unloads() {
 
 #[test]
 fn empty_allocator_answers_load_in_progress_and_asks_for_a_block() {
-    let alloc = ProducerIdAllocator::new();
-    let mut eng = Engine::new(LogPartition(0), config(), alloc.clone());
-    eng.handle_load(Millis(0), CoordinatorEpoch(0), LoadedPartition::default());
-    let req = |id: Option<&str>| {
-        Request::InitProducerId(InitProducerIdRequest {
-            version: 4,
-            transactional_id: id.map(str::to_owned),
-            transaction_timeout_ms: 100,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        })
-    };
-    eng.handle_request(Millis(0), RequestId(1), req(Some("known")));
-    eng.handle_request(Millis(0), RequestId(2), req(None));
-    let evs: Vec<_> = eng.drain_effects().into_iter().map(summarize).collect();
+    let mut fx = Fx::unloaded(ProducerIdAllocator::new());
+    assert!(fx.load_again(0).is_empty());
+    let known = fx.init_v(4, Some("known"), 100, None);
+    let anonymous = fx.init_v(4, None, 100, None);
+    let evs = fx.effects();
     assert_eq!(evs[0], Ev::NeedPids, "exactly one block request");
     assert_eq!(
-        init_reply(&evs, RequestId(1)).0,
+        init_reply(&evs, known).0,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
     assert_eq!(
-        init_reply(&evs, RequestId(2)).0,
+        init_reply(&evs, anonymous).0,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
     assert_eq!(evs.iter().filter(|e| **e == Ev::NeedPids).count(), 1);
-    alloc
+    fx.alloc()
         .add_block(txn_log::ProducerIdBlock {
             first: ProducerId(4000),
             len: 1000,
         })
         .expect("valid");
-    eng.handle_request(Millis(0), RequestId(3), req(None));
-    let evs: Vec<_> = eng.drain_effects().into_iter().map(summarize).collect();
-    assert_eq!(init_reply(&evs, RequestId(3)), (ErrorCode::NONE, 4000, 0));
+    let to = fx.init_v(4, None, 100, None);
+    assert_eq!(init_reply(&fx.effects(), to), (ErrorCode::NONE, 4000, 0));
 }
 
 #[test]
@@ -309,17 +287,7 @@ fn handle_unrouted_answers_partitionless_requests() {
     })
     .expect("valid");
     let c = Config::default();
-    let init = |id: Option<&str>, timeout| {
-        Request::InitProducerId(InitProducerIdRequest {
-            version: 4,
-            transactional_id: id.map(str::to_owned),
-            transaction_timeout_ms: timeout,
-            producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch::NONE,
-            enable_2pc: false,
-            keep_prepared_txn: false,
-        })
-    };
+    let init = |id, timeout| init_request(4, id, timeout, None);
     let r = handle_unrouted(&c, &alloc, &init(None, 100));
     assert_eq!(
         r,
@@ -455,7 +423,7 @@ fn expiry_tombstones_idle_ids_through_the_log() {
     let _ = fx.ack(&evs);
     assert!(fx.record("one").is_none());
     assert!(fx.record("two").is_some());
-    assert_eq!(fx.eng.metrics().transactional_ids_expired, 1);
+    assert_eq!(fx.eng().metrics().transactional_ids_expired, 1);
 }
 
 #[test]
@@ -479,13 +447,13 @@ fn reaper_scan_is_bounded_per_call() {
     let evs = fx.tick(10_000);
     assert_eq!(appended(&evs).len(), 2);
     assert_eq!(
-        fx.eng.poll_timeout(),
+        fx.eng().poll_timeout(),
         Some(Millis(10_000)),
         "continues at once"
     );
     assert_eq!(appended(&fx.tick(10_000)).len(), 2);
     assert_eq!(appended(&fx.tick(10_000)).len(), 1);
-    assert_eq!(fx.eng.poll_timeout(), Some(Millis(20_000)));
+    assert_eq!(fx.eng().poll_timeout(), Some(Millis(20_000)));
 }
 
 #[test]
@@ -494,15 +462,15 @@ fn describe_and_list_getters() {
         "known",
         rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]),
     )]);
-    let d = fx.eng.describe("known");
+    let d = fx.eng().describe("known");
     assert_eq!(
         (d.error, d.state, d.producer_id.0, d.producer_epoch.0),
         (ErrorCode::NONE, Some(TxnState::Ongoing), 10, 1)
     );
     assert_eq!(d.partitions, vec![tp("topic1", 0)]);
-    assert_eq!(fx.eng.describe("").error, ErrorCode::INVALID_REQUEST);
+    assert_eq!(fx.eng().describe("").error, ErrorCode::INVALID_REQUEST);
     assert_eq!(
-        fx.eng.describe("nope").error,
+        fx.eng().describe("nope").error,
         ErrorCode::TRANSACTIONAL_ID_NOT_FOUND
     );
     let to = fx.send(Request::DescribeTransactions(DescribeTransactionsRequest {
@@ -518,8 +486,7 @@ fn describe_and_list_getters() {
 fn add_partitions_with_no_partitions_writes_nothing() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
     let to = fx.add("known", 10, 1, &[]);
-    let evs = fx.effects();
+    let evs = fx.effects_without_write();
     assert_eq!(add_reply(&evs, to), vec![]);
-    assert!(appended(&evs).is_empty());
     assert_eq!(fx.record("known").map(|r| r.state), Some(TxnState::Empty));
 }

@@ -48,7 +48,7 @@ fn add_partitions_after_end_txn_is_answered_when_the_commit_completes() {
     let markers = prepared(&mut fx);
     let add = fx.add("t", 10, 1, &[tp("topic1", 1)]);
     assert_eq!(fx.effects(), vec![], "parked: no answer, no write");
-    assert_eq!(fx.eng.poll_timeout(), Some(Millis(fx.now + PARK_MS)));
+    assert_eq!(fx.eng().poll_timeout(), Some(Millis(fx.now() + PARK_MS)));
 
     // Markers written: CompleteCommit and, in the same append, the parked add's Ongoing.
     let complete = fx.markers_done(&markers);
@@ -70,8 +70,8 @@ fn add_partitions_after_end_txn_is_answered_when_the_commit_completes() {
         add_reply(&evs, add),
         vec![(tp("topic1", 1), ErrorCode::NONE)]
     );
-    assert_eq!(fx.eng.metrics().requests_parked, 1);
-    assert_eq!(fx.eng.metrics().parked_requests_timed_out, 0);
+    assert_eq!(fx.eng().metrics().requests_parked, 1);
+    assert_eq!(fx.eng().metrics().parked_requests_timed_out, 0);
 }
 
 #[test]
@@ -80,15 +80,15 @@ fn a_parked_request_gets_concurrent_transactions_after_the_bounded_wait() {
     let _markers = prepared(&mut fx);
     let add = fx.add("t", 10, 1, &[tp("topic1", 1)]);
     assert_eq!(fx.effects(), vec![]);
-    assert_eq!(fx.tick(fx.now + PARK_MS - 1), vec![]);
-    let evs = fx.tick(fx.now + 1);
+    assert_eq!(fx.tick(fx.now() + PARK_MS - 1), vec![]);
+    let evs = fx.tick(fx.now() + 1);
     assert_eq!(
         add_reply(&evs, add),
         vec![(tp("topic1", 1), ErrorCode::CONCURRENT_TRANSACTIONS)]
     );
-    assert_eq!(fx.eng.metrics().parked_requests_timed_out, 1);
+    assert_eq!(fx.eng().metrics().parked_requests_timed_out, 1);
     assert!(
-        fx.eng.poll_timeout() > Some(Millis(fx.now)),
+        fx.eng().poll_timeout() > Some(Millis(fx.now())),
         "no deadline left behind"
     );
 }
@@ -132,8 +132,8 @@ fn add_offsets_parks_too() {
     );
     let evs = fx.ack(&complete);
     assert!(evs.contains(&Ev::Respond(to, Response::AddOffsetsToTxn(ErrorCode::NONE))));
-    assert_eq!(fx.eng.metrics().transactions_committed, 1);
-    assert_eq!(fx.eng.metrics().transactions_begun, 2);
+    assert_eq!(fx.eng().metrics().transactions_committed, 1);
+    assert_eq!(fx.eng().metrics().transactions_begun, 2);
 }
 
 #[test]
@@ -164,7 +164,7 @@ fn unloading_answers_parked_requests_not_coordinator() {
     let mut fx = parking();
     let _markers = prepared(&mut fx);
     let init = fx.init(Some("t"), 1000, None);
-    fx.eng.handle_unload();
+    fx.unload();
     let evs = fx.effects();
     assert_eq!(init_reply(&evs, init).0, ErrorCode::NOT_COORDINATOR);
 }
@@ -254,7 +254,7 @@ fn a_failed_shared_append_retries_the_complete_and_answers_the_add() {
         fx.record("t").map(|r| r.state),
         Some(TxnState::PrepareCommit)
     );
-    let retried = fx.tick(fx.now + Config::default().complete_retry_backoff_ms);
+    let retried = fx.tick(fx.now() + Config::default().complete_retry_backoff_ms);
     let written: Vec<_> = appended(&retried)
         .into_iter()
         .map(|(_, r)| r.expect("upsert").state)

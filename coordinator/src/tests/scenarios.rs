@@ -64,7 +64,7 @@ fn s02_empty_transactional_id_is_invalid_request() {
             (ErrorCode::INVALID_REQUEST, -1, -1)
         );
     }
-    assert_eq!(fx.eng.records().count(), 0);
+    assert_eq!(fx.eng().records().count(), 0);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn s06_not_coordinator_and_loading() {
         init_reply(&fx.effects(), to),
         (ErrorCode::NOT_COORDINATOR, -1, -1)
     );
-    fx.eng.handle_begin_load();
+    fx.begin_load();
     let _ = fx.effects();
     let to = fx.init(Some("polygenelubricants"), 1, None);
     assert_eq!(
@@ -161,7 +161,7 @@ fn s08_init_producer_id_bumps_epoch_from_empty_and_complete() {
         TxnState::CompleteCommit,
     ] {
         let mut fx = Fx::new(vec![("known", rec(10, 1, state, &[]))]);
-        fx.now = 42;
+        fx.set_now(42);
         let to = fx.init(Some("known"), 10, None);
         let evs = fx.effects();
         assert_eq!(
@@ -187,12 +187,11 @@ fn s09_prepare_states_block_init_producer_id() {
     for state in [TxnState::PrepareCommit, TxnState::PrepareAbort] {
         let mut fx = Fx::new(vec![("known", rec(0, 0, state, &t1()))]);
         let to = fx.init(Some("known"), 10, None);
-        let evs = fx.effects();
+        let evs = fx.effects_without_write();
         assert_eq!(
             init_reply(&evs, to),
             (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
         );
-        assert!(appended(&evs).is_empty());
     }
 }
 
@@ -235,7 +234,7 @@ fn s11_ongoing_is_fenced_and_aborted() {
         result: TxnResult::Abort,
         parts: t1()
     }));
-    assert_eq!(fx.eng.metrics().producers_fenced, 1);
+    assert_eq!(fx.eng().metrics().producers_fenced, 1);
 }
 
 #[test]
@@ -527,7 +526,7 @@ fn s29_add_partitions_empty_id_is_invalid_request() {
 fn s30_add_partitions_ownership() {
     let mut fx = Fx::with_config(Config::default(), vec![]);
     assert_add_t1(&mut fx, "known", 10, 1, ErrorCode::NOT_COORDINATOR);
-    fx.eng.handle_begin_load();
+    fx.begin_load();
     let _ = fx.effects();
     assert_add_t1(
         &mut fx,
@@ -611,11 +610,11 @@ fn s34_already_added_partitions_cost_no_write() {
 #[test]
 fn s35_start_timestamp_is_first_add() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
-    fx.now = 99;
+    fx.set_now(99);
     let _ = fx.add("known", 10, 1, &t1());
     let evs = fx.effects();
     let _ = fx.ack(&evs);
-    fx.now = 98;
+    fx.set_now(98);
     let _ = fx.add("known", 10, 1, &[tp("topic2", 0)]);
     let evs = fx.effects();
     let _ = fx.ack(&evs);
@@ -654,24 +653,22 @@ fn s36_verify_only_matrix() {
     let _ = fx3.end(3, "known", 1, 0, true);
     let _pending = fx3.effects();
     let to = fx3.verify("known", 1, 0, &t1());
-    let evs = fx3.effects();
+    let evs = fx3.effects_without_write();
     assert_eq!(
         add_reply(&evs, to),
         vec![(tp("topic1", 0), ErrorCode::TRANSACTION_ABORTABLE)]
     );
-    assert!(appended(&evs).is_empty());
 }
 
 #[test]
 fn s37_verify_only_present_is_none_without_write() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
     let to = fx.verify("known", 10, 1, &t1());
-    let evs = fx.effects();
+    let evs = fx.effects_without_write();
     assert_eq!(
         add_reply(&evs, to),
         vec![(tp("topic1", 0), ErrorCode::NONE)]
     );
-    assert!(appended(&evs).is_empty());
 }
 
 #[test]
@@ -757,7 +754,7 @@ fn s45_end_txn_empty_id_and_ownership() {
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_REQUEST);
     let to = fx.end(3, "known", 10, 1, true);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
-    fx.eng.handle_begin_load();
+    fx.begin_load();
     let to = fx.end(3, "polygenelubricants", 10, 1, true);
     assert_eq!(
         end_reply(&fx.effects(), to).0,
@@ -818,13 +815,12 @@ fn s48_s49_idempotent_retry_after_complete() {
             };
             let mut fx = Fx::new(vec![("known", r)]);
             let to = fx.end(v, "known", 10, epoch, commit);
-            let evs = fx.effects();
+            let evs = fx.effects_without_write();
             assert_eq!(
                 end_reply(&evs, to),
                 (ErrorCode::NONE, 10, 1),
                 "{state} v{v}"
             );
-            assert!(appended(&evs).is_empty());
         }
     }
 }
@@ -845,7 +841,7 @@ fn s50_wrong_result_after_complete() {
     }
     // TV2 (CTn): CompleteCommit + ABORT at the current epoch starts an (empty) abort.
     let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
-    fx.now = 77;
+    fx.set_now(77);
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -1018,7 +1014,7 @@ fn s59_tv2_overflow_arithmetic() {
 #[test]
 fn s60_tv2_abort_from_empty() {
     let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
-    fx.now = 5;
+    fx.set_now(5);
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -1055,9 +1051,8 @@ fn s60_tv2_abort_from_empty() {
 fn s61_tv2_abort_after_abort() {
     let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteAbort, &[]))]);
     let to = fx.end(5, "known", 10, 0, false);
-    let evs = fx.effects();
+    let evs = fx.effects_without_write();
     assert_eq!(end_reply(&evs, to), (ErrorCode::NONE, 10, 1));
-    assert!(appended(&evs).is_empty());
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
     assert_eq!(
@@ -1096,7 +1091,7 @@ fn s63_ongoing_times_out_and_is_aborted_with_bumped_epoch() {
     let mut r = rec(10, 1, TxnState::Ongoing, &t1());
     r.txn_start_ms = 0;
     let mut fx = Fx::with_config(tv0(), vec![("known", r.clone())]);
-    assert_eq!(fx.eng.poll_timeout(), Some(Millis(10_000)));
+    assert_eq!(fx.eng().poll_timeout(), Some(Millis(10_000)));
     let evs = fx.tick(10_000);
     let mut want = r;
     want.state = TxnState::PrepareAbort;
@@ -1116,7 +1111,7 @@ fn s63_ongoing_times_out_and_is_aborted_with_bumped_epoch() {
         result: TxnResult::Abort,
         parts: t1()
     }));
-    assert_eq!(fx.eng.metrics().transactions_timed_out, 1);
+    assert_eq!(fx.eng().metrics().transactions_timed_out, 1);
 }
 
 #[test]
@@ -1194,9 +1189,9 @@ fn s69_expire_allowed_states() {
         let _ = fx.ack(&evs);
         assert!(fx.record("one").is_none());
         assert!(fx.record("two").is_some());
-        assert!(!fx.eng.has_pending(&tid("two")));
+        assert!(!fx.eng().has_pending(&tid("two")));
         assert_eq!(
-            fx.eng.describe("one").error,
+            fx.eng().describe("one").error,
             ErrorCode::TRANSACTIONAL_ID_NOT_FOUND
         );
     }
@@ -1226,7 +1221,7 @@ fn s71_failed_tombstone_keeps_ids() {
     assert_eq!(appended(&evs).len(), 2);
     let _ = fx.fail(&evs, io_error());
     assert!(fx.record("one").is_some() && fx.record("two").is_some());
-    assert!(!fx.eng.has_pending(&tid("one")));
+    assert!(!fx.eng().has_pending(&tid("one")));
 }
 
 #[test]
@@ -1244,13 +1239,13 @@ fn s72_expiry_batches_are_bounded() {
     let mut fx = Fx::with_config(cfg, recs);
     let mut appends = 0;
     let mut now = 604_800_000;
-    while fx.eng.records().count() > 0 {
+    while fx.eng().records().count() > 0 {
         let evs = fx.tick(now);
         let n = appended(&evs).len();
         assert!(n <= 100);
         appends += usize::from(n > 0);
         let _ = fx.ack(&evs);
-        now = fx.eng.poll_timeout().map_or(now, |t| t.0);
+        now = fx.eng().poll_timeout().map_or(now, |t| t.0);
     }
     assert!(appends > 1);
 }
@@ -1293,7 +1288,7 @@ fn s81_s82_load_redrives_markers_with_the_new_epoch() {
             },
         ]
     );
-    fx.eng.handle_unload();
+    fx.unload();
     let _ = fx.effects();
     let to = fx.end(3, "two", 2, 0, true);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
@@ -1304,22 +1299,14 @@ fn s84_reimmigration_at_a_higher_epoch() {
     let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
     let to = fx.init(Some("one"), 10, None);
     let pending = fx.effects();
-    fx.eng.handle_load(
-        Millis(0),
-        txn_log::CoordinatorEpoch(1),
-        txn_log::LoadedPartition {
-            coordinator_epoch: Some(txn_log::CoordinatorEpoch(1)),
-            records: vec![(tid("one"), rec(1, 0, TxnState::Empty, &[]))],
-        },
-    );
-    let evs = fx.effects();
+    let evs = fx.load_again(1);
     assert_eq!(
         init_reply(&evs, to).0,
         ErrorCode::NOT_COORDINATOR,
         "in-flight work of the old epoch"
     );
     assert_eq!(
-        fx.eng.coordinator_epoch(),
+        fx.eng().coordinator_epoch(),
         Some(txn_log::CoordinatorEpoch(1))
     );
     assert!(fx.ack(&pending).is_empty(), "stale completion ignored");
@@ -1349,28 +1336,20 @@ fn s87_append_error_mapping() {
         let evs = fx.effects();
         let out = fx.fail(&evs, err.clone());
         assert_eq!(init_reply(&out, to).0, want, "{err}");
-        assert_eq!(fx.eng.is_loaded(), still_loaded, "{err}");
-        assert!(!fx.eng.has_pending(&tid("known")));
+        assert_eq!(fx.eng().is_loaded(), still_loaded, "{err}");
+        assert!(!fx.eng().has_pending(&tid("known")));
     }
 }
 
 #[test]
 fn s83_load_completing_after_unload_installs_nothing() {
-    let mut fx = Fx::new(vec![]);
-    fx.eng.handle_begin_load();
-    fx.eng.handle_unload();
+    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
+    fx.begin_load();
+    fx.unload();
     let _ = fx.effects();
-    fx.eng.handle_load(
-        Millis(0),
-        txn_log::CoordinatorEpoch(1),
-        txn_log::LoadedPartition {
-            coordinator_epoch: Some(txn_log::CoordinatorEpoch(1)),
-            records: vec![(tid("one"), rec(1, 0, TxnState::Empty, &[]))],
-        },
-    );
-    assert!(fx.effects().is_empty());
-    assert!(!fx.eng.is_loaded());
-    assert_eq!(fx.eng.records().count(), 0);
+    assert!(fx.load_again(1).is_empty());
+    assert!(!fx.eng().is_loaded());
+    assert_eq!(fx.eng().records().count(), 0);
     let to = fx.end(3, "one", 1, 0, true);
     assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
 }
@@ -1380,7 +1359,7 @@ fn s88_reload_starting_during_an_append_answers_load_in_progress() {
     let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
     let to = fx.init(Some("one"), 10, None);
     let pending = fx.effects();
-    fx.eng.handle_begin_load();
+    fx.begin_load();
     let evs = fx.effects();
     assert_eq!(
         init_reply(&evs, to).0,
@@ -1434,10 +1413,10 @@ fn s97_fenced_complete_unloads_and_new_owner_completes() {
 fn s91_emigration_drops_state_and_markers() {
     let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
     assert_eq!(fx.loaded.len(), 1);
-    fx.eng.handle_unload();
+    fx.unload();
     assert_eq!(fx.effects(), vec![Ev::Unloaded]);
-    assert_eq!(fx.eng.transactions_awaiting_markers().count(), 0);
-    assert_eq!(fx.eng.records().count(), 0);
+    assert_eq!(fx.eng().transactions_awaiting_markers().count(), 0);
+    assert_eq!(fx.eng().records().count(), 0);
 }
 
 #[test]
@@ -1473,7 +1452,7 @@ fn s103_describe() {
     let mut r = rec(10, 1, TxnState::Ongoing, &t1());
     r.txn_start_ms = 5;
     let fx = Fx::new(vec![("known", r)]);
-    let d = fx.eng.describe("known");
+    let d = fx.eng().describe("known");
     assert_eq!(
         d,
         DescribedTxn {
@@ -1487,14 +1466,10 @@ fn s103_describe() {
             partitions: t1(),
         }
     );
-    assert_eq!(fx.eng.describe("").error, ErrorCode::INVALID_REQUEST);
-    let loading = Engine::new(
-        txn_log::LogPartition(0),
-        config(),
-        ProducerIdAllocator::new(),
-    );
+    assert_eq!(fx.eng().describe("").error, ErrorCode::INVALID_REQUEST);
+    let loading = Fx::unloaded(ProducerIdAllocator::new());
     assert_eq!(
-        loading.describe("known").error,
+        loading.eng().describe("known").error,
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
 }
@@ -1530,7 +1505,7 @@ fn s104_list_filters() {
             duration_filter_ms: dur,
             transactional_id_pattern: None,
         };
-        let r = merge_list_responses(&req, [fx.eng.list_transactions(now, &req)]);
+        let r = merge_list_responses(&req, [fx.eng().list_transactions(now, &req)]);
         (
             r.transactions
                 .into_iter()
@@ -1573,7 +1548,7 @@ fn s104_list_filters() {
             duration_filter_ms: -1,
             ..Default::default()
         };
-        let r = merge_list_responses(&req, [fx.eng.list_transactions(now, &req)]);
+        let r = merge_list_responses(&req, [fx.eng().list_transactions(now, &req)]);
         r.transactions
             .into_iter()
             .map(|x| x.transactional_id)
