@@ -645,16 +645,13 @@ mod tests {
         };
         let (producer_id, producer_epoch) = (init.producer_id, init.producer_epoch);
         h.call(Request::AddPartitionsToTxn(
-            crate::AddPartitionsToTxnRequest {
-                version: 3,
-                transactions: vec![crate::AddPartitionsTxn {
-                    transactional_id: id.into(),
-                    producer_id,
-                    producer_epoch,
-                    verify_only: false,
-                    partitions: vec![txn_log::TopicPartition::new("t", 0)],
-                }],
-            },
+            crate::AddPartitionsToTxnRequest::add(
+                3,
+                id,
+                producer_id,
+                producer_epoch,
+                &[txn_log::TopicPartition::new("t", 0)],
+            ),
         ));
         h.call(Request::EndTxn(crate::EndTxnRequest {
             version: 3,

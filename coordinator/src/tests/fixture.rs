@@ -246,16 +246,15 @@ impl Fx {
         (pid, epoch): (i64, i16),
         parts: &[TopicPartition],
     ) -> RequestId {
-        self.send(Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        let mut request = AddPartitionsToTxnRequest::add(
             version,
-            transactions: vec![AddPartitionsTxn {
-                transactional_id: id.into(),
-                producer_id: ProducerId(pid),
-                producer_epoch: ProducerEpoch(epoch),
-                verify_only,
-                partitions: parts.to_vec(),
-            }],
-        }))
+            id,
+            ProducerId(pid),
+            ProducerEpoch(epoch),
+            parts,
+        );
+        request.transactions[0].verify_only = verify_only;
+        self.send(Request::AddPartitionsToTxn(request))
     }
 
     pub(crate) fn end(

@@ -200,15 +200,17 @@ impl Harness {
                     }
                 };
                 self.send(
-                    Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-                        version: if verify { 5 } else { 3 },
-                        transactions: vec![AddPartitionsTxn {
-                            transactional_id: id.to_string(),
-                            producer_id: pid,
-                            producer_epoch: epoch,
-                            verify_only: verify,
-                            partitions: parts,
-                        }],
+                    Request::AddPartitionsToTxn({
+                        let version = if verify { 5 } else { 3 };
+                        let mut r = AddPartitionsToTxnRequest::add(
+                            version,
+                            id.as_str(),
+                            pid,
+                            epoch,
+                            &parts,
+                        );
+                        r.transactions[0].verify_only = verify;
+                        r
                     }),
                     sent,
                 );
