@@ -301,10 +301,7 @@ async fn idle_connections_are_closed_and_busy_ones_are_not() {
 /// so every address line fails to print, and the daemon still serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stdout_does_not_stop_the_daemon() {
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = txn_testkit::wire::free_port();
     let dir = tempfile::tempdir().expect("tmp");
     let mut child = std::process::Command::new(BIN)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])

@@ -4,6 +4,7 @@
 //! fault harness, the daemon's tests and txn-bench use them; the real clients (librdkafka,
 //! kafka-python, Java) and refbroker stay the references.
 
+pub mod blocking;
 pub mod client;
 pub mod fake_broker;
 pub mod pool;

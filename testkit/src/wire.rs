@@ -20,6 +20,15 @@ pub fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
+/// A loopback port that was free a moment ago (bound and released: good enough for a test
+/// that starts a server on it at once); panics if none can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
 /// Connects to `addr` as client `client_id` (TCP, `TCP_NODELAY`); panics if it cannot.
 pub async fn connect(addr: impl ToSocketAddrs, client_id: &str) -> Conn {
     try_connect(addr, client_id).await.expect("connect")

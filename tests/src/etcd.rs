@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use txn_log::{EtcdConfig, EtcdTxnLog};
 
-use crate::fault::process::{Proc, Spec, bin_path, free_port, signal};
+use txn_testkit::wire::free_port;
+
+use crate::fault::process::{Proc, Spec, bin_path, signal};
 
 /// One member.
 #[derive(Debug)]
@@ -54,8 +56,8 @@ impl EtcdCluster {
         for i in 0..n {
             members.push(Member {
                 name: format!("m{i}"),
-                client_port: free_port()?,
-                peer_port: free_port()?,
+                client_port: free_port(),
+                peer_port: free_port(),
                 child: None,
                 paused: false,
             });
@@ -234,7 +236,7 @@ pub fn daemon_on_etcd(
     dir: &Path,
     extra: &[&str],
 ) -> anyhow::Result<Proc> {
-    let port = free_port()?;
+    let port = free_port();
     let mut args: Vec<String> = [
         "serve",
         "--listen",

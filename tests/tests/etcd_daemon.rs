@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use txn_testkit::pool::Pool;
+use txn_testkit::wire::free_port;
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd, requests};
-use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+use txn_tests::fault::process::{Proc, Spec, bin_path};
 
 const STARTUP: Duration = Duration::from_secs(60);
 
@@ -27,7 +28,7 @@ async fn add(pool: &mut Pool, at: std::net::SocketAddr, id: &str, pe: (i64, i16)
 /// A refbroker with topic `t` (2 partitions) and its data and log under `dir`; returns it and
 /// its address for `--bootstrap-servers`.
 fn start_broker(dir: &Path) -> (Proc, String) {
-    let port = free_port().expect("port");
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let broker = Proc::start(
         Spec {
@@ -186,7 +187,7 @@ async fn ready_means_this_daemons_share_is_loaded() {
     let mut metrics = Vec::new();
     let mut daemons = Vec::new();
     for node in [1, 2] {
-        let m = format!("127.0.0.1:{}", free_port().expect("port"));
+        let m = format!("127.0.0.1:{}", free_port());
         let extra = [
             "--set",
             "transaction.state.log.num.partitions=8",

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages as km;
 use txn_testkit::pool::Pool;
+use txn_testkit::wire::free_port;
 use txn_tests::etcd::requests::{add, end, find, init_at_owner, wait_state};
 use txn_tests::etcd::{EtcdCluster, daemon_on_etcd};
-use txn_tests::fault::process::{Proc, Spec, free_port};
+use txn_tests::fault::process::{Proc, Spec};
 
 const LEASE_MS: u64 = 2000;
 const LOG_PARTITIONS: &str = "transaction.state.log.num.partitions=12";
@@ -178,7 +179,7 @@ struct Standalone {
 
 impl Standalone {
     fn start(etcd: &EtcdCluster, dir: &Path, n: i32) -> Self {
-        let broker_port = free_port().expect("port");
+        let broker_port = free_port();
         let broker_addr = format!("127.0.0.1:{broker_port}");
         let endpoints = etcd.endpoints_arg();
         let lease = format!("etcd.lease.ttl.ms={LEASE_MS}");
@@ -217,7 +218,7 @@ impl Standalone {
 async fn embedded_brokers_move_a_dead_brokers_log_partitions_to_the_survivors() {
     let etcd = EtcdCluster::start(3).await.expect("etcd");
     let dir = tempfile::tempdir().expect("tmp");
-    let ports: Vec<u16> = (0..3).map(|_| free_port().expect("port")).collect();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let cluster = (1..=3)
         .zip(&ports)
         .map(|(n, p)| format!("{n}=127.0.0.1:{p}"))

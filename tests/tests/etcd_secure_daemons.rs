@@ -13,8 +13,9 @@ use coordinator::server::outgoing::ClientSecurity;
 use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use rcgen::DnType;
+use txn_testkit::wire::free_port;
 use txn_tests::etcd::EtcdCluster;
-use txn_tests::fault::process::{Proc, Spec, bin_path, free_port};
+use txn_tests::fault::process::{Proc, Spec, bin_path};
 
 mod pki;
 use pki::{Ca, write};
@@ -156,7 +157,7 @@ fn two_daemons(
     listener: &str,
     keys: &[String],
 ) -> (Vec<Proc>, [u16; 2]) {
-    let ports = [free_port().expect("port"), free_port().expect("port")];
+    let ports = [free_port(), free_port()];
     let daemons = [(1, ports[0]), (2, ports[1])]
         .into_iter()
         .map(|(node, port)| {
@@ -241,7 +242,7 @@ async fn an_untrusted_member_is_unreachable_and_the_log_says_why() {
         &dir.path().join("both.pem"),
         &format!("{}{}", ca1.pem, ca2.pem),
     );
-    let ports = [free_port().expect("port"), free_port().expect("port")];
+    let ports = [free_port(), free_port()];
     let ks1 = keystore(&dir.path().join("d1.pem"), "daemon-1", &ca1);
     let ks2 = keystore(&dir.path().join("d2.pem"), "daemon-2", &ca2);
     let etcd_arg = etcd.endpoints_arg();

@@ -14,16 +14,11 @@ use kafka_protocol::messages::{
     ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use txn_testkit::wire::{self, Conn};
+use txn_testkit::wire::{self, Conn, free_port};
 use txn_tests::refbroker::process::BrokerProcess;
 
 fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// Apache Kafka, killed on drop.

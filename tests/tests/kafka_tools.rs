@@ -605,10 +605,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
     let dir = tempfile::tempdir().expect("tempdir");
     // Two nodes in the cluster, only node 1 runs: node 2 leads half the partitions.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = txn_testkit::wire::free_port();
     let me = format!("127.0.0.1:{port}");
     let cluster = format!("1={me},2=127.0.0.1:9");
     let args = [

@@ -688,10 +688,7 @@ async fn a_torn_tail_is_truncated_on_restart_and_appends_continue_after_it() {
 /// (`println!` panics once stdout is closed; the bench smoke run lost its broker that way).
 #[tokio::test]
 async fn a_closed_stdout_does_not_stop_the_broker() {
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = wire::free_port();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_refbroker"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])

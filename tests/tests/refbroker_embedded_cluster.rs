@@ -10,17 +10,12 @@ use kafka_protocol::messages::{
     TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use tokio::net::TcpStream;
-use txn_testkit::wire::{self, Conn, sb};
+use txn_testkit::wire::{self, Conn, free_port, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::{
     Committed, add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes,
     stable_read, until_not_retriable,
 };
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 async fn connect(port: u16) -> Conn {
     wire::connect(("127.0.0.1", port), "refbroker-cluster-test").await

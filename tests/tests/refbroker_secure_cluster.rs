@@ -16,16 +16,11 @@ mod pki;
 use coordinator::server::outgoing::ClientSecurity;
 use kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
 use markers::wire::{BoxedConnection, Connector};
-use txn_testkit::wire::{record_batch, sb};
+use txn_testkit::wire::{free_port, record_batch, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::{
     add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes, stable_read,
 };
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 fn scram_login(user: &str) -> String {
     format!(

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{InitProducerIdRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
+use txn_testkit::wire::free_port;
 use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
 use txn_tests::fault::process::bin_path;
 use txn_tests::refbroker::process::BrokerProcess;
@@ -33,13 +34,6 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 fn start_daemon(data: &Path, keystore: &Path, broker_port: u16) -> Daemon {

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::process::{Proc, Spec, bin_path, free_port};
+use txn_testkit::wire::free_port;
+
+use super::process::{Proc, Spec, bin_path};
 use super::proxy::FaultProxy;
 use crate::etcd::EtcdCluster;
 
@@ -193,12 +195,8 @@ impl FaultCluster {
             None => None,
         };
         let daemons = etcd_options.as_ref().map_or(1, |e| e.daemons.max(1));
-        let daemon_ports: Vec<u16> = (0..daemons)
-            .map(|_| free_port())
-            .collect::<Result<_, _>>()?;
-        let broker_ports: Vec<u16> = (0..options.brokers)
-            .map(|_| free_port())
-            .collect::<Result<_, _>>()?;
+        let daemon_ports: Vec<u16> = (0..daemons).map(|_| free_port()).collect();
+        let broker_ports: Vec<u16> = (0..options.brokers).map(|_| free_port()).collect();
         let mut daemon_proxies = Vec::new();
         for p in &daemon_ports {
             daemon_proxies.push(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], *p))).await?);

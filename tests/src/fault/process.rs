@@ -11,12 +11,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-/// A free loopback port (bound and released; good enough on a quiet machine).
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
-}
-
 /// How to (re)start one process.
 #[derive(Debug, Clone)]
 pub struct Spec {

@@ -8,14 +8,13 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::ApiVersionsRequest;
+use kafka_protocol::protocol::StrBytes;
+use txn_testkit::blocking;
 
 thread_local! {
     /// The clients the current test (one thread per test) has started.
@@ -68,36 +67,10 @@ pub(crate) fn record(mode: &str, etcd: bool, broker: SocketAddr) {
 
 /// ApiVersions v3 to `addr`: the finalized `transaction.version` level (0 if not listed).
 fn finalized_transaction_version(addr: SocketAddr) -> Option<i16> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let header = RequestHeader::default()
-        .with_request_api_key(18)
-        .with_request_api_version(3)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("e2e-compat")));
-    let body = ApiVersionsRequest::default()
+    let request = ApiVersionsRequest::default()
         .with_client_software_name(StrBytes::from_static_str("e2e-compat"))
         .with_client_software_version(StrBytes::from_static_str("1"));
-    let mut buf = BytesMut::new();
-    header.encode(&mut buf, 2).ok()?;
-    body.encode(&mut buf, 3).ok()?;
-    let mut frame = u32::try_from(buf.len()).ok()?.to_be_bytes().to_vec();
-    frame.extend_from_slice(&buf);
-    s.write_all(&frame).ok()?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).ok()?;
-    let len = usize::try_from(u32::from_be_bytes(len)).ok()?;
-    if !(4..=1 << 20).contains(&len) {
-        return None;
-    }
-    let mut resp = vec![0u8; len];
-    s.read_exact(&mut resp).ok()?;
-    let mut resp = bytes::Bytes::from(resp);
-    // Response header v0 (ApiVersions always answers with header v0): the correlation id.
-    if resp.get_i32() != 7 {
-        return None;
-    }
-    let r = ApiVersionsResponse::decode(&mut resp, 3).ok()?;
+    let r = blocking::call(addr, "e2e-compat", &request, 3, Duration::from_secs(5)).ok()?;
     Some(
         r.finalized_features
             .iter()

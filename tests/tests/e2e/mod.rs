@@ -11,13 +11,17 @@ pub(crate) use serde_json::Value as Json;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::{ApiVersionsRequest, FindCoordinatorRequest};
+use txn_testkit::blocking;
+pub(crate) use txn_testkit::wire::free_port;
+use txn_testkit::wire::sb;
 use txn_tests::etcd::EtcdCluster;
 
 /// How long a process gets to answer ApiVersions after it was started.
@@ -125,44 +129,11 @@ pub(crate) fn kafka_classpath_or_skip(test: &str) -> Option<String> {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub(crate) fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
-}
-
 /// Sends ApiVersions v0 and reads the answer: true if `addr` speaks Kafka with error 0.
 pub(crate) fn answers_api_versions(addr: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-    let client = b"e2e-probe";
-    let mut req = Vec::new();
-    req.extend_from_slice(&18i16.to_be_bytes()); // ApiVersions
-    req.extend_from_slice(&0i16.to_be_bytes()); // v0
-    req.extend_from_slice(&4242i32.to_be_bytes()); // correlation id
-    req.extend_from_slice(&i16::try_from(client.len()).unwrap_or(0).to_be_bytes());
-    req.extend_from_slice(client);
-    let mut frame = u32::try_from(req.len()).unwrap_or(0).to_be_bytes().to_vec();
-    frame.extend_from_slice(&req);
-    if s.write_all(&frame).is_err() {
-        return false;
-    }
-    let mut len = [0u8; 4];
-    if s.read_exact(&mut len).is_err() {
-        return false;
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    if !(6..=1 << 20).contains(&len) {
-        return false;
-    }
-    let mut body = vec![0u8; len];
-    if s.read_exact(&mut body).is_err() {
-        return false;
-    }
-    body[..4] == 4242i32.to_be_bytes() && body[4..6] == [0, 0]
+    let request = ApiVersionsRequest::default();
+    blocking::call(addr, "e2e-probe", &request, 0, Duration::from_secs(2))
+        .is_ok_and(|r| r.error_code == 0)
 }
 
 /// The last `n` lines of a log file, for failure messages.
@@ -801,60 +772,16 @@ fn refbroker_servers(
 
 /// FindCoordinator v1 (key_type 1) against `broker`: the coordinator's address.
 pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAddr, String> {
-    let mut s =
-        TcpStream::connect_timeout(&broker, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let client = b"e2e-probe";
-    let mut req = Vec::new();
-    req.extend_from_slice(&10i16.to_be_bytes()); // FindCoordinator
-    req.extend_from_slice(&1i16.to_be_bytes()); // v1
-    req.extend_from_slice(&77i32.to_be_bytes());
-    req.extend_from_slice(&i16::try_from(client.len()).unwrap_or(0).to_be_bytes());
-    req.extend_from_slice(client);
-    req.extend_from_slice(
-        &i16::try_from(key.len())
-            .map_err(|e| e.to_string())?
-            .to_be_bytes(),
-    );
-    req.extend_from_slice(key.as_bytes());
-    req.push(1); // key_type TRANSACTION
-    let mut frame = u32::try_from(req.len()).unwrap_or(0).to_be_bytes().to_vec();
-    frame.extend_from_slice(&req);
-    s.write_all(&frame).map_err(|e| e.to_string())?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(|e| e.to_string())?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > 1 << 16 {
-        return Err(format!("response too long: {len}"));
+    let request = FindCoordinatorRequest::default()
+        .with_key(sb(key))
+        .with_key_type(1);
+    let r = blocking::call(broker, "e2e-probe", &request, 1, Duration::from_secs(5))?;
+    if r.error_code != 0 {
+        return Err(format!("error code {}", r.error_code));
     }
-    let mut b = vec![0u8; len];
-    s.read_exact(&mut b).map_err(|e| e.to_string())?;
-    // correlation(4) throttle(4) error(2) error_message(nullable string) node_id(4) host port
-    let rd16 = |b: &[u8], i: usize| -> Result<i16, String> {
-        b.get(i..i + 2)
-            .map(|x| i16::from_be_bytes([x[0], x[1]]))
-            .ok_or_else(|| "short FindCoordinator response".to_owned())
-    };
-    let err = rd16(&b, 8)?;
-    if err != 0 {
-        return Err(format!("error code {err}"));
-    }
-    let mut i = 10;
-    let mlen = rd16(&b, i)?;
-    i += 2 + usize::try_from(mlen.max(0)).unwrap_or(0);
-    i += 4; // node id
-    let hlen = usize::try_from(rd16(&b, i)?).map_err(|e| e.to_string())?;
-    i += 2;
-    let host = b
-        .get(i..i + hlen)
-        .ok_or("short host")
-        .map(|h| String::from_utf8_lossy(h).into_owned())?;
-    i += hlen;
-    let port = b.get(i..i + 4).ok_or("short port")?;
-    let port = i32::from_be_bytes([port[0], port[1], port[2], port[3]]);
-    format!("{host}:{port}")
+    format!("{}:{}", r.host.as_str(), r.port)
         .parse()
-        .map_err(|e| format!("bad address {host}:{port}: {e}"))
+        .map_err(|e| format!("bad address {}:{}: {e}", r.host.as_str(), r.port))
 }
 
 /// A running client program: its JSON events arrive over a channel as it prints them.
