@@ -8,6 +8,7 @@ use std::time::Duration;
 use daemon_support::*;
 use kafka_protocol::messages as km;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use txn_testkit::client::Features;
 
 async fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").expect("http url");
@@ -52,20 +53,14 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         .call(&km::ApiVersionsRequest::default(), 3)
         .await
         .expect("api versions");
+    let tv = |min, max| vec![("transaction.version".to_owned(), min, max)];
     assert_eq!(
-        v.supported_features
-            .iter()
-            .map(|f| (f.name.to_string(), f.min_version, f.max_version))
-            .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 0, 2)]
-    );
-    assert_eq!(v.finalized_features_epoch, 0);
-    assert_eq!(
-        v.finalized_features
-            .iter()
-            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
-            .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 2, 2)]
+        Features::of(&v),
+        Features {
+            supported: tv(0, 2),
+            finalized_epoch: 0,
+            finalized: tv(2, 2),
+        }
     );
     // "hung": timeout 1 ms, so it is open longer than its timeout at once; the reaper
     // (every 10 s) has not run yet.

@@ -7,6 +7,7 @@ mod daemon_support;
 use daemon_support::*;
 use kafka_protocol::messages::{self as km, ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
+use txn_testkit::client::Versions;
 
 /// FindCoordinator v2 of `key` (`key_type` 0: group, 1: transaction): (error code, node id,
 /// port).
@@ -41,12 +42,8 @@ async fn api_versions_every_version_and_the_kip511_fallback() {
             .await
             .expect("api versions");
         assert_eq!(r.error_code, 0, "v{v}");
-        let find = |k: ApiKey| {
-            r.api_keys
-                .iter()
-                .find(|a| a.api_key == k as i16)
-                .map(|a| (a.min_version, a.max_version))
-        };
+        let versions = Versions::of(&r);
+        let find = |k: ApiKey| versions.range(k);
         assert_eq!(find(ApiKey::InitProducerId), Some((0, 6)));
         assert_eq!(find(ApiKey::AddPartitionsToTxn), Some((0, 5)));
         assert_eq!(find(ApiKey::AddOffsetsToTxn), Some((0, 4)));
@@ -67,11 +64,7 @@ async fn api_versions_every_version_and_the_kip511_fallback() {
     assert_eq!(h.correlation_id, 77);
     let r = km::ApiVersionsResponse::decode(&mut b, 0).expect("v0 body");
     assert_eq!(r.error_code, 35);
-    assert!(
-        r.api_keys
-            .iter()
-            .any(|a| a.api_key == ApiKey::EndTxn as i16)
-    );
+    assert!(Versions::of(&r).range(ApiKey::EndTxn).is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, FindCoordinatorRequest,
-    MetadataRequest, TopicName, create_topics_request::CreatableTopic,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
+    FindCoordinatorRequest, MetadataRequest, TopicName, create_topics_request::CreatableTopic,
     metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
@@ -21,6 +21,21 @@ use crate::wire::{BoundedCallError, call_before};
 pub struct Versions(HashMap<i16, (i16, i16)>);
 
 impl Versions {
+    /// The ranges an ApiVersions answer lists.
+    pub fn of(resp: &ApiVersionsResponse) -> Self {
+        Self(
+            resp.api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect(),
+        )
+    }
+
+    /// The `(min, max)` versions the peer offers of `key`, if it offers it.
+    pub fn range(&self, key: ApiKey) -> Option<(i16, i16)> {
+        self.0.get(&(key as i16)).copied()
+    }
+
     /// The highest version both sides speak, at most `max` and at least `min`.
     pub fn pick(&self, key: ApiKey, min: i16, max: i16) -> anyhow::Result<i16> {
         let Some(&(lo, hi)) = self.0.get(&(key as i16)) else {
@@ -32,6 +47,36 @@ impl Versions {
             bail!("no common version of {key:?}: server {lo}..={hi}, client {min}..={max}");
         }
         Ok(v)
+    }
+}
+
+/// The features an ApiVersions answer (v3+) lists, as `(name, min, max)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Features {
+    /// `SupportedFeatures`: the versions the peer could run.
+    pub supported: Vec<(String, i16, i16)>,
+    /// `FinalizedFeaturesEpoch`.
+    pub finalized_epoch: i64,
+    /// `FinalizedFeatures`: the levels in force.
+    pub finalized: Vec<(String, i16, i16)>,
+}
+
+impl Features {
+    /// The features `resp` lists.
+    pub fn of(resp: &ApiVersionsResponse) -> Self {
+        Self {
+            supported: resp
+                .supported_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+                .collect(),
+            finalized_epoch: resp.finalized_features_epoch,
+            finalized: resp
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+                .collect(),
+        }
     }
 }
 
@@ -80,12 +125,7 @@ impl Conn {
         if resp.error_code != ErrorCode::NONE.code() {
             bail!("ApiVersions to {addr}: error {}", resp.error_code);
         }
-        let versions = Versions(
-            resp.api_keys
-                .iter()
-                .map(|k| (k.api_key, (k.min_version, k.max_version)))
-                .collect(),
-        );
+        let versions = Versions::of(&resp);
         Ok(Self {
             inner,
             versions,

@@ -34,8 +34,10 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, ListTransactionsRequest, MetadataRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
+use txn_log::TxnVersion;
+use txn_testkit::client::{Features, Versions};
 use txn_testkit::pool::Pool;
-use txn_tests::fault::client::{ClusterView, TxnProducer, TxnVersion};
+use txn_tests::fault::client::{ClusterView, TxnProducer};
 use txn_tests::refbroker::process::BrokerProcess;
 
 const TOPIC: &str = "kt";
@@ -305,7 +307,7 @@ async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
         .expect("discover");
     let late_coordinator = late_view.coordinator;
 
-    let mut open = TxnProducer::new(open_view, "kt-open", 300_000, TxnVersion::Tv1);
+    let mut open = TxnProducer::new(open_view, "kt-open", 300_000, TxnVersion::V1);
     open.init().await.expect("kt-open init");
     open.add_partitions(&[0]).await.expect("kt-open add");
     let open_offset = open
@@ -313,7 +315,7 @@ async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
         .await
         .expect("kt-open produce");
 
-    let mut late = TxnProducer::new(late_view, "kt-late", 300_000, TxnVersion::Tv1);
+    let mut late = TxnProducer::new(late_view, "kt-late", 300_000, TxnVersion::V1);
     late.init().await.expect("kt-late init");
     late.add_partitions(&[1]).await.expect("kt-late add");
     late.produce(1, &["l-1".to_owned()], true)
@@ -632,31 +634,21 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
         .call(addr, &ApiVersionsRequest::default(), 3)
         .await
         .expect("api versions");
-    let range = |k: ApiKey| {
-        v.api_keys
-            .iter()
-            .find(|a| a.api_key == k as i16)
-            .map(|a| (a.min_version, a.max_version))
-    };
+    let versions = Versions::of(&v);
+    let range = |k: ApiKey| versions.range(k);
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
     assert_eq!(range(ApiKey::ListTransactions), Some((0, 2)));
     // transaction.version: supported 0..2 (refbroker adds the partition on a TV2 Produce) and
     // finalized at its `transaction.version` setting, 2 by default (Kafka 4.x's), at epoch 1, above the
     // standalone daemon's 0
-    let sf = &v.supported_features;
+    let tv = |min, max| vec![("transaction.version".to_owned(), min, max)];
     assert_eq!(
-        sf.iter()
-            .map(|f| (f.name.to_string(), f.min_version, f.max_version))
-            .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 0, 2)]
-    );
-    assert_eq!(v.finalized_features_epoch, 1);
-    assert_eq!(
-        v.finalized_features
-            .iter()
-            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
-            .collect::<Vec<_>>(),
-        [("transaction.version".to_owned(), 2, 2)]
+        Features::of(&v),
+        Features {
+            supported: tv(0, 2),
+            finalized_epoch: 1,
+            finalized: tv(2, 2),
+        }
     );
 
     // which partitions node 1 leads

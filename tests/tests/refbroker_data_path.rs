@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
+use txn_testkit::client::Versions;
 use txn_testkit::wire::{self, Conn, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::fetch_of_t;
@@ -204,12 +205,8 @@ async fn api_versions_and_metadata_advertise_what_librdkafka_needs() {
         .await
         .expect("api versions");
     assert_eq!(v.error_code, 0);
-    let range = |k: ApiKey| {
-        v.api_keys
-            .iter()
-            .find(|a| a.api_key == k as i16)
-            .map(|a| (a.min_version, a.max_version))
-    };
+    let versions = Versions::of(&v);
+    let range = |k: ApiKey| versions.range(k);
     assert!(range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 4));
     assert!(range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 3));
     assert_eq!(

@@ -10,6 +10,7 @@ use kafka_protocol::messages::{
     TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use tokio::net::TcpStream;
+use txn_testkit::client::Versions;
 use txn_testkit::wire::{self, Conn, free_port, sb};
 use txn_tests::refbroker::process::BrokerProcess;
 use txn_tests::txn_steps::{
@@ -233,12 +234,8 @@ async fn embedded_mode_serves_transaction_version_2() {
         .call(&ApiVersionsRequest::default(), 3)
         .await
         .expect("api versions");
-    let range = |k: ApiKey| {
-        v.api_keys
-            .iter()
-            .find(|a| a.api_key == k as i16)
-            .map(|a| (a.min_version, a.max_version))
-    };
+    let versions = Versions::of(&v);
+    let range = |k: ApiKey| versions.range(k);
     assert_eq!(range(ApiKey::InitProducerId), Some((0, 6)));
     assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 5)));
     assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
