@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use txn_tests::fault::client::TxnVersion;
+use txn_log::TxnVersion;
 use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions};
 use txn_tests::fault::history::Outcome;
 use txn_tests::fault::workload::{
@@ -38,7 +38,7 @@ async fn cluster_faults_leave_no_anomaly() {
             w5_every: Some(Duration::from_secs(6)),
             faults,
             fault_interval_ms: (1000, 3000),
-            tv: TxnVersion::Tv2,
+            tv: TxnVersion::V2,
             txn_timeout_ms: 6000,
             cluster: ClusterOptions::from_env(
                 PathBuf::from(env!("CARGO_BIN_EXE_refbroker")),

@@ -30,10 +30,9 @@ use kafka_protocol::messages::{
     ApiKey, DescribeTransactionsRequest, GroupId, ProduceRequest, ProducerId as WireProducerId,
     TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
+use txn_log::TxnVersion;
 use txn_testkit::wire::{connect, record_batch, sb};
-use txn_tests::fault::client::{
-    ClientError, ClusterView, Fetcher, TxnProducer, TxnVersion, loopback_pool,
-};
+use txn_tests::fault::client::{ClientError, ClusterView, Fetcher, TxnProducer, loopback_pool};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
 use txn_tests::fault::proxy::RequestClass;
 use txn_tests::refbroker::process::BrokerProcess;
@@ -141,7 +140,7 @@ async fn held_produce_past_its_abort(verification: bool) -> Outcome {
     let leader = view.leaders[&0];
 
     // T1: one batch in, the partition added and verified.
-    let mut p = TxnProducer::new(view.clone(), TID, 60_000, TxnVersion::Tv1);
+    let mut p = TxnProducer::new(view.clone(), TID, 60_000, TxnVersion::V1);
     p.init().await.expect("init");
     p.add_partitions(&[0]).await.expect("add");
     p.produce(0, &["t1-first".to_owned()], true)
@@ -168,7 +167,7 @@ async fn held_produce_past_its_abort(verification: bool) -> Outcome {
     let late = late.await.expect("late produce task");
 
     // Another producer commits a transaction on the partition afterwards.
-    let mut q = TxnProducer::new(view.clone(), "tv1-next", 60_000, TxnVersion::Tv1);
+    let mut q = TxnProducer::new(view.clone(), "tv1-next", 60_000, TxnVersion::V1);
     q.init().await.expect("init next");
     q.add_partitions(&[0]).await.expect("add next");
     q.produce(0, &["next-committed".to_owned()], true)
@@ -271,7 +270,7 @@ async fn embedded_a_produce_after_its_abort_is_refused_in_process() {
     let view = ClusterView::discover(broker.addr(), TOPIC, TID, Duration::from_secs(30))
         .await
         .expect("discover");
-    let mut p = TxnProducer::new(view.clone(), TID, 60_000, TxnVersion::Tv1);
+    let mut p = TxnProducer::new(view.clone(), TID, 60_000, TxnVersion::V1);
     p.init().await.expect("init");
     p.add_partitions(&[0]).await.expect("add");
     p.produce(0, &["t1-first".to_owned()], true)

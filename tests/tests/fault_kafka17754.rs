@@ -13,7 +13,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
+use txn_log::TxnVersion;
+use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster};
 use txn_tests::fault::proxy::RequestClass;
 
@@ -123,7 +124,7 @@ async fn scenario(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1() {
-    let tv2 = scenario(TxnVersion::Tv2, "k17754-tv2", false, ABORT_THEN_COMMIT).await;
+    let tv2 = scenario(TxnVersion::V2, "k17754-tv2", false, ABORT_THEN_COMMIT).await;
     println!("TV2 (EndTxn v5): {tv2:?}");
     assert_eq!(tv2.first_end, Ok(()), "{tv2:?}");
     assert!(
@@ -137,7 +138,7 @@ async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1(
     );
     assert_eq!(tv2.visible, vec!["k17754-tv2-t2".to_owned()], "{tv2:?}");
 
-    let tv1 = scenario(TxnVersion::Tv1, "k17754-tv1", false, ABORT_THEN_COMMIT).await;
+    let tv1 = scenario(TxnVersion::V1, "k17754-tv1", false, ABORT_THEN_COMMIT).await;
     println!("TV1 (EndTxn v3): {tv1:?}");
     assert_eq!(tv1.first_end, Ok(()), "{tv1:?}");
     assert_eq!(tv1.epochs.0, tv1.epochs.1, "TV1 keeps the epoch: {tv1:?}");
@@ -162,7 +163,7 @@ async fn kafka_17754_a_delayed_abort_is_harmless_with_tv2_and_recorded_with_tv1(
 /// way (TV1 has no transaction identity in EndTxn: KAFKA-17754); TV2 refuses the stale abort.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_17754_with_a_second_partition_loses_an_acknowledged_write_only_under_tv1() {
-    let tv2 = scenario(TxnVersion::Tv2, "k17754s-tv2", true, ABORT_THEN_COMMIT).await;
+    let tv2 = scenario(TxnVersion::V2, "k17754s-tv2", true, ABORT_THEN_COMMIT).await;
     println!("TV2 (EndTxn v5), two partitions: {tv2:?}");
     assert_eq!(tv2.second_end, Ok(()), "{tv2:?}");
     let mut seen = tv2.visible.clone();
@@ -173,7 +174,7 @@ async fn kafka_17754_with_a_second_partition_loses_an_acknowledged_write_only_un
         "TV2: the whole of T2 is committed: {tv2:?}"
     );
 
-    let tv1 = scenario(TxnVersion::Tv1, "k17754s-tv1", true, ABORT_THEN_COMMIT).await;
+    let tv1 = scenario(TxnVersion::V1, "k17754s-tv1", true, ABORT_THEN_COMMIT).await;
     println!("TV1 (EndTxn v3), two partitions: {tv1:?}");
     assert_eq!(
         tv1.second_end,
@@ -195,7 +196,7 @@ async fn kafka_17754_with_a_second_partition_loses_an_acknowledged_write_only_un
 /// stale commit by its epoch, and nothing of T2 is visible.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_17754_a_stale_commit_makes_part_of_an_aborted_transaction_visible_only_under_tv1() {
-    let tv2 = scenario(TxnVersion::Tv2, "k17754c-tv2", true, COMMIT_THEN_ABORT).await;
+    let tv2 = scenario(TxnVersion::V2, "k17754c-tv2", true, COMMIT_THEN_ABORT).await;
     println!("TV2 (EndTxn v5), stale commit: {tv2:?}");
     assert_eq!(tv2.first_end, Ok(()), "{tv2:?}");
     assert_eq!(tv2.second_end, Ok(()), "{tv2:?}");
@@ -205,7 +206,7 @@ async fn kafka_17754_a_stale_commit_makes_part_of_an_aborted_transaction_visible
         "TV2: T1 committed, nothing of the aborted T2: {tv2:?}"
     );
 
-    let tv1 = scenario(TxnVersion::Tv1, "k17754c-tv1", true, COMMIT_THEN_ABORT).await;
+    let tv1 = scenario(TxnVersion::V1, "k17754c-tv1", true, COMMIT_THEN_ABORT).await;
     println!("TV1 (EndTxn v3), stale commit: {tv1:?}");
     assert_eq!(tv1.first_end, Ok(()), "{tv1:?}");
     assert_eq!(

@@ -11,7 +11,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use txn_tests::fault::client::{TxnProducer, TxnVersion};
+use txn_log::TxnVersion;
+use txn_tests::fault::client::TxnProducer;
 use txn_tests::fault::cluster::ClusterOptions;
 use txn_tests::fault::history::History;
 use txn_tests::fault::workload::{RunOptions, Setup, W3Options, seed_from_env};
@@ -30,7 +31,7 @@ fn options() -> RunOptions {
         w5_every: None,
         faults: Vec::new(),
         fault_interval_ms: (1000, 2000),
-        tv: TxnVersion::Tv2,
+        tv: TxnVersion::V2,
         txn_timeout_ms: STRAY_TIMEOUT_MS,
         cluster: ClusterOptions {
             reaper_interval_ms: 200,
@@ -57,7 +58,7 @@ async fn a_transaction_decided_after_the_workload_is_judged_against_its_markers(
     let opts = options();
     let setup = Setup::start(&opts).await.expect("cluster");
     let output = setup.w3_output().expect("W3 runs").clone();
-    let mut stray = TxnProducer::new(output, "w3-stray", STRAY_TIMEOUT_MS, TxnVersion::Tv2);
+    let mut stray = TxnProducer::new(output, "w3-stray", STRAY_TIMEOUT_MS, TxnVersion::V2);
     stray.init().await.expect("InitProducerId");
     stray
         .add_partitions(&[0])

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use txn_tests::fault::client::TxnVersion;
+use txn_log::TxnVersion;
 use txn_tests::fault::cluster::ClusterOptions;
 use txn_tests::fault::workload::{Fault, RunOptions, W3Options, run, secs_from_env, seed_from_env};
 
@@ -33,7 +33,7 @@ fn baseline() -> RunOptions {
         w5_every: Some(Duration::from_secs(3)),
         faults: vec![],
         fault_interval_ms: (1000, 2000),
-        tv: TxnVersion::Tv2,
+        tv: TxnVersion::V2,
         txn_timeout_ms: 6000,
         cluster: cluster(),
         w3: Some(W3Options::default()),

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{InitProducerIdRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
+use txn_log::TxnVersion;
 use txn_testkit::wire::free_port;
-use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer, TxnVersion};
+use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer};
 use txn_tests::fault::process::bin_path;
 use txn_tests::refbroker::process::BrokerProcess;
 
@@ -142,7 +143,7 @@ async fn refbroker_runs_transactions_through_a_sasl_ssl_daemon() {
         coordinator: rb,
         find_coordinator_at: Vec::new(),
     };
-    let mut p = TxnProducer::new(view.clone(), "secure-tid", 60_000, TxnVersion::Tv1);
+    let mut p = TxnProducer::new(view.clone(), "secure-tid", 60_000, TxnVersion::V1);
     p.init()
         .await
         .expect("InitProducerId through the refbroker");

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use txn_tests::fault::client::TxnVersion;
+use txn_log::TxnVersion;
 use txn_tests::fault::cluster::{ClusterOptions, EtcdOptions, daemon_bin_from_env};
 use txn_tests::fault::process::bin_path;
 use txn_tests::fault::workload::{Fault, Rng, RunOptions, W3Options, run_on, seed_from_env};
@@ -117,9 +117,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } = args;
     let seed = seed.unwrap_or_else(seed_from_env);
     let tv = if tv == "1" {
-        TxnVersion::Tv1
+        TxnVersion::V1
     } else {
-        TxnVersion::Tv2
+        TxnVersion::V2
     };
     let daemon_bin = daemon_bin_from_env();
     let mut seeds = Rng::new(seed);

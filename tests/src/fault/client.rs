@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Request;
 use kafka_protocol::records::RecordBatchDecoder;
-use txn_log::ErrorCode;
+use txn_log::{ErrorCode, TxnVersion};
 use txn_testkit::pool::Pool;
 use txn_testkit::wire::{record_batch, sb};
 
@@ -192,15 +192,6 @@ enum Target {
     Coordinator,
     /// A fixed address (the group coordinator).
     Fixed(SocketAddr),
-}
-
-/// Which EndTxn semantics the producer uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxnVersion {
-    /// EndTxn v3: the epoch stays across transactions.
-    Tv1,
-    /// EndTxn v5 (KIP-890): the coordinator bumps the epoch at every EndTxn.
-    Tv2,
 }
 
 /// A transactional producer.
@@ -532,10 +523,7 @@ impl TxnProducer {
     /// EndTxn (v3 for TV1, v5 for TV2; TV2 takes the returned epoch). Retries on lost
     /// connections.
     pub async fn end(&mut self, commit: bool) -> Result<(), ClientError> {
-        let version = match self.tv {
-            TxnVersion::Tv1 => 3,
-            TxnVersion::Tv2 => 5,
-        };
+        let version = if self.tv.bumps_epoch_per_txn() { 5 } else { 3 };
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(sb(&self.tid)))
             .with_producer_id(ProducerId(self.pid))
@@ -546,7 +534,7 @@ impl TxnProducer {
                 r.error_code
             })
             .await?;
-        if self.tv == TxnVersion::Tv2 && r.producer_id.0 >= 0 {
+        if self.tv.bumps_epoch_per_txn() && r.producer_id.0 >= 0 {
             if r.producer_id.0 != self.pid || r.producer_epoch != self.epoch {
                 self.seqs.clear();
             }

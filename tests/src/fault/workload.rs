@@ -22,10 +22,11 @@ pub use txn_log::rng::Rng;
 use txn_log::sync::Arc;
 
 use super::checker::{Report, check};
-use super::client::{ClientError, ClusterView, Fetcher, GroupOffsets, TxnProducer, TxnVersion};
+use super::client::{ClientError, ClusterView, Fetcher, GroupOffsets, TxnProducer};
 use super::cluster::{ClusterOptions, EtcdOptions, FaultCluster};
 use super::history::{Accepted, History, OffsetCheck, Outcome, Read, Record};
 use super::proxy::{ProxyStats, RequestClass};
+use txn_log::TxnVersion;
 
 /// A run length: `var` in seconds if it is set (and a number), else `default` seconds.
 pub fn secs_from_env(var: &str, default: u64) -> Duration {
@@ -643,7 +644,7 @@ async fn w3_source(
                     Outcome::Aborted
                 };
                 h.w3_complete_input(id, outcome, "");
-                if o.tv == TxnVersion::Tv2 {
+                if o.tv.bumps_epoch_per_txn() {
                     let (np, ne) = p.pid_epoch();
                     h.issued(tid, np, ne, "EndTxn", t0);
                 }
@@ -857,7 +858,7 @@ async fn w3_transformer(
         let t0 = h.now_ms();
         match p.end(commit).await {
             Ok(()) => {
-                if o.tv == TxnVersion::Tv2 {
+                if o.tv.bumps_epoch_per_txn() {
                     let (np, ne) = p.pid_epoch();
                     h.issued(&tid, np, ne, "EndTxn", t0);
                 }
@@ -996,7 +997,7 @@ async fn w1_producer(
                     },
                     "",
                 );
-                if o.tv == TxnVersion::Tv2 {
+                if o.tv.bumps_epoch_per_txn() {
                     let (np, ne) = p.pid_epoch();
                     h.issued(&tid, np, ne, "EndTxn", t0);
                 }

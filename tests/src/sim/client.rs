@@ -7,16 +7,7 @@
 use coordinator::{
     AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest, Request, Response,
 };
-use txn_log::{ErrorCode, ProducerEpoch, ProducerId, TopicPartition};
-
-/// The transaction version a client speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tv {
-    /// EndTxn v3: the epoch stays across transactions.
-    Tv1,
-    /// EndTxn v5 (KIP-890): every EndTxn bumps the epoch.
-    Tv2,
-}
+use txn_log::{ErrorCode, ProducerEpoch, ProducerId, TopicPartition, TxnVersion};
 
 /// What a client wants sent next.
 #[derive(Debug, Clone)]
@@ -152,7 +143,7 @@ pub struct Client {
     /// Transactional id.
     pub tid: String,
     /// Transaction version.
-    pub tv: Tv,
+    pub tv: TxnVersion,
     /// Topic of the writes.
     topic: String,
     pid: i64,
@@ -177,7 +168,7 @@ pub const MAX_ATTEMPTS: u32 = 6;
 
 impl Client {
     /// A client that will run `plans`.
-    pub fn new(tid: String, tv: Tv, topic: &str, plans: Vec<Plan>) -> Self {
+    pub fn new(tid: String, tv: TxnVersion, topic: &str, plans: Vec<Plan>) -> Self {
         Self {
             tid,
             tv,
@@ -217,10 +208,7 @@ impl Client {
 
     fn end_request(&self, commit: bool) -> Send {
         Send::Coordinator(Request::EndTxn(EndTxnRequest {
-            version: match self.tv {
-                Tv::Tv1 => 3,
-                Tv::Tv2 => 5,
-            },
+            version: if self.tv.bumps_epoch_per_txn() { 5 } else { 3 },
             transactional_id: self.tid.clone(),
             producer_id: ProducerId(self.pid),
             producer_epoch: ProducerEpoch(self.epoch),
@@ -390,7 +378,7 @@ impl Client {
                     (OpEnd::Indeterminate, true) => (Outcome::Indeterminate, "commit unanswered"),
                 };
                 if let OpEnd::Ok(Answer::Coordinator(Response::EndTxn(r))) = &end
-                    && self.tv == Tv::Tv2
+                    && self.tv.bumps_epoch_per_txn()
                     && r.producer_id.0 >= 0
                 {
                     if r.producer_id.0 != self.pid || r.producer_epoch.0 != self.epoch {
@@ -448,7 +436,7 @@ mod tests {
     use super::*;
     use crate::fault::history::Outcome;
 
-    fn client(tv: Tv, plans: Vec<Plan>) -> Client {
+    fn client(tv: TxnVersion, plans: Vec<Plan>) -> Client {
         Client::new("t".into(), tv, "fq", plans)
     }
 
@@ -484,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_tv2_commit_runs_the_four_requests_and_takes_the_bumped_epoch() {
-        let mut c = client(Tv::Tv2, vec![plan(true)]);
+        let mut c = client(TxnVersion::V2, vec![plan(true)]);
         let (send, _) = next(&mut c);
         assert!(matches!(
             send,
@@ -567,7 +555,7 @@ mod tests {
 
     #[test]
     fn a_produce_timeout_aborts_the_transaction_and_re_initializes() {
-        let mut c = client(Tv::Tv1, vec![plan(true), plan(true)]);
+        let mut c = client(TxnVersion::V1, vec![plan(true), plan(true)]);
         to_first_produce(&mut c);
         c.timed_out(&mut Vec::new());
         let (send, _) = next(&mut c);
@@ -592,7 +580,7 @@ mod tests {
 
     #[test]
     fn an_unanswered_commit_is_indeterminate_after_the_budget() {
-        let mut c = client(Tv::Tv2, vec![plan(true)]);
+        let mut c = client(TxnVersion::V2, vec![plan(true)]);
         to_first_produce(&mut c);
         answer(&mut c, Answer::Produce(ErrorCode::NONE));
         let mut events = Vec::new();

@@ -21,7 +21,7 @@ use txn_log::{
     TransactionalId, TxnResult, TxnVersion,
 };
 
-use super::client::{self, Answer, Client, Plan, Produce, Send, Tv};
+use super::client::{self, Answer, Client, Plan, Produce, Send};
 use crate::fault::checker::{self, Report};
 use crate::fault::decisions::{self, LogItem, Observed, Transition};
 use crate::fault::history::{Accepted, Issue, Outcome, Read, Record, TxnOp};
@@ -306,10 +306,10 @@ impl World {
         let mut counter = 0u64;
         for c in 0..o.clients {
             let tv = match o.tv {
-                TvMix::Tv1 => Tv::Tv1,
-                TvMix::Tv2 => Tv::Tv2,
-                TvMix::Mixed if rng.chance(0.5) => Tv::Tv1,
-                TvMix::Mixed => Tv::Tv2,
+                TvMix::Tv1 => TxnVersion::V1,
+                TvMix::Tv2 => TxnVersion::V2,
+                TvMix::Mixed if rng.chance(0.5) => TxnVersion::V1,
+                TvMix::Mixed => TxnVersion::V2,
             };
             let p: Vec<Plan> = (0..o.txns_per_client)
                 .map(|_| {
@@ -411,7 +411,7 @@ impl World {
                 let lp = self.lp_of(&self.clients[c].tid.clone()) as usize;
                 let node = *self.client_coord[c].get_or_insert(self.owner[lp]);
                 let hold = (matches!(request, Request::EndTxn(_))
-                    && (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_end_txn))
+                    && (self.clients[c].tv.bumps_epoch_per_txn() || self.o.hold_tv1_end_txn))
                     .then_some("EndTxn");
                 self.send(
                     &[node],
@@ -426,8 +426,8 @@ impl World {
             }
             Send::Produce(produce) => {
                 let sent_ms = self.now;
-                let hold =
-                    (self.clients[c].tv == Tv::Tv2 || self.o.hold_tv1_produce).then_some("Produce");
+                let hold = (self.clients[c].tv.bumps_epoch_per_txn() || self.o.hold_tv1_produce)
+                    .then_some("Produce");
                 let msg = Msg::Produce {
                     client: c,
                     serial,
