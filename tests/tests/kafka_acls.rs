@@ -6,49 +6,42 @@
 //! `txn-coordinator acl add`. Skipped (and passing) without `TXN_TEST_KAFKA_CLASSPATH`, as
 //! `kafka_tools.rs`.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kafka_protocol::messages as km;
 use kafka_protocol::protocol::StrBytes;
 use txn_testkit::wire::connect;
 use txn_tests::fault::cluster::daemon_bin_from_env;
+use txn_tests::fault::process::{Proc, Spec};
 use txn_tests::kafka_tool::ACLS;
 
-struct Daemon(Child, SocketAddr);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(data: &str) -> Daemon {
-    let mut child = Command::new(daemon_bin_from_env())
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data])
-        .args([
-            "--set",
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "--set",
-            "transaction.state.log.num.partitions=5",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start txn-coordinator (cargo build -p coordinator first)");
-    let out = child.stdout.take().expect("stdout");
-    for line in BufReader::new(out).lines() {
-        let line = line.expect("line");
-        if let Some(addr) = line.strip_prefix("txn-coordinator listening on ") {
-            return Daemon(child, addr.trim().parse().expect("addr"));
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the daemon did not start");
+/// The daemon with Kafka's standard authorizer, on a free port; killed on drop.
+fn start(data: &str) -> Proc {
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--set",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "--set",
+        "transaction.state.log.num.partitions=5",
+    ];
+    Proc::start(
+        Spec {
+            name: "daemon".into(),
+            bin: daemon_bin_from_env(),
+            args: args.map(str::to_owned).to_vec(),
+            ready_prefix: "txn-coordinator listening on ".into(),
+            log_file: None,
+            env: Vec::new(),
+        },
+        Duration::from_secs(30),
+    )
+    .expect("start txn-coordinator (cargo build -p coordinator first)")
 }
 
 async fn init(addr: SocketAddr, id: &str) -> i16 {
@@ -98,11 +91,12 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             .expect("acl add");
         assert!(st.success());
     }
-    let d = start(data);
-    let bootstrap = d.1.to_string();
+    let daemon = start(data);
+    let addr = daemon.addr().expect("the daemon's address");
+    let bootstrap = addr.to_string();
     let (cp, bs) = (classpath.as_str(), bootstrap.as_str());
 
-    assert_eq!(init(d.1, "app-1").await, 53, "no ACL yet");
+    assert_eq!(init(addr, "app-1").await, 53, "no ACL yet");
     ACLS.run(
         cp,
         bs,
@@ -133,8 +127,8 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             "app-blocked",
         ],
     );
-    assert_eq!(init(d.1, "app-1").await, 0, "prefixed ALLOW");
-    assert_eq!(init(d.1, "app-blocked").await, 53, "DENY wins");
+    assert_eq!(init(addr, "app-1").await, 0, "prefixed ALLOW");
+    assert_eq!(init(addr, "app-blocked").await, 53, "DENY wins");
 
     let listed = ACLS.run(cp, bs, &["--list", "--transactional-id", "app-blocked"]);
     assert!(
@@ -158,7 +152,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             "app-blocked",
         ],
     );
-    assert_eq!(init(d.1, "app-blocked").await, 0, "the DENY is gone");
+    assert_eq!(init(addr, "app-blocked").await, 0, "the DENY is gone");
     ACLS.run(
         cp,
         bs,
@@ -171,5 +165,5 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             "prefixed",
         ],
     );
-    assert_eq!(init(d.1, "app-2").await, 53, "the ALLOW is gone");
+    assert_eq!(init(addr, "app-2").await, 53, "the ALLOW is gone");
 }
