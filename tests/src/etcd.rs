@@ -191,6 +191,23 @@ impl EtcdCluster {
         self.dir.path().to_owned()
     }
 
+    /// The last `n` lines of every member's log, for a failure message.
+    pub fn log_tails(&self, n: usize) -> String {
+        let mut out = String::new();
+        for m in &self.members {
+            let path = self.dir.path().join(format!("{}.log", m.name));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(n);
+            out.push_str(&format!("--- {} ({})\n", m.name, path.display()));
+            for line in &lines[from..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {

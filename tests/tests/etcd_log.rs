@@ -69,8 +69,15 @@ async fn a_stale_owner_is_fenced_in_the_store() {
     assert_eq!(loaded.records, vec![(tid("a"), a)]);
 }
 
-/// Appends with retries until one is acknowledged (bounded).
-async fn append_until_ok(log: &EtcdTxnLog, epoch: i32, id: &str, pid: i64) -> Duration {
+/// Appends with retries until one is acknowledged (bounded). On failure the members' files
+/// are kept and their logs' last lines are in the panic message.
+async fn append_until_ok(
+    cluster: &mut EtcdCluster,
+    log: &EtcdTxnLog,
+    epoch: i32,
+    id: &str,
+    pid: i64,
+) -> Duration {
     let started = Instant::now();
     let entry = || LogEntry::upsert(tid(id), record(pid, TxnState::Ongoing, 1));
     loop {
@@ -79,7 +86,15 @@ async fn append_until_ok(log: &EtcdTxnLog, epoch: i32, id: &str, pid: i64) -> Du
             Err(LogError::Unavailable { .. }) if started.elapsed() < Duration::from_secs(20) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => panic!("append of {id} failed: {e}"),
+            Err(e) => {
+                let kept = cluster.keep_files();
+                panic!(
+                    "append of {id} failed after {:?}: {e}\nfiles kept in {}\n{}",
+                    started.elapsed(),
+                    kept.display(),
+                    cluster.log_tails(40)
+                );
+            }
         }
     }
 }
@@ -97,7 +112,14 @@ async fn writes_survive_the_kill_of_any_member() {
     for i in 0..3 {
         cluster.kill(i);
         let id = format!("after-kill-{i}");
-        let took = append_until_ok(&log, 1, &id, 10 + i64::try_from(i).unwrap_or(0)).await;
+        let took = append_until_ok(
+            &mut cluster,
+            &log,
+            1,
+            &id,
+            10 + i64::try_from(i).unwrap_or(0),
+        )
+        .await;
         println!("member {i} killed: the next append was acknowledged after {took:?}");
         acked.push(id);
         cluster.restart(i).expect("restart");
@@ -126,7 +148,7 @@ async fn without_quorum_writes_fail_and_nothing_acknowledged_is_lost() {
         .await
         .expect("log");
     log.claim(P, CoordinatorEpoch(1)).await.expect("claim");
-    append_until_ok(&log, 1, "before", 1).await;
+    append_until_ok(&mut cluster, &log, 1, "before", 1).await;
     cluster.kill(1);
     cluster.kill(2);
     let started = Instant::now();
