@@ -76,27 +76,29 @@ async fn a_stale_owner_is_fenced_in_the_store() {
     assert_eq!(loaded.records, vec![(tid("a"), a)]);
 }
 
-/// Appends with retries until one is acknowledged (bounded). On failure the members' files
-/// are kept and their logs' last lines are in the panic message.
-async fn append_until_ok(
+/// Runs `call` until it does not fail `Unavailable` (the retriable error), for at most 20 s;
+/// returns its value and how long that took. On any other error, or past the bound, the
+/// members' files are kept and their logs' last lines are in the panic message.
+async fn until_available<T, F, Fut>(
     cluster: &mut EtcdCluster,
-    log: &EtcdTxnLog,
-    epoch: i32,
-    id: &str,
-    pid: i64,
-) -> Duration {
+    what: &str,
+    mut call: F,
+) -> (T, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, LogError>>,
+{
     let started = Instant::now();
-    let entry = || LogEntry::upsert(tid(id), record(pid, TxnState::Ongoing, 1));
     loop {
-        match log.append(P, CoordinatorEpoch(epoch), vec![entry()]).await {
-            Ok(()) => return started.elapsed(),
+        match call().await {
+            Ok(v) => return (v, started.elapsed()),
             Err(LogError::Unavailable { .. }) if started.elapsed() < Duration::from_secs(20) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => {
                 let kept = cluster.keep_files();
                 panic!(
-                    "append of {id} failed after {:?}: {e}\nfiles kept in {}\n{}",
+                    "{what} failed after {:?}: {e}\nfiles kept in {}\n{}",
                     started.elapsed(),
                     kept.display(),
                     cluster.log_tails(40)
@@ -104,6 +106,23 @@ async fn append_until_ok(
             }
         }
     }
+}
+
+/// Appends `id` with retries until it is acknowledged ([`until_available`]); how long it took.
+async fn append_until_ok(
+    cluster: &mut EtcdCluster,
+    log: &EtcdTxnLog,
+    epoch: i32,
+    id: &str,
+    pid: i64,
+) -> Duration {
+    let entry = || LogEntry::upsert(tid(id), record(pid, TxnState::Ongoing, 1));
+    let what = format!("append of {id}");
+    until_available(cluster, &what, || {
+        log.append(P, CoordinatorEpoch(epoch), vec![entry()])
+    })
+    .await
+    .1
 }
 
 /// Each member in turn (so the leader too) is SIGKILLed: writes go on after at most an
@@ -137,24 +156,7 @@ async fn writes_survive_the_kill_of_any_member() {
             .expect("ready again");
     }
     // A read right after a restart may meet an election: `Unavailable` is retriable.
-    let started = Instant::now();
-    let loaded = loop {
-        match log.load(P).await {
-            Ok(loaded) => break loaded,
-            Err(LogError::Unavailable { .. }) if started.elapsed() < Duration::from_secs(20) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => {
-                let kept = cluster.keep_files();
-                panic!(
-                    "load failed after {:?}: {e}\nfiles kept in {}\n{}",
-                    started.elapsed(),
-                    kept.display(),
-                    cluster.log_tails(40)
-                );
-            }
-        }
-    };
+    let (loaded, _) = until_available(&mut cluster, "load", || log.load(P)).await;
     let ids: Vec<String> = loaded
         .records
         .iter()
