@@ -3,197 +3,100 @@
 //! Kafka-wire transport and the Metadata resolver.
 #![cfg(feature = "net")]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestKind, ResponseKind, TopicName,
-    WriteTxnMarkersRequest,
+    ApiKey, RequestKind, ResponseKind, TopicName, WriteTxnMarkersRequest,
 };
-use kafka_protocol::protocol::{StrBytes, VersionRange};
-use markers::wire::{decode_request, encode_response, read_frame, write_frame};
+use kafka_protocol::protocol::StrBytes;
 use markers::writer::{
     KafkaWireTransport, MarkerCompletion, MarkerOutcome, MarkerWriter, MetadataLeaderResolver,
     TxnMarkerRequest, WireTransportConfig, WriterConfig, build_response, codes,
 };
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use txn_log::sync::Mutex;
 use txn_log::{
     CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
     TransactionalId, TxnResult, TxnVersion,
 };
+use txn_testkit::fake_broker::{FakeBroker, FakeBrokerConfig, FakeCluster, Reply, Script};
 
-/// Per-marker answer: `(node, pid, topic, partition) -> code`.
-type Script = dyn Fn(i32, i64, &str, i32) -> ErrorCode + Send + Sync;
+/// Each marker's answer: `(pid, topic, partition) -> code`.
+type Answer = dyn Fn(i64, &str, i32) -> ErrorCode + Send + Sync;
 
-/// The fake cluster: topic -> leader per partition, broker ports.
-#[derive(Default)]
-struct Cluster {
-    topics: Mutex<BTreeMap<String, Vec<i32>>>,
-    ports: Mutex<BTreeMap<i32, u16>>,
+/// One member of the fake cluster, as the writer's tests see it: the test kit's fake broker,
+/// scripted to record each WriteTxnMarkers request with its version, to close the connection
+/// instead of answering the next `drop_next` of them, and to answer each marker with `answer`.
+struct Node {
+    broker: FakeBroker,
+    requests: Arc<Mutex<Vec<(i16, WriteTxnMarkersRequest)>>>,
+    drop_next: Arc<AtomicU64>,
 }
 
-struct Broker {
-    node: i32,
-    port: u16,
-    /// Close the connection on accept (broker down).
-    down: Mutex<bool>,
-    /// Close the connection after reading this many more WriteTxnMarkers requests unanswered.
-    drop_next: Mutex<u64>,
-    connections: Mutex<u64>,
-    requests: Mutex<Vec<WriteTxnMarkersRequest>>,
-    /// The version of each of `requests`.
-    versions: Mutex<Vec<i16>>,
-    /// The highest `WriteTxnMarkers` version listed and accepted (2, as Kafka 4.2, unless set).
-    write_txn_markers_max: Mutex<i16>,
-    script: Mutex<Box<Script>>,
-}
-
-impl Broker {
-    fn supported(&self, k: ApiKey) -> Option<VersionRange> {
-        match k {
-            ApiKey::WriteTxnMarkers => Some(VersionRange {
-                min: 1,
-                max: *self.write_txn_markers_max.lock(),
-            }),
-            ApiKey::Metadata => Some(VersionRange { min: 0, max: 13 }),
-            ApiKey::ApiVersions => Some(VersionRange { min: 0, max: 3 }),
-            _ => None,
-        }
-    }
-
-    fn api_versions(&self) -> ApiVersionsResponse {
-        let keys = [
-            ApiKey::WriteTxnMarkers,
-            ApiKey::Metadata,
-            ApiKey::ApiVersions,
-        ]
-        .into_iter()
-        .filter_map(|k| {
-            self.supported(k).map(|r| {
-                ApiVersion::default()
-                    .with_api_key(k as i16)
-                    .with_min_version(r.min)
-                    .with_max_version(r.max)
-            })
-        })
-        .collect();
-        ApiVersionsResponse::default().with_api_keys(keys)
-    }
-}
-
-async fn start(node: i32, cluster: Arc<Cluster>) -> Arc<Broker> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    cluster.ports.lock().insert(node, port);
-    let broker = Arc::new(Broker {
-        node,
-        port,
-        down: Mutex::new(false),
-        drop_next: Mutex::new(0),
-        connections: Mutex::new(0),
-        requests: Mutex::new(Vec::new()),
-        versions: Mutex::new(Vec::new()),
-        write_txn_markers_max: Mutex::new(2),
-        script: Mutex::new(Box::new(|_, _, _, _| codes::NONE)),
-    });
-    let b = broker.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((sock, _)) = listener.accept().await else {
-                return;
+impl Node {
+    /// Starts node `id` in `cluster`, listing WriteTxnMarkers 1 to `write_txn_markers_max`.
+    async fn start(
+        id: i32,
+        cluster: &Arc<FakeCluster>,
+        write_txn_markers_max: i16,
+        answer: Box<Answer>,
+    ) -> Self {
+        let requests: Arc<Mutex<Vec<(i16, WriteTxnMarkersRequest)>>> = Arc::default();
+        let drop_next = Arc::new(AtomicU64::new(0));
+        let (recorded, dropping) = (requests.clone(), drop_next.clone());
+        let script: Script = Arc::new(move |body, v| {
+            let RequestKind::WriteTxnMarkers(w) = body else {
+                return Reply::Default;
             };
-            *b.connections.lock() += 1;
-            if *b.down.lock() {
-                drop(sock);
-                continue;
+            recorded.lock().push((v, w.clone()));
+            let dropped =
+                dropping.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            if dropped.is_ok() {
+                return Reply::Close; // disconnect mid-request
             }
-            tokio::spawn(serve(sock, b.clone(), cluster.clone()));
-        }
-    });
-    broker
-}
-
-async fn serve(mut sock: tokio::net::TcpStream, b: Arc<Broker>, cluster: Arc<Cluster>) {
-    loop {
-        let Ok(Some(frame)) = read_frame(&mut sock, 1 << 20).await else {
-            return;
+            let response = build_response(w, |pid, t, p| answer(pid.0, t, p));
+            Reply::Answer(Box::new(ResponseKind::WriteTxnMarkers(response)))
+        });
+        let config = FakeBrokerConfig {
+            node_id: id,
+            apis: vec![
+                (ApiKey::WriteTxnMarkers, 1, write_txn_markers_max),
+                (ApiKey::Metadata, 0, 13),
+                (ApiKey::ApiVersions, 0, 3),
+            ],
+            script: Some(script),
+            cluster: Some(cluster.clone()),
+            ..FakeBrokerConfig::default()
         };
-        let req = decode_request(frame, |k| b.supported(k)).expect("well-formed request");
-        let (api_key, version, correlation_id) =
-            (req.api_key, req.version(), req.header.correlation_id);
-        let body = match req.body {
-            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(b.api_versions()),
-            RequestKind::WriteTxnMarkers(w) => {
-                b.requests.lock().push(w.clone());
-                b.versions.lock().push(version);
-                {
-                    let mut left = b.drop_next.lock();
-                    if *left > 0 {
-                        *left -= 1;
-                        return; // disconnect mid-request
-                    }
-                }
-                let script = b.script.lock();
-                ResponseKind::WriteTxnMarkers(build_response(&w, |pid, t, p| {
-                    script(b.node, pid.0, t, p)
-                }))
-            }
-            RequestKind::Metadata(m) => ResponseKind::Metadata(metadata(&cluster, &m)),
-            other => panic!("unexpected request {other:?}"),
-        };
-        let out = encode_response(api_key, version, correlation_id, &body).expect("encode");
-        if write_frame(&mut sock, &out).await.is_err() {
-            return;
+        let broker = FakeBroker::start("127.0.0.1:0", config)
+            .await
+            .expect("start fake broker");
+        Self {
+            broker,
+            requests,
+            drop_next,
         }
     }
-}
 
-fn metadata(cluster: &Cluster, m: &kafka_protocol::messages::MetadataRequest) -> MetadataResponse {
-    let brokers = cluster
-        .ports
-        .lock()
-        .iter()
-        .map(|(&n, &p)| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(n))
-                .with_host(StrBytes::from_static_str("127.0.0.1"))
-                .with_port(i32::from(p))
-        })
-        .collect();
-    let topics_map = cluster.topics.lock();
-    let topics = m
-        .topics
-        .iter()
-        .flatten()
-        .filter_map(|t| t.name.clone())
-        .map(|name| {
-            let t = MetadataResponseTopic::default().with_name(Some(name.clone()));
-            match topics_map.get(name.0.as_str()) {
-                None => t.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION.code()),
-                Some(leaders) => t.with_partitions(
-                    leaders
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &l)| {
-                            MetadataResponsePartition::default()
-                                .with_partition_index(i as i32)
-                                .with_leader_id(BrokerId(l))
-                        })
-                        .collect(),
-                ),
-            }
-        })
-        .collect();
-    MetadataResponse::default()
-        .with_brokers(brokers)
-        .with_topics(topics)
+    /// Starts node `id` in `cluster` listing WriteTxnMarkers 1-2 (as Kafka 4.2) and writing
+    /// every marker.
+    async fn healthy(id: i32, cluster: &Arc<FakeCluster>) -> Self {
+        Self::start(id, cluster, 2, Box::new(|_, _, _| codes::NONE)).await
+    }
+
+    fn port(&self) -> u16 {
+        self.broker.addr().port()
+    }
+
+    fn requests(&self) -> Vec<WriteTxnMarkersRequest> {
+        self.requests
+            .lock()
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
 }
 
 fn tp(topic: &str, p: i32) -> TopicPartition {
@@ -248,18 +151,18 @@ async fn bounded<F: Future<Output = ()>>(f: F) {
 #[tokio::test]
 async fn tcp_disconnect_mid_request_then_success_and_topic_deletion() {
     bounded(async {
-        let cluster = Arc::new(Cluster::default());
-        cluster.topics.lock().insert("t".into(), vec![1, 1]);
-        let b1 = start(1, cluster.clone()).await;
-        *b1.drop_next.lock() = 1;
-        let (w, mut rx) = writer(b1.port);
+        let cluster = FakeCluster::new();
+        cluster.set_leaders("t", vec![1, 1]);
+        let b1 = Node::healthy(1, &cluster).await;
+        b1.drop_next.store(1, Ordering::Relaxed);
+        let (w, mut rx) = writer(b1.port());
         w.submit(req("a", 42, &[tp("t", 0), tp("t", 1), tp("gone", 0)]))
             .await
             .expect("submit");
         let c = rx.recv().await.expect("completion");
         assert_eq!(c.outcome, MarkerOutcome::Completed);
         assert_eq!(c.dropped_partitions, vec![tp("gone", 0)]);
-        let requests = b1.requests.lock().clone();
+        let requests = b1.requests();
         assert_eq!(requests.len(), 2, "the dropped request was sent again");
         for r in &requests {
             assert_eq!(r.markers.len(), 1);
@@ -277,7 +180,7 @@ async fn tcp_disconnect_mid_request_then_success_and_topic_deletion() {
             assert_eq!(m.topics[0].name, TopicName(StrBytes::from_static_str("t")));
             assert_eq!(m.topics[0].partition_indexes, vec![0, 1]);
         }
-        assert!(*b1.connections.lock() >= 2, "reconnected");
+        assert!(b1.broker.connections() >= 2, "reconnected");
         let st = w.stats();
         assert_eq!(
             (st.requests_failed, st.markers_dropped, st.markers_acked),
@@ -291,16 +194,16 @@ async fn tcp_disconnect_mid_request_then_success_and_topic_deletion() {
 #[tokio::test]
 async fn tcp_leader_moves_to_another_broker() {
     bounded(async {
-        let cluster = Arc::new(Cluster::default());
-        cluster.topics.lock().insert("t".into(), vec![1]);
-        let b1 = start(1, cluster.clone()).await;
-        let b2 = start(2, cluster.clone()).await;
-        let c2 = cluster.clone();
-        *b1.script.lock() = Box::new(move |_, _, _, _| {
-            c2.topics.lock().insert("t".into(), vec![2]);
+        let cluster = FakeCluster::new();
+        cluster.set_leaders("t", vec![1]);
+        let moved = cluster.clone();
+        let moves_the_leader = Box::new(move |_: i64, _: &str, _: i32| {
+            moved.set_leaders("t", vec![2]);
             codes::NOT_LEADER_OR_FOLLOWER
         });
-        let (w, mut rx) = writer(b1.port);
+        let b1 = Node::start(1, &cluster, 2, moves_the_leader).await;
+        let b2 = Node::healthy(2, &cluster).await;
+        let (w, mut rx) = writer(b1.port());
         w.submit(req("a", 1, &[tp("t", 0)])).await.expect("submit");
         w.submit(req("b", 2, &[tp("t", 0)])).await.expect("submit");
         let mut outcomes = [rx.recv().await.expect("c1"), rx.recv().await.expect("c2")];
@@ -312,8 +215,8 @@ async fn tcp_leader_moves_to_another_broker() {
         );
         assert_eq!(outcomes[0].transactional_id.as_str(), "a");
         assert_eq!(outcomes[1].transactional_id.as_str(), "b");
-        assert!(!b1.requests.lock().is_empty());
-        let on_b2: usize = b2.requests.lock().iter().map(|r| r.markers.len()).sum();
+        assert!(!b1.requests().is_empty());
+        let on_b2: usize = b2.requests().iter().map(|r| r.markers.len()).sum();
         assert_eq!(on_b2, 2, "both transactions reached the new leader");
         assert!(rx.try_recv().is_err());
     })
@@ -323,11 +226,11 @@ async fn tcp_leader_moves_to_another_broker() {
 #[tokio::test]
 async fn tcp_fenced_response() {
     bounded(async {
-        let cluster = Arc::new(Cluster::default());
-        cluster.topics.lock().insert("t".into(), vec![1]);
-        let b1 = start(1, cluster.clone()).await;
-        *b1.script.lock() = Box::new(|_, _, _, _| codes::TRANSACTION_COORDINATOR_FENCED);
-        let (w, mut rx) = writer(b1.port);
+        let cluster = FakeCluster::new();
+        cluster.set_leaders("t", vec![1]);
+        let fenced = Box::new(|_: i64, _: &str, _: i32| codes::TRANSACTION_COORDINATOR_FENCED);
+        let b1 = Node::start(1, &cluster, 2, fenced).await;
+        let (w, mut rx) = writer(b1.port());
         w.submit(req("a", 1, &[tp("t", 0)])).await.expect("submit");
         let c = rx.recv().await.expect("completion");
         assert_eq!(c.outcome, MarkerOutcome::CoordinatorFenced);
@@ -339,16 +242,16 @@ async fn tcp_fenced_response() {
 #[tokio::test]
 async fn tcp_broker_down_then_back() {
     bounded(async {
-        let cluster = Arc::new(Cluster::default());
-        cluster.topics.lock().insert("t".into(), vec![2]);
+        let cluster = FakeCluster::new();
+        cluster.set_leaders("t", vec![2]);
         // Broker 1 serves metadata; broker 2 leads t-0 and is down at first.
-        let b1 = start(1, cluster.clone()).await;
-        let b2 = start(2, cluster.clone()).await;
-        *b2.down.lock() = true;
-        let (w, mut rx) = writer(b1.port);
+        let b1 = Node::healthy(1, &cluster).await;
+        let b2 = Node::healthy(2, &cluster).await;
+        b2.broker.set_down(true);
+        let (w, mut rx) = writer(b1.port());
         w.submit(req("a", 1, &[tp("t", 0)])).await.expect("submit");
         w.submit(req("b", 2, &[tp("t", 0)])).await.expect("submit");
-        while *b2.connections.lock() < 5 {
+        while b2.broker.connections() < 5 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert!(
@@ -358,7 +261,7 @@ async fn tcp_broker_down_then_back() {
         let st = w.stats();
         assert_eq!(st.pending_partitions, 2);
         assert!(st.markers_retried >= 4, "{}", st.markers_retried);
-        *b2.down.lock() = false;
+        b2.broker.set_down(false);
         let c1 = rx.recv().await.expect("c1");
         let c2 = rx.recv().await.expect("c2");
         assert_eq!(c1.outcome, MarkerOutcome::Completed);
@@ -375,13 +278,12 @@ async fn tcp_broker_down_then_back() {
 #[tokio::test]
 async fn tcp_v2_with_transaction_version_to_a_v2_broker_v1_to_a_v1_broker() {
     bounded(async {
-        let cluster = Arc::new(Cluster::default());
+        let cluster = FakeCluster::new();
         // t-0 led by broker 1 (lists WriteTxnMarkers 1-2), t-1 by broker 2 (lists 1-1).
-        cluster.topics.lock().insert("t".into(), vec![1, 2]);
-        let b1 = start(1, cluster.clone()).await;
-        let b2 = start(2, cluster.clone()).await;
-        *b2.write_txn_markers_max.lock() = 1;
-        let (w, mut rx) = writer(b1.port);
+        cluster.set_leaders("t", vec![1, 2]);
+        let b1 = Node::healthy(1, &cluster).await;
+        let b2 = Node::start(2, &cluster, 1, Box::new(|_, _, _| codes::NONE)).await;
+        let (w, mut rx) = writer(b1.port());
         w.submit(req_tv("a", 1, &[tp("t", 0), tp("t", 1)], TxnVersion::V2))
             .await
             .expect("submit");
@@ -392,14 +294,12 @@ async fn tcp_v2_with_transaction_version_to_a_v2_broker_v1_to_a_v1_broker() {
             let c = rx.recv().await.expect("completion");
             assert_eq!(c.outcome, MarkerOutcome::Completed);
         }
-        let sent = |b: &Broker| -> Vec<(i16, i64, i8)> {
-            let versions = b.versions.lock().clone();
+        let sent = |b: &Node| -> Vec<(i16, i64, i8)> {
             let requests = b.requests.lock().clone();
-            assert_eq!(versions.len(), requests.len());
-            let mut out: Vec<(i16, i64, i8)> = versions
+            let mut out: Vec<(i16, i64, i8)> = requests
                 .iter()
-                .zip(&requests)
-                .flat_map(|(&v, r)| {
+                .flat_map(|(v, r)| {
+                    let v = *v;
                     r.markers
                         .iter()
                         .map(move |m| (v, m.producer_id.0, m.transaction_version))

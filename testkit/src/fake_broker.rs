@@ -4,16 +4,23 @@
 //! [`Script`]. It counts the requests it answered, so that a benchmark can put its own cost
 //! per request (the floor of a server that only answers) beside a coordinator's.
 //!
+//! Several fake brokers form one cluster through a shared [`FakeCluster`]: each lists every
+//! member in Metadata and names the leader of each partition from one table that a test may
+//! change while they run (a leader that moves), and a member can refuse connections for a
+//! while (a node that is down).
+//!
 //! It checks nothing (sequences, epochs): refbroker is the broker that keeps data.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kafka_protocol::messages::{
     ApiKey, BrokerId, RequestKind, ResponseKind, TopicName,
     api_versions_response::{ApiVersion, ApiVersionsResponse},
     find_coordinator_response::FindCoordinatorResponse,
+    metadata_request::MetadataRequestTopic,
     metadata_response::{
         MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     },
@@ -26,6 +33,7 @@ use markers::wire::{
 };
 use markers::writer::build_response;
 use tokio::net::{TcpListener, TcpStream};
+use txn_log::sync::Mutex;
 
 /// The APIs and versions a Kafka 4.1 broker lists for them (ApiVersions), of those the fake
 /// broker answers: Kafka 4.1 lists WriteTxnMarkers 1 only (4.2 added v2).
@@ -66,6 +74,9 @@ pub struct FakeBrokerConfig {
     pub apis: Vec<(ApiKey, i16, i16)>,
     /// Overrides answers; `None` answers everything by default.
     pub script: Option<Script>,
+    /// The cluster it is a member of: its Metadata answers list the cluster's members and
+    /// leaders instead of `topics`. `None`: a cluster of one that leads all of `topics`.
+    pub cluster: Option<Arc<FakeCluster>>,
 }
 
 impl std::fmt::Debug for FakeBrokerConfig {
@@ -76,6 +87,7 @@ impl std::fmt::Debug for FakeBrokerConfig {
             .field("coordinator", &self.coordinator)
             .field("apis", &self.apis)
             .field("script", &self.script.is_some())
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -89,7 +101,37 @@ impl Default for FakeBrokerConfig {
             coordinator: None,
             apis: KAFKA_4_1_APIS.to_vec(),
             script: None,
+            cluster: None,
         }
+    }
+}
+
+/// Fake brokers that form one cluster: the members' addresses (each registers itself when it
+/// starts) and each topic's leader per partition, shared by every member's Metadata answers.
+#[derive(Debug, Default)]
+pub struct FakeCluster {
+    view: Mutex<ClusterView>,
+}
+
+/// The brokers and partition leaders a Metadata answer lists.
+#[derive(Debug, Default, Clone)]
+struct ClusterView {
+    /// Node id -> where it listens.
+    nodes: BTreeMap<i32, SocketAddr>,
+    /// Topic -> the leader's node id of each partition, by partition index.
+    leaders: BTreeMap<String, Vec<i32>>,
+}
+
+impl FakeCluster {
+    /// An empty cluster, to pass to each member's [`FakeBrokerConfig::cluster`].
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Sets `topic`'s leaders, one node id per partition (its partition count is their
+    /// number); takes effect at the next Metadata answer.
+    pub fn set_leaders(&self, topic: &str, leaders: Vec<i32>) {
+        self.view.lock().leaders.insert(topic.to_owned(), leaders);
     }
 }
 
@@ -102,8 +144,7 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 /// A running fake broker; it serves until dropped.
 #[derive(Debug)]
 pub struct FakeBroker {
-    addr: SocketAddr,
-    answered: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -111,17 +152,26 @@ impl FakeBroker {
     /// Binds `listen` (port 0 for a free one) and serves `config` on the current runtime.
     pub async fn start(listen: &str, config: FakeBrokerConfig) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
-        let answered = Arc::new(AtomicU64::new(0));
+        let me = listener.local_addr()?;
+        if let Some(cluster) = &config.cluster {
+            cluster.view.lock().nodes.insert(config.node_id, me);
+        }
         let shared = Arc::new(Shared {
-            me: addr,
+            me,
             config,
-            answered: answered.clone(),
+            answered: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            refusing: AtomicBool::new(false),
         });
+        let accepting = shared.clone();
         let accept = tokio::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
+                accepting.accepted.fetch_add(1, Ordering::Relaxed);
+                if accepting.refusing.load(Ordering::Relaxed) {
+                    continue; // closed at once
+                }
                 let _ = s.set_nodelay(true);
-                let shared = shared.clone();
+                let shared = accepting.clone();
                 tokio::spawn(async move {
                     if let Err(e) = serve(s, &shared).await {
                         tracing::debug!(error = %e, "fake broker connection ended");
@@ -129,21 +179,28 @@ impl FakeBroker {
                 });
             }
         });
-        Ok(Self {
-            addr,
-            answered,
-            accept,
-        })
+        Ok(Self { shared, accept })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.shared.me
     }
 
     /// Requests answered so far.
     pub fn answered(&self) -> u64 {
-        self.answered.load(Ordering::Relaxed)
+        self.shared.answered.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far, refused ones included.
+    pub fn connections(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+
+    /// While `down`, each new connection is closed as soon as it is accepted (a broker that
+    /// is down); connections already open keep being served.
+    pub fn set_down(&self, down: bool) {
+        self.shared.refusing.store(down, Ordering::Relaxed);
     }
 }
 
@@ -153,10 +210,13 @@ impl Drop for FakeBroker {
     }
 }
 
+#[derive(Debug)]
 struct Shared {
     me: SocketAddr,
     config: FakeBrokerConfig,
-    answered: Arc<AtomicU64>,
+    answered: AtomicU64,
+    accepted: AtomicU64,
+    refusing: AtomicBool,
 }
 
 impl Shared {
@@ -232,49 +292,18 @@ fn default_answer(
             ),
         ),
         RequestKind::Metadata(r) => {
-            // The topics asked for (all it has when none are named); one it does not have is
-            // UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers without auto-creation.
-            let names: Vec<String> = match &r.topics {
-                None => config.topics.iter().map(|(t, _)| t.clone()).collect(),
-                Some(ts) => ts
-                    .iter()
-                    .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-                    .collect(),
+            let view = match &config.cluster {
+                Some(cluster) => cluster.view.lock().clone(),
+                None => ClusterView {
+                    nodes: BTreeMap::from([(config.node_id, me)]),
+                    leaders: config
+                        .topics
+                        .iter()
+                        .map(|(t, n)| (t.clone(), vec![config.node_id; *n as usize]))
+                        .collect(),
+                },
             };
-            let topics = names
-                .into_iter()
-                .map(|name| {
-                    let known = config.topics.iter().find(|(t, _)| *t == name);
-                    let topic =
-                        MetadataResponseTopic::default().with_name(Some(TopicName(sb(name))));
-                    match known {
-                        Some((_, partitions)) => topic.with_partitions(
-                            (0..*partitions)
-                                .map(|p| {
-                                    MetadataResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_leader_id(node)
-                                        .with_replica_nodes(vec![node])
-                                        .with_isr_nodes(vec![node])
-                                })
-                                .collect(),
-                        ),
-                        None => topic.with_error_code(UNKNOWN_TOPIC_OR_PARTITION),
-                    }
-                })
-                .collect();
-            let mut m = MetadataResponse::default()
-                .with_brokers(vec![
-                    MetadataResponseBroker::default()
-                        .with_node_id(node)
-                        .with_host(sb(me.ip().to_string()))
-                        .with_port(i32::from(me.port())),
-                ])
-                .with_topics(topics);
-            if v >= 1 {
-                m.controller_id = node;
-            }
-            ResponseKind::Metadata(m)
+            ResponseKind::Metadata(metadata(&view, r.topics.as_deref(), v, node))
         }
         RequestKind::FindCoordinator(_) => {
             let (id, at) = match config.coordinator {
@@ -321,6 +350,64 @@ fn default_answer(
         }
         _ => return None,
     })
+}
+
+/// A Metadata answer from `view` for the topics asked for (all it has when none are named);
+/// one it does not have is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers without
+/// auto-creation. `me` is the controller.
+fn metadata(
+    view: &ClusterView,
+    asked: Option<&[MetadataRequestTopic]>,
+    v: i16,
+    me: BrokerId,
+) -> MetadataResponse {
+    let names: Vec<String> = match asked {
+        None => view.leaders.keys().cloned().collect(),
+        Some(ts) => ts
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .collect(),
+    };
+    let topics = names
+        .into_iter()
+        .map(|name| {
+            let leaders = view.leaders.get(&name);
+            let topic = MetadataResponseTopic::default().with_name(Some(TopicName(sb(name))));
+            match leaders {
+                Some(leaders) => topic.with_partitions(
+                    (0..)
+                        .zip(leaders)
+                        .map(|(p, &leader)| {
+                            let leader = BrokerId(leader);
+                            MetadataResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_leader_id(leader)
+                                .with_replica_nodes(vec![leader])
+                                .with_isr_nodes(vec![leader])
+                        })
+                        .collect(),
+                ),
+                None => topic.with_error_code(UNKNOWN_TOPIC_OR_PARTITION),
+            }
+        })
+        .collect();
+    let brokers = view
+        .nodes
+        .iter()
+        .map(|(&node, at)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(node))
+                .with_host(sb(at.ip().to_string()))
+                .with_port(i32::from(at.port()))
+        })
+        .collect();
+    let mut m = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_topics(topics);
+    if v >= 1 {
+        m.controller_id = me;
+    }
+    m
 }
 
 #[cfg(test)]
@@ -378,5 +465,59 @@ mod tests {
             .expect("connect");
         assert!(c.call(&MetadataRequest::default(), 12).await.is_err());
         assert_eq!(b.answered(), 1, "only ApiVersions was answered");
+    }
+
+    #[tokio::test]
+    async fn members_of_a_cluster_list_each_other_and_its_leaders() {
+        let cluster = FakeCluster::new();
+        cluster.set_leaders("t", vec![2, 1]);
+        let member = |node_id| FakeBrokerConfig {
+            node_id,
+            cluster: Some(cluster.clone()),
+            ..FakeBrokerConfig::default()
+        };
+        let b1 = FakeBroker::start("127.0.0.1:0", member(1))
+            .await
+            .expect("1");
+        let b2 = FakeBroker::start("127.0.0.1:0", member(2))
+            .await
+            .expect("2");
+        let mut c = Conn::connect(&b1.addr().to_string(), "fake-cluster-test")
+            .await
+            .expect("connect");
+        let leaders = |md: &MetadataResponse| -> Vec<i32> {
+            md.topics[0]
+                .partitions
+                .iter()
+                .map(|p| p.leader_id.0)
+                .collect()
+        };
+        let md = c
+            .call(&MetadataRequest::default().with_topics(None), 12)
+            .await
+            .expect("metadata");
+        let brokers: Vec<(i32, i32)> = md.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
+        assert_eq!(
+            brokers,
+            vec![
+                (1, i32::from(b1.addr().port())),
+                (2, i32::from(b2.addr().port()))
+            ]
+        );
+        assert_eq!(leaders(&md), vec![2, 1]);
+        cluster.set_leaders("t", vec![1, 1]);
+        let md = c
+            .call(&MetadataRequest::default().with_topics(None), 12)
+            .await
+            .expect("metadata");
+        assert_eq!(leaders(&md), vec![1, 1], "the leader moved");
+
+        b2.set_down(true);
+        assert!(Conn::connect(&b2.addr().to_string(), "down").await.is_err());
+        b2.set_down(false);
+        Conn::connect(&b2.addr().to_string(), "up")
+            .await
+            .expect("back up");
+        assert_eq!(b2.connections(), 2, "the refused connection counts");
     }
 }
