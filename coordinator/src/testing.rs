@@ -166,7 +166,7 @@ impl EngineHarness {
             self.engine.config().clone(),
             self.allocator.clone(),
         );
-        self.read_and_load(epoch)
+        self.read_and_load(epoch, None)
     }
 
     /// The same engine loads the partition again at `epoch` (claims it, reads it from the log),
@@ -175,12 +175,30 @@ impl EngineHarness {
     /// comes back, or comes back at a higher epoch while loaded. Work in flight stays held: its
     /// completions reach the engine late.
     pub fn load_again(&mut self, epoch: CoordinatorEpoch) -> Result<(), LogError> {
-        self.read_and_load(epoch)
+        self.read_and_load(epoch, None)
     }
 
-    fn read_and_load(&mut self, epoch: CoordinatorEpoch) -> Result<(), LogError> {
+    /// As [`load_again`](Self::load_again), but a newer owner claims the partition at
+    /// `overtaken_by` between this engine's claim at `epoch` and its read: the read shows the
+    /// newer epoch, as when a load loses the race with the next coordinator.
+    pub fn load_again_overtaken(
+        &mut self,
+        epoch: CoordinatorEpoch,
+        overtaken_by: CoordinatorEpoch,
+    ) -> Result<(), LogError> {
+        self.read_and_load(epoch, Some(overtaken_by))
+    }
+
+    fn read_and_load(
+        &mut self,
+        epoch: CoordinatorEpoch,
+        overtaken_by: Option<CoordinatorEpoch>,
+    ) -> Result<(), LogError> {
         let partition = self.engine.partition();
         self.log.claim_sync(partition, epoch)?;
+        if let Some(newer) = overtaken_by {
+            self.log.claim_sync(partition, newer)?;
+        }
         let loaded = through_codec(partition, &self.log.load_sync(partition)?)?;
         self.epoch = epoch;
         self.engine.handle_load(self.now, epoch, loaded);

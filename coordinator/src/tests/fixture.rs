@@ -367,6 +367,15 @@ impl Fx {
         self.effects()
     }
 
+    /// The same engine claims the partition at `ce` and, before it reads, a newer owner claims
+    /// it at `newer` ([`EngineHarness::load_again_overtaken`]).
+    pub(crate) fn load_again_overtaken(&mut self, ce: i32, newer: i32) -> Vec<Ev> {
+        self.h
+            .load_again_overtaken(CoordinatorEpoch(ce), CoordinatorEpoch(newer))
+            .expect("load");
+        self.effects()
+    }
+
     /// The partition starts moving here ([`Engine::handle_begin_load`]).
     pub(crate) fn begin_load(&mut self) {
         self.h.begin_load();

@@ -1,8 +1,7 @@
 //! Exact-effect unit tests per handler: which records, which reply, in which order.
 
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogError, LogPartition, ProducerEpoch, ProducerId,
-    TxnResult, TxnState,
+    CoordinatorEpoch, LogError, LogPartition, ProducerEpoch, ProducerId, TxnResult, TxnState,
 };
 
 use super::fixture::*;
@@ -240,16 +239,9 @@ fn loading_engine_answers_load_in_progress_and_list_reports_it() {
 
 #[test]
 fn load_with_newer_stored_epoch_unloads() {
-    let alloc = ProducerIdAllocator::new();
-    let mut eng = Engine::new(LogPartition(0), config(), alloc);
-    let loaded = LoadedPartition {
-        coordinator_epoch: Some(CoordinatorEpoch(5)),
-        records: vec![],
-    };
-    eng.handle_load(Millis(0), CoordinatorEpoch(4), loaded);
-    let evs: Vec<_> = eng.drain_effects().into_iter().map(summarize).collect();
-    assert_eq!(evs, vec![Ev::Unloaded]);
-    assert!(!eng.is_loaded());
+    let mut fx = Fx::unloaded(ProducerIdAllocator::new());
+    assert_eq!(fx.load_again_overtaken(4, 5), vec![Ev::Unloaded]);
+    assert!(!fx.eng().is_loaded());
 }
 
 #[test]
