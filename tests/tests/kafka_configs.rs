@@ -8,13 +8,14 @@
 //! open, as on a Kafka cluster without one). Skipped (and passing) without
 //! `TXN_TEST_KAFKA_CLASSPATH`, as `kafka_acls.rs`.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use coordinator::server::outgoing::ClientSecurity;
 use markers::wire::{ConnectError, Connector};
+use txn_testkit::process::StdoutLines;
 use txn_tests::fault::cluster::daemon_bin_from_env;
 use txn_tests::kafka_tool::CONFIGS;
 
@@ -47,27 +48,25 @@ fn start(data: &str) -> Daemon {
         .stderr(Stdio::null())
         .spawn()
         .expect("start txn-coordinator (cargo build -p coordinator first)");
-    let out = child.stdout.take().expect("stdout");
-    let (mut plaintext, mut sasl) = (None, None);
-    for line in BufReader::new(out).lines() {
-        let Ok(line) = line else { break };
-        if let Some(a) = line.strip_prefix("txn-coordinator listening on PLAINTEXT://") {
-            plaintext = a.trim().parse().ok();
-        }
-        if let Some(a) = line.strip_prefix("txn-coordinator listening on SASL_PLAINTEXT://") {
-            sasl = a.trim().parse().ok();
-        }
-        if let (Some(plaintext), Some(sasl)) = (plaintext, sasl) {
-            return Daemon {
-                child,
-                plaintext,
-                sasl,
-            };
-        }
+    let lines = StdoutLines::read(child.stdout.take().expect("stdout"));
+    let prefix = "txn-coordinator listening on ";
+    let listeners = lines
+        .listening(prefix, Duration::from_secs(60))
+        .and_then(|_| lines.listeners(prefix));
+    let (plaintext, sasl) = match &listeners {
+        Ok(l) => (l.get("PLAINTEXT"), l.get("SASL_PLAINTEXT")),
+        Err(_) => (None, None),
+    };
+    let (Some(plaintext), Some(sasl)) = (plaintext, sasl) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the daemon did not start: {listeners:?}");
+    };
+    Daemon {
+        child,
+        plaintext,
+        sasl,
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the daemon did not start");
 }
 
 /// A SCRAM-SHA-256 login as `user` with `password` on `addr`.

@@ -17,6 +17,7 @@ use std::time::Duration;
 use kafka_protocol::messages::{InitProducerIdRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use txn_log::TxnVersion;
+use txn_testkit::process::StdoutLines;
 use txn_testkit::wire::free_port;
 use txn_tests::fault::client::{ClusterView, Fetcher, TxnProducer};
 use txn_tests::fault::process::bin_path;
@@ -71,25 +72,18 @@ fn start_daemon(data: &Path, keystore: &Path, broker_port: u16) -> Daemon {
         }
     });
     let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(a) = line.strip_prefix("txn-coordinator listening on ")
-                && !a.contains("://")
-            {
-                let _ = tx.send(a.trim().to_owned());
-            }
+    match StdoutLines::read(out).listening("txn-coordinator listening on ", Duration::from_secs(60))
+    {
+        Ok(listening) => Daemon {
+            child,
+            addr: listening.addr,
+            stderr,
+        },
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the daemon did not start: {e:#}\n{}", stderr.lock());
         }
-    });
-    let Ok(addr) = rx.recv_timeout(Duration::from_secs(60)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the daemon did not start");
-    };
-    Daemon {
-        child,
-        addr: addr.parse().expect("addr"),
-        stderr,
     }
 }
 

@@ -34,7 +34,6 @@
 mod e2e;
 mod pki;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -42,6 +41,7 @@ use std::time::Duration;
 use e2e::Json;
 use e2e::{Client, args, daemon_bin, free_port, refbroker_bin};
 use rcgen::DnType;
+use txn_testkit::process::StdoutLines;
 use txn_tests::etcd::EtcdCluster;
 use txn_tests::refbroker::process::BrokerProcess;
 
@@ -184,21 +184,12 @@ impl Daemon {
             .spawn()
             .expect("start txn-coordinator");
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("txn-coordinator listening on ") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let listening =
+            StdoutLines::read(stdout).listening("txn-coordinator listening on ", STARTUP);
         let d = Self { child };
-        assert!(
-            rx.recv_timeout(STARTUP).is_ok(),
-            "the daemon did not start:\n{}",
-            e2e::tail(log, 40)
-        );
+        if let Err(e) = listening {
+            panic!("the daemon did not start: {e:#}\n{}", e2e::tail(log, 40));
+        }
         d
     }
 

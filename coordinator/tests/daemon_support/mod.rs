@@ -10,7 +10,7 @@ pub use txn_testkit::fake_broker::{FakeBrokerConfig, Reply};
 pub use txn_testkit::requests::*;
 pub use txn_testkit::wire::sb as s;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -23,6 +23,7 @@ use kafka_protocol::protocol::VersionRange;
 use markers::wire::{KafkaConnection, read_frame, write_frame};
 use tokio::net::TcpStream;
 use txn_log::sync::Mutex;
+use txn_testkit::process::{Listeners, StdoutLines};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_txn-coordinator");
 
@@ -34,7 +35,7 @@ pub struct Daemon {
     pub data_dir: PathBuf,
     stderr: Arc<Mutex<String>>,
     /// The listeners by name (`txn-coordinator listening on NAME://ADDR` lines).
-    pub listeners: Vec<(String, SocketAddr)>,
+    pub listeners: Listeners,
 }
 
 impl Daemon {
@@ -52,9 +53,7 @@ impl Daemon {
     /// The address of the listener named `name`.
     pub fn listener(&self, name: &str) -> SocketAddr {
         self.listeners
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| *a)
+            .get(name)
             .unwrap_or_else(|| panic!("no listener {name}: {:?}", self.listeners))
     }
 
@@ -82,42 +81,21 @@ impl Daemon {
                 sink.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let out = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut metrics_url = None;
-        let addr = loop {
-            let Ok(line) = rx.recv_timeout(Duration::from_secs(120)) else {
+        let lines = StdoutLines::read(child.stdout.take().expect("stdout"));
+        let prefix = "txn-coordinator listening on ";
+        let listening = match lines.listening(prefix, Duration::from_secs(120)) {
+            Ok(l) => l,
+            Err(e) => {
                 let _ = child.kill();
-                panic!("daemon did not start; stderr:\n{}", stderr.lock());
-            };
-            if let Some(rest) = line.strip_prefix("txn-coordinator metrics on ") {
-                metrics_url = Some(rest.trim().to_owned());
-            }
-            if let Some(rest) = line.strip_prefix("txn-coordinator listening on ") {
-                break rest.trim().parse().expect("bound address");
+                panic!("daemon did not start: {e:#}; stderr:\n{}", stderr.lock());
             }
         };
-        // Then one `NAME://ADDR` line per listener, printed right after.
-        let mut listeners = Vec::new();
-        let mut wait = Duration::from_secs(10);
-        while let Ok(line) = rx.recv_timeout(wait) {
-            let Some((name, a)) = line
-                .strip_prefix("txn-coordinator listening on ")
-                .and_then(|r| r.trim().split_once("://"))
-            else {
-                break;
-            };
-            listeners.push((name.to_owned(), a.parse().expect("listener address")));
-            wait = Duration::from_millis(200);
-        }
+        let addr = listening.addr;
+        let metrics_url = listening.before.iter().find_map(|line| {
+            line.strip_prefix("txn-coordinator metrics on ")
+                .map(|url| url.trim().to_owned())
+        });
+        let listeners = lines.listeners(prefix).expect("listener lines");
         Self {
             child: Some(child),
             addr,

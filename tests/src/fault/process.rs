@@ -3,13 +3,13 @@
 //! code), restart it on the same port and data directory. Every process is killed when its
 //! handle drops.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use txn_testkit::process::StdoutLines;
 
 /// How to (re)start one process.
 #[derive(Debug, Clone)]
@@ -20,7 +20,8 @@ pub struct Spec {
     pub bin: PathBuf,
     /// Its arguments (must bind a fixed loopback port so restarts keep the address).
     pub args: Vec<String>,
-    /// The prefix of the stdout line announcing readiness, followed by the address.
+    /// The prefix of the stdout line announcing readiness, followed by the address
+    /// ([`StdoutLines::listening`]).
     pub ready_prefix: String,
     /// Where stderr goes (appended), if anywhere.
     pub log_file: Option<PathBuf>,
@@ -127,30 +128,21 @@ impl Proc {
             .spawn()
             .with_context(|| format!("starting {}", self.spec.bin.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let prefix = self.spec.ready_prefix.clone();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if !sent && let Some(rest) = line.strip_prefix(&prefix) {
-                    let _ = tx.send(rest.trim().to_owned());
-                    sent = true;
-                }
-            }
-        });
-        match rx.recv_timeout(startup) {
-            Ok(addr) => {
-                self.addr = addr.parse().ok();
+        match StdoutLines::read(stdout).listening(&self.spec.ready_prefix, startup) {
+            Ok(listening) => {
+                self.addr = Some(listening.addr);
                 self.child = Some(child);
                 self.paused = false;
                 self.starts += 1;
                 Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("{} did not become ready within {startup:?}", self.spec.name)
+                Err(e.context(format!(
+                    "{} did not become ready within {startup:?}",
+                    self.spec.name
+                )))
             }
         }
     }

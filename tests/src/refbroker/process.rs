@@ -1,13 +1,13 @@
 //! Starting a `refbroker` binary from tests: spawn, wait for its "listening" line, kill on
 //! drop.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use txn_testkit::process::StdoutLines;
 
 /// A running `refbroker` process (killed when dropped).
 #[derive(Debug)]
@@ -34,27 +34,17 @@ impl BrokerProcess {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
+        match StdoutLines::read(stdout).listening("refbroker listening on ", startup) {
+            Ok(listening) => Ok(Self {
+                child,
+                addr: listening.addr,
+            }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e.context("refbroker did not report its address"))
             }
-            // keep draining so the broker never blocks on a full pipe
-            for _ in lines {}
-        });
-        let Ok(line) = rx.recv_timeout(startup) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("refbroker did not report its address within {startup:?}");
-        };
-        let Some(addr) = line.strip_prefix("refbroker listening on ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("unexpected first line from refbroker: {line:?}");
-        };
-        let addr = addr.trim().parse().context("parsing the listen address")?;
-        Ok(Self { child, addr })
+        }
     }
 
     /// The address it listens on.

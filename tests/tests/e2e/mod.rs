@@ -11,15 +11,16 @@ pub(crate) use serde_json::Value as Json;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{ApiVersionsRequest, FindCoordinatorRequest};
 use txn_testkit::blocking;
+use txn_testkit::process::StdoutLines;
 pub(crate) use txn_testkit::wire::free_port;
 use txn_testkit::wire::sb;
 use txn_tests::etcd::EtcdCluster;
@@ -784,12 +785,12 @@ pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAd
         .map_err(|e| format!("bad address {}:{}: {e}", r.host.as_str(), r.port))
 }
 
-/// A running client program: its JSON events arrive over a channel as it prints them.
+/// A running client program: its JSON events are read from its stdout as it prints them.
 #[derive(Debug)]
 pub(crate) struct Client {
     name: String,
     child: Option<Child>,
-    rx: Receiver<String>,
+    stdout: StdoutLines,
     /// Every event seen so far, in order.
     pub(crate) events: Vec<Json>,
     stderr: PathBuf,
@@ -839,20 +840,11 @@ impl Client {
             .stderr(Stdio::from(err))
             .spawn()
             .unwrap_or_else(|e| panic!("spawn client {name} ({cmd:?}): {e}"));
-        let stdout = child.stdout.take().expect("client stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let stdout = StdoutLines::read(child.stdout.take().expect("client stdout"));
         Self {
             name: name.to_owned(),
             child: Some(child),
-            rx,
+            stdout,
             events: Vec::new(),
             stderr,
         }
@@ -889,7 +881,7 @@ impl Client {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
+            match self.stdout.next(left) {
                 Ok(line) => {
                     let ev = self.take_line(&line);
                     if ev.get("ev").and_then(Json::as_str) == Some(name) {
@@ -918,7 +910,7 @@ impl Client {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
+            match self.stdout.next(left) {
                 Ok(line) => {
                     self.take_line(&line);
                 }
@@ -958,7 +950,7 @@ impl Client {
             let _ = c.kill();
             let _ = c.wait();
         }
-        while let Ok(line) = self.rx.recv_timeout(Duration::from_millis(200)) {
+        while let Ok(line) = self.stdout.next(Duration::from_millis(200)) {
             if serde_json::from_str::<Json>(&line).is_ok() {
                 self.take_line(&line);
             }
