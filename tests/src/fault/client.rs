@@ -293,8 +293,12 @@ impl TxnProducer {
     /// Sends `req` until it gets a non-retriable answer or the budget is spent. To the
     /// coordinator in cluster mode: looked up with FindCoordinator first, and again after
     /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a lost
-    /// connection, all within the one budget. An answer after an unanswered attempt (to any
-    /// coordinator) is indeterminate unless it succeeded.
+    /// connection, all within the one budget. An answer after an attempt that may have taken
+    /// effect is indeterminate unless it succeeded: an unanswered attempt (to any coordinator),
+    /// or one answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, Kafka's answers when the
+    /// coordinator's log append failed, which it gives whether or not the write landed (a
+    /// PrepareCommit that reached etcd before the connection to it broke is completed by the
+    /// next load; the retry then meets whatever came after it, a newer epoch's fence).
     async fn retry<R: Request>(
         &mut self,
         api: &'static str,
@@ -304,7 +308,8 @@ impl TxnProducer {
         code_of: impl Fn(&R::Response) -> i16,
     ) -> Result<R::Response, ClientError> {
         let end = Instant::now() + self.op_budget;
-        let mut ambiguous = false;
+        // Why an earlier attempt may have taken effect, if one may have.
+        let mut ambiguous: Option<String> = None;
         let mut last = String::new();
         while Instant::now() < end {
             let addr = match target {
@@ -332,13 +337,19 @@ impl TxnProducer {
                         return Ok(r);
                     }
                     if !ErrorCode(c).is_retried_by_producer() {
-                        if ambiguous {
+                        if let Some(earlier) = ambiguous {
                             return Err(ClientError::Indeterminate {
                                 api,
-                                reason: format!("error {c} after an unanswered attempt"),
+                                reason: format!("error {c} after {earlier}"),
                             });
                         }
                         return Err(ClientError::Definite { api, code: c });
+                    }
+                    if matches!(
+                        ErrorCode(c),
+                        ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE
+                    ) {
+                        ambiguous = Some(format!("an attempt answered error {c}"));
                     }
                     if follow
                         && matches!(
@@ -357,7 +368,7 @@ impl TxnProducer {
                     };
                 }
                 Err(e) => {
-                    ambiguous = true;
+                    ambiguous = Some("an unanswered attempt".to_owned());
                     last = if follow {
                         self.coordinator = None;
                         format!("{e} ({addr})")
@@ -891,6 +902,7 @@ mod tests {
     use super::*;
     use markers::participant::{ControlBatch, DataBatch};
     use txn_log::{CoordinatorEpoch, ProducerEpoch, ProducerId, TxnResult};
+    use txn_testkit::fake_broker::{FakeBroker, FakeBrokerConfig, Reply, Script};
 
     /// A transactional batch of `values` at `offset`, or the marker of `result`.
     fn batch(pid: i64, offset: i64, marker: Option<TxnResult>, values: &[&str]) -> Vec<u8> {
@@ -920,6 +932,81 @@ mod tests {
             ),
         };
         bytes.expect("encode").to_vec()
+    }
+
+    /// A coordinator whose EndTxn answers are `codes`, one per attempt, and the producer's view
+    /// of it (one daemon, no lookup).
+    async fn coordinator_answering(codes: Vec<ErrorCode>) -> (FakeBroker, ClusterView) {
+        use kafka_protocol::messages::{ApiKey, EndTxnResponse, RequestKind, ResponseKind};
+        let answers = txn_log::sync::Mutex::new(codes.into_iter());
+        let script: Script = std::sync::Arc::new(move |body, _| match body {
+            RequestKind::EndTxn(_) => {
+                let code = answers.lock().next().expect("an answer for each attempt");
+                Reply::Answer(Box::new(ResponseKind::EndTxn(
+                    EndTxnResponse::default().with_error_code(code.code()),
+                )))
+            }
+            _ => Reply::Default,
+        });
+        let broker = FakeBroker::start(
+            "127.0.0.1:0",
+            FakeBrokerConfig {
+                apis: vec![(ApiKey::ApiVersions, 0, 3), (ApiKey::EndTxn, 0, 5)],
+                script: Some(script),
+                ..FakeBrokerConfig::default()
+            },
+        )
+        .await
+        .expect("fake coordinator");
+        let view = ClusterView {
+            topic: "t".to_owned(),
+            leaders: BTreeMap::new(),
+            coordinator: broker.addr(),
+            find_coordinator_at: Vec::new(),
+        };
+        (broker, view)
+    }
+
+    /// The answer to EndTxn(commit) of a TV2 producer from `codes`.
+    async fn end_after(codes: Vec<ErrorCode>) -> Result<(), ClientError> {
+        let (_coordinator, view) = coordinator_answering(codes).await;
+        let mut p = TxnProducer::new(view, "w", 6000, TxnVersion::V2);
+        p.set_pid_epoch(1002, 1049);
+        p.end(true).await
+    }
+
+    /// The fault run with seed 6234095816819823917 (fault_cluster): a daemon's PrepareCommit
+    /// append failed with a broken connection to etcd after etcd had applied it; the daemon
+    /// answered NOT_COORDINATOR, the next load completed the commit, the producer's retry met
+    /// the epoch another process's InitProducerId had bumped meanwhile and was answered
+    /// PRODUCER_FENCED. A rejection after such an answer says nothing about the first attempt.
+    #[tokio::test]
+    async fn a_rejection_after_not_coordinator_is_indeterminate() {
+        for first in [
+            ErrorCode::NOT_COORDINATOR,
+            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+        ] {
+            let r = end_after(vec![first, ErrorCode::PRODUCER_FENCED]).await;
+            assert!(
+                matches!(r, Err(ClientError::Indeterminate { .. })),
+                "after {first:?}: {r:?}"
+            );
+        }
+        // Answers that say the attempt was not applied keep the rejection definite.
+        for first in [
+            ErrorCode::CONCURRENT_TRANSACTIONS,
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+        ] {
+            let r = end_after(vec![first, ErrorCode::PRODUCER_FENCED]).await;
+            assert_eq!(
+                r,
+                Err(ClientError::Definite {
+                    api: "EndTxn",
+                    code: ErrorCode::PRODUCER_FENCED.code()
+                }),
+                "after {first:?}"
+            );
+        }
     }
 
     #[test]
