@@ -35,18 +35,41 @@ fn daemon(node: i32, endpoints: &str, dir: &std::path::Path) -> Proc {
     daemon_on_etcd(node, endpoints, dir, &extra).expect("daemon starts")
 }
 
+/// Daemons 1..=n on a fresh three-member etcd cluster, started while holding
+/// `ONE_CLUSTER_AT_A_TIME`; everything is stopped on drop, the daemons first.
+struct Cluster {
+    daemons: Vec<Proc>,
+    /// Where each daemon listens, by index (node id - 1).
+    addrs: Vec<SocketAddr>,
+    _etcd: EtcdCluster,
+    _dir: tempfile::TempDir,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+async fn cluster(n: i32) -> Cluster {
+    let one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let etcd = EtcdCluster::start(3).await.expect("etcd");
+    let dir = tempfile::tempdir().expect("tmp");
+    let endpoints = etcd.endpoints_arg();
+    let daemons: Vec<Proc> = (1..=n).map(|i| daemon(i, &endpoints, dir.path())).collect();
+    let addrs = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    Cluster {
+        daemons,
+        addrs,
+        _etcd: etcd,
+        _dir: dir,
+        _one: one,
+    }
+}
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
-    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let endpoints = etcd.endpoints_arg();
-    let mut daemons: Vec<Proc> = (1..=3).map(|n| daemon(n, &endpoints, dir.path())).collect();
-    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let mut c = cluster(3).await;
+    let addrs = c.addrs.clone();
     let mut pool = Pool::new("etcd-cluster-test", Duration::from_secs(5));
 
     // Every daemon sees the three members and names the same owner for each id.
@@ -149,7 +172,7 @@ async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
         .collect();
     assert!(!moved.is_empty());
     let killed_at = Instant::now();
-    daemons[1].kill();
+    c.daemons[1].kill();
     let survivors = [addrs[0], addrs[2]];
     let mut failover = Vec::new();
     for id in &moved {
@@ -181,19 +204,15 @@ async fn partitions_spread_and_move_to_survivors_when_an_owner_dies() {
 /// and the survivor's state is untouched. Then it registers again and owns partitions again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_state_and_rejoins() {
-    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let endpoints = etcd.endpoints_arg();
-    let mut daemons: Vec<Proc> = (1..=2).map(|n| daemon(n, &endpoints, dir.path())).collect();
-    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let mut c = cluster(2).await;
+    let addrs = c.addrs.clone();
     let mut pool = Pool::new("etcd-pause-test", Duration::from_secs(3));
     let (owner, (pid, epoch)) =
         init_at_owner(&mut pool, &addrs, "z", Duration::from_secs(30)).await;
     let old = usize::try_from(owner - 1).expect("node ids 1 and 2");
     let survivor = addrs[1 - old];
 
-    daemons[old].pause().expect("SIGSTOP");
+    c.daemons[old].pause().expect("SIGSTOP");
     tokio::time::sleep(Duration::from_millis(LEASE_MS + 1500)).await;
     let (node, (pid2, epoch2)) =
         init_at_owner(&mut pool, &[survivor], "z", Duration::from_secs(30)).await;
@@ -204,7 +223,7 @@ async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_sta
         "the survivor fenced the old epoch"
     );
 
-    daemons[old].resume().expect("SIGCONT");
+    c.daemons[old].resume().expect("SIGCONT");
     // Straight to the resumed daemon, with the epoch it handed out itself.
     let add = km::AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(km::TransactionalId(s("z")))
@@ -265,12 +284,8 @@ async fn a_paused_owner_resumed_after_its_lease_completes_nothing_from_stale_sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of about 2 minutes; run it by name"]
 async fn failover_times_over_20_kills() {
-    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
-    let etcd = EtcdCluster::start(3).await.expect("etcd");
-    let dir = tempfile::tempdir().expect("tmp");
-    let endpoints = etcd.endpoints_arg();
-    let mut daemons: Vec<Proc> = (1..=3).map(|n| daemon(n, &endpoints, dir.path())).collect();
-    let addrs: Vec<SocketAddr> = daemons.iter().map(|d| d.addr().expect("addr")).collect();
+    let mut c = cluster(3).await;
+    let addrs = c.addrs.clone();
     let mut pool = Pool::new("etcd-failover-bench", Duration::from_secs(3));
     let mut times = Vec::new();
     for round in 0..20 {
@@ -280,12 +295,12 @@ async fn failover_times_over_20_kills() {
         let survivors: Vec<SocketAddr> =
             (0..3).filter(|&i| i != victim).map(|i| addrs[i]).collect();
         let killed = Instant::now();
-        daemons[victim].kill();
+        c.daemons[victim].kill();
         let (node, _) = init_at_owner(&mut pool, &survivors, &id, Duration::from_secs(30)).await;
         let took = killed.elapsed();
         assert_ne!(node, owner);
         times.push(took);
-        daemons[victim]
+        c.daemons[victim]
             .restart(Duration::from_secs(60))
             .expect("restart");
         tokio::time::sleep(Duration::from_millis(LEASE_MS + 1000)).await;
