@@ -253,11 +253,17 @@ pub fn daemon_on_etcd(
     dir: &Path,
     extra: &[&str],
 ) -> anyhow::Result<Proc> {
-    let port = free_port();
-    let mut args: Vec<String> = [
+    let mut args = daemon_on_etcd_args(node, endpoints, dir);
+    args.extend(["--listen".to_owned(), format!("127.0.0.1:{}", free_port())]);
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    start_daemon(node, dir, args)
+}
+
+/// The arguments of `txn-coordinator serve` as node `node` with its log in etcd at
+/// `endpoints` and its data directory under `dir`; no listener.
+pub fn daemon_on_etcd_args(node: i32, endpoints: &str, dir: &Path) -> Vec<String> {
+    [
         "serve",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
         "--node-id",
         &node.to_string(),
         "--data-dir",
@@ -268,8 +274,12 @@ pub fn daemon_on_etcd(
         &format!("etcd.endpoints={endpoints}"),
     ]
     .map(str::to_owned)
-    .to_vec();
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    .to_vec()
+}
+
+/// Starts the daemon (the workspace binary, or `TXN_COORDINATOR_BIN`) as `daemon-NODE` with
+/// `args`, its stderr in `dir/daemon-NODE.log` (`RUST_LOG=info`); waits until it is ready.
+pub fn start_daemon(node: i32, dir: &Path, args: Vec<String>) -> anyhow::Result<Proc> {
     Proc::start(
         Spec {
             name: format!("daemon-{node}"),

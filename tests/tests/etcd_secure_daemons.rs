@@ -14,8 +14,8 @@ use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use rcgen::DnType;
 use txn_testkit::wire::free_port;
-use txn_tests::etcd::EtcdCluster;
-use txn_tests::fault::process::{Proc, Spec, bin_path};
+use txn_tests::etcd::{EtcdCluster, daemon_on_etcd_args, start_daemon};
+use txn_tests::fault::process::Proc;
 
 mod pki;
 use pki::{Ca, write};
@@ -30,38 +30,17 @@ const HOLD: Duration = Duration::from_secs(3);
 /// Daemon `node` on etcd with one listener (`listeners=<listener>://127.0.0.1:<port>`) and
 /// `keys` (`KEY=VALUE`).
 fn daemon(node: i32, port: u16, listener: &str, etcd: &str, dir: &Path, keys: &[String]) -> Proc {
-    let mut args: Vec<String> = [
-        "serve",
-        "--node-id",
-        &node.to_string(),
-        "--data-dir",
-        &dir.join(format!("daemon-{node}")).to_string_lossy(),
-        "--set",
-        "txn.log.backend=etcd",
-        "--set",
-        &format!("etcd.endpoints={etcd}"),
-        "--set",
-        "transaction.state.log.num.partitions=8",
-        "--set",
-        &format!("listeners={listener}://127.0.0.1:{port}"),
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut args = daemon_on_etcd_args(node, etcd, dir);
+    args.extend([
+        "--set".to_owned(),
+        "transaction.state.log.num.partitions=8".to_owned(),
+        "--set".to_owned(),
+        format!("listeners={listener}://127.0.0.1:{port}"),
+    ]);
     for k in keys {
         args.extend(["--set".to_owned(), k.clone()]);
     }
-    Proc::start(
-        Spec {
-            name: format!("daemon-{node}"),
-            bin: bin_path("txn-coordinator"),
-            args,
-            ready_prefix: "txn-coordinator listening on ".into(),
-            log_file: Some(log_path(dir, node)),
-            env: vec![("RUST_LOG".into(), "info".into())],
-        },
-        Duration::from_secs(60),
-    )
-    .expect("daemon starts")
+    start_daemon(node, dir, args).expect("daemon starts")
 }
 
 fn log_path(dir: &Path, node: i32) -> PathBuf {
