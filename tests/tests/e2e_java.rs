@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use e2e::checks::{
-    Expect, Expected, Must, ReadResult, assert_clean, end_offsets, ev, int, offsets, values,
+    Expect, Expected, Must, ReadResult, assert_clean, ev, int, offsets, seeded_inputs, values,
 };
 use e2e::{Client, Cluster, ClusterSpec, Mode, args};
 
@@ -115,12 +115,7 @@ fn scenario(mode: Mode, tv: i16) {
         ]),
     )
     .finish(Duration::from_secs(60));
-    let inputs = values(
-        seeded.iter().find(|e| ev(e) == "seeded").expect("seeded"),
-        "values",
-    );
-    assert_eq!(inputs.len(), 3 * PER_PARTITION);
-    let input_end = end_offsets(&inputs);
+    let (inputs, input_end) = seeded_inputs(&seeded, 3, PER_PARTITION);
 
     let group = format!("{test}-group");
     let txn_id = format!("{test}-txn");

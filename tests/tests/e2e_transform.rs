@@ -11,7 +11,7 @@ mod e2e;
 
 use std::time::Duration;
 
-use e2e::checks::{Expect, Expected, Must, end_offsets, ev, offsets, values};
+use e2e::checks::{Expect, Expected, Must, ev, offsets, seeded_inputs, values};
 use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const PARTITIONS: &str = "0,1,2";
@@ -42,12 +42,7 @@ fn scenario(mode: Mode) {
         ]),
         Duration::from_secs(60),
     );
-    let inputs = values(
-        seeded.iter().find(|e| ev(e) == "seeded").expect("seeded"),
-        "values",
-    );
-    assert_eq!(inputs.len(), 3 * PER_PARTITION);
-    let input_end = end_offsets(&inputs);
+    let (inputs, input_end) = seeded_inputs(&seeded, 3, PER_PARTITION);
 
     let group = format!("{test}-group");
     let txn_id = format!("{test}-txn");

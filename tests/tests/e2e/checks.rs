@@ -130,6 +130,23 @@ pub(crate) fn end_offsets(values: &[(i64, String, Option<i64>)]) -> BTreeMap<i64
     end
 }
 
+/// The values a seeding program reported in its `seeded` event, `per_partition` on each of
+/// `partitions` partitions, each acknowledged at an offset, and the end offset of each partition
+/// after them.
+pub(crate) type Seeded = (Vec<(i64, String, Option<i64>)>, BTreeMap<i64, i64>);
+
+/// The [`Seeded`] inputs of a seeding program's `events`.
+pub(crate) fn seeded_inputs(events: &[Json], partitions: usize, per_partition: usize) -> Seeded {
+    let seeded = events
+        .iter()
+        .find(|e| ev(e) == "seeded")
+        .unwrap_or_else(|| panic!("no seeded event: {events:?}"));
+    let inputs = values(seeded, "values");
+    assert_eq!(inputs.len(), partitions * per_partition, "{inputs:?}");
+    let end = end_offsets(&inputs);
+    (inputs, end)
+}
+
 /// What a value's visibility must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Must {
