@@ -119,6 +119,12 @@ impl Fx {
         Self::with_config(config(), records)
     }
 
+    /// An engine as [`Fx::new`] makes, loaded with `record` alone under Kafka's fixture id
+    /// "known".
+    pub(crate) fn known(record: TxnRecord) -> Self {
+        Self::new(vec![("known", record)])
+    }
+
     pub(crate) fn with_config(config: Config, records: Vec<(&str, TxnRecord)>) -> Self {
         let log = MemTxnLog::new();
         let (block, _) = log.allocate_block_sync(1000).expect("a block");
@@ -272,6 +278,19 @@ impl Fx {
             producer_epoch: ProducerEpoch(epoch),
             committed: commit,
         }))
+    }
+
+    /// Sends an EndTxn as [`Fx::end`] does, by producer `(pid, epoch)`, and returns the error
+    /// code of the reply it gets at once (before anything is written).
+    pub(crate) fn end_error(
+        &mut self,
+        version: i16,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        commit: bool,
+    ) -> ErrorCode {
+        let to = self.end(version, id, pid, epoch, commit);
+        end_reply(&self.effects(), to).0
     }
 
     /// Acks every append in `evs` (writes it to the log), returning the effects that follow

@@ -33,7 +33,7 @@ fn appended_epochs(evs: &[Ev]) -> Vec<i16> {
 /// InitProducerId is the only further bump (7).
 #[test]
 fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
-    let mut fx = Fx::new(vec![("known", rec(10, 5, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 5, TxnState::Ongoing, &t1()));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -72,12 +72,11 @@ fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
 /// epoch a second time.
 #[test]
 fn kafka_19367_client_abort_after_a_timeout_abort_does_not_bump_again() {
-    let mut fx = Fx::new(vec![("known", rec(10, 5, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 5, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     assert_eq!(appended_epochs(&evs), vec![6]);
-    let to = fx.end(5, "known", 10, 5, false);
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(5, "known", (10, 5), false),
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     let _ = fx.settle(evs);
@@ -157,7 +156,7 @@ fn assert_old_producer_cannot_commit(fx: &mut Fx) {
 /// producer's late commit must be fenced, never committed.
 #[test]
 fn kafka_20090_timeout_abort_at_the_last_epoch_rotates_the_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     let _ = assert_fence_rotated(&mut fx, evs);
     assert_old_producer_cannot_commit(&mut fx);
@@ -172,7 +171,7 @@ fn kafka_20090_timeout_abort_at_the_last_epoch_rotates_the_producer_id() {
 /// producer's commit is refused as an unknown pid.
 #[test]
 fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     let all = assert_fence_rotated(&mut fx, evs);
@@ -195,7 +194,7 @@ fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id(
 /// InitProducerId does.
 #[test]
 fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     while fx.alloc().next_id().is_some() {}
     let evs = fx.tick(10_000);
     assert!(appended(&evs).is_empty(), "{evs:?}");
@@ -218,7 +217,7 @@ fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
 #[test]
 fn kafka_20785_late_commit_after_the_producers_own_abort_is_fenced() {
     for (epoch, completes_at) in [(5, (10, 6)), (32766, (0, 0))] {
-        let mut fx = Fx::new(vec![("known", rec(10, epoch, TxnState::Ongoing, &t1()))]);
+        let mut fx = Fx::known(rec(10, epoch, TxnState::Ongoing, &t1()));
         let to = fx.end(5, "known", 10, epoch, false);
         let evs = fx.effects();
         let all = fx.settle(evs);
@@ -248,7 +247,7 @@ fn kafka_20785_late_commit_after_the_producers_own_abort_is_fenced() {
 /// (0, 0) must be accepted. Both reloads go through the log's encoding.
 #[test]
 fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects();
     assert_eq!(end_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
@@ -290,7 +289,7 @@ fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
 /// came back from the log.
 #[test]
 fn kafka_20090_rotation_of_a_timeout_abort_survives_a_failover() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     let _ = fx.ack(&evs);
     let redriven = fx.reload(1);
