@@ -66,6 +66,16 @@ pub(crate) fn tp(t: &str, p: i32) -> TopicPartition {
     TopicPartition::new(t, p)
 }
 
+/// The partitions of Kafka's fixture transaction: {topic1-0}.
+pub(crate) fn t1() -> Vec<TopicPartition> {
+    vec![tp("topic1", 0)]
+}
+
+/// The fixture partition topic1-0 answered `code`, as [`add_reply`] lists it.
+pub(crate) fn t1_result(code: ErrorCode) -> Vec<(TopicPartition, ErrorCode)> {
+    vec![(tp("topic1", 0), code)]
+}
+
 /// A record in the shape of Kafka's test fixtures (prev/next/last -1, TV0).
 pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition]) -> TxnRecord {
     let ongoing = !parts.is_empty();
@@ -198,6 +208,19 @@ impl Fx {
         expected: Option<(i64, i16)>,
     ) -> RequestId {
         self.init_v(5, id, timeout, expected)
+    }
+
+    /// Sends an InitProducerId as [`Fx::init`] does, acks the append it makes and returns
+    /// the reply (error, pid, epoch).
+    pub(crate) fn init_acked(
+        &mut self,
+        id: &str,
+        timeout: i32,
+        expected: Option<(i64, i16)>,
+    ) -> (ErrorCode, i64, i16) {
+        let to = self.init(Some(id), timeout, expected);
+        let evs = self.effects();
+        init_reply(&self.ack(&evs), to)
     }
 
     pub(crate) fn init_v(

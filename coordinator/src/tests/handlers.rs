@@ -65,7 +65,7 @@ fn concurrent_request_while_pending_gets_concurrent_transactions_without_effects
     );
     assert_eq!(
         add_reply(&evs, add),
-        vec![(tp("topic1", 0), ErrorCode::CONCURRENT_TRANSACTIONS)]
+        t1_result(ErrorCode::CONCURRENT_TRANSACTIONS)
     );
     assert_eq!(end_reply(&evs, end).0, ErrorCode::CONCURRENT_TRANSACTIONS);
     assert!(appended(&evs).is_empty());
@@ -86,10 +86,7 @@ fn add_partitions_appends_ongoing_and_replies_after_durable() {
         vec![Ev::Append(IoId(1), vec![("known".into(), Some(want))])]
     );
     let evs = fx.ack(&evs);
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NONE)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NONE));
     assert_eq!(fx.eng().metrics().transactions_begun, 1);
 }
 
@@ -187,10 +184,7 @@ fn fenced_append_unloads_and_answers_not_coordinator() {
         current: CoordinatorEpoch(1),
     };
     let evs = fx.fail(&evs, err);
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NOT_COORDINATOR)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NOT_COORDINATOR));
     assert_eq!(evs.last(), Some(&Ev::Unloaded));
     assert!(!fx.eng().is_loaded());
     let to = fx.init(Some("known"), 10, None);

@@ -11,10 +11,6 @@ use txn_log::{TxnResult, TxnState};
 use super::fixture::*;
 use crate::*;
 
-fn t1() -> Vec<txn_log::TopicPartition> {
-    vec![tp("topic1", 0)]
-}
-
 /// The epoch of every record appended in `evs`, which must all be valid epochs (0..=32767).
 fn appended_epochs(evs: &[Ev]) -> Vec<i16> {
     appended(evs)
@@ -60,9 +56,7 @@ fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
         vec![6, 6],
         "PrepareAbort, CompleteAbort"
     );
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 7));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 7));
 }
 
 /// KAFKA-19367, the fence racing the client: the reaper's abort of a timed-out TV2
@@ -160,9 +154,7 @@ fn kafka_20090_timeout_abort_at_the_last_epoch_rotates_the_producer_id() {
     let evs = fx.tick(10_000);
     let _ = assert_fence_rotated(&mut fx, evs);
     assert_old_producer_cannot_commit(&mut fx);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
 }
 
 /// KAFKA-20090 through the other fence: a new producer's InitProducerId meets the open TV2
@@ -177,9 +169,7 @@ fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id(
     let all = assert_fence_rotated(&mut fx, evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
     assert_old_producer_cannot_commit(&mut fx);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects_without_write();
     assert_eq!(
@@ -358,9 +348,7 @@ fn kafka_19999_markers_resent_after_a_failover_complete_the_transaction() {
     }
 
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("app"), 60_000, None);
-    let evs = fx.effects();
-    let (_, pid, epoch) = init_reply(&fx.ack(&evs), to);
+    let (_, pid, epoch) = fx.init_acked("app", 60_000, None);
     let to = fx.add("app", pid, epoch, &t1());
     let evs = fx.effects();
     assert_eq!(add_reply(&fx.ack(&evs), to)[0].1, ErrorCode::NONE);

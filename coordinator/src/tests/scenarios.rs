@@ -8,8 +8,9 @@ use txn_log::{LogError, ProducerEpoch, ProducerId, TxnRecord, TxnResult, TxnStat
 use super::fixture::*;
 use crate::*;
 
-fn t1() -> Vec<txn_log::TopicPartition> {
-    vec![tp("topic1", 0)]
+/// Kafka's fixture transaction: "known", Ongoing at pid 10, epoch 1, with topic1-0.
+fn known_ongoing() -> Fx {
+    Fx::known(rec(10, 1, TxnState::Ongoing, &t1()))
 }
 
 /// A record written under TV2 (`client_txn_version` 2), as the fixtures of Kafka's TV2 tests.
@@ -86,19 +87,16 @@ fn s03_new_transactional_id_gets_epoch_zero_after_empty_record() {
 #[test]
 fn s04_new_transactional_id_accepts_stale_expectation() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("known"), 1, Some((10, 1)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+    assert_eq!(
+        fx.init_acked("known", 1, Some((10, 1))),
+        (ErrorCode::NONE, 0, 0)
+    );
 }
 
 #[test]
 fn s05_exhausted_epoch_rotates_to_new_producer_id() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::known(r);
-    let to = fx.init(Some("known"), 1, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+    let mut fx = Fx::known(empty_at_last_epoch(10));
+    assert_eq!(fx.init_acked("known", 1, None), (ErrorCode::NONE, 0, 0));
     let r = fx.record("known").expect("present");
     assert_eq!(
         (
@@ -197,7 +195,7 @@ fn s09_prepare_states_block_init_producer_id() {
 
 #[test]
 fn s10_pending_transition_blocks_before_pid_validation() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let _ = fx.end(3, "known", 10, 1, true);
     let _pending = fx.effects();
     let to = fx.init(Some("known"), 10, Some((10, 10)));
@@ -316,6 +314,14 @@ fn s16_old_pid_after_remap_is_fenced() {
     assert_eq!(init_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
 }
 
+/// An Empty record of `pid` at epoch 32766 (the last), reached by a bump from 32765: the next
+/// InitProducerId rotates to a new producer id.
+fn empty_at_last_epoch(pid: i64) -> TxnRecord {
+    let mut r = rec(pid, 32766, TxnState::Empty, &[]);
+    r.last_producer_epoch = ProducerEpoch(32765);
+    r
+}
+
 fn empty_10_10_9() -> TxnRecord {
     let mut r = rec(10, 10, TxnState::Empty, &[]);
     r.last_producer_epoch = ProducerEpoch(9);
@@ -326,9 +332,10 @@ fn empty_10_10_9() -> TxnRecord {
 fn s17_kip360_resume_and_retry() {
     let mut fx = Fx::known(empty_10_10_9());
     for _ in 0..2 {
-        let to = fx.init(Some("known"), 10, Some((10, 10)));
-        let evs = fx.effects();
-        assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+        assert_eq!(
+            fx.init_acked("known", 10, Some((10, 10))),
+            (ErrorCode::NONE, 10, 11)
+        );
         assert_eq!(
             fx.record("known").map(|r| r.last_producer_epoch.0),
             Some(10)
@@ -341,38 +348,32 @@ fn s17_kip360_resume_and_retry() {
 #[test]
 fn s17_kip360_retry_succeeds_across_failover() {
     let mut fx = Fx::known(empty_10_10_9());
-    let to = fx.init(Some("known"), 10, Some((10, 10)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    assert_eq!(
+        fx.init_acked("known", 10, Some((10, 10))),
+        (ErrorCode::NONE, 10, 11)
+    );
     let _ = fx.reload(1);
-    let to = fx.init(Some("known"), 10, Some((10, 10)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    assert_eq!(
+        fx.init_acked("known", 10, Some((10, 10))),
+        (ErrorCode::NONE, 10, 11)
+    );
 }
 
 /// The KAFKA-20357 report: pid 100 at epoch 32766 rotates to a new pid; after a failover the
 /// retry of the rotating call still returns the rotated identity.
 #[test]
 fn s19_rotation_retry_succeeds_across_failover() {
-    let mut r = rec(100, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::known(r);
-    let to = fx.init(Some("known"), 10, Some((100, 32766)));
-    let evs = fx.effects();
-    let first = init_reply(&fx.ack(&evs), to);
+    let mut fx = Fx::known(empty_at_last_epoch(100));
+    let first = fx.init_acked("known", 10, Some((100, 32766)));
     assert_eq!(first, (ErrorCode::NONE, 0, 0));
     let _ = fx.reload(1);
-    let to = fx.init(Some("known"), 10, Some((100, 32766)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), first);
+    assert_eq!(fx.init_acked("known", 10, Some((100, 32766))), first);
 }
 
 #[test]
 fn s18_zombie_after_new_producer_is_fenced() {
     let mut fx = Fx::known(empty_10_10_9());
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 11));
     assert_eq!(
         fx.record("known").map(|r| r.last_producer_epoch.0),
         Some(-1)
@@ -386,13 +387,12 @@ fn s18_zombie_after_new_producer_is_fenced() {
 
 #[test]
 fn s19_rotation_then_retry_returns_same_identity() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::known(r);
+    let mut fx = Fx::known(empty_at_last_epoch(10));
     for _ in 0..2 {
-        let to = fx.init(Some("known"), 10, Some((10, 32766)));
-        let evs = fx.effects();
-        assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+        assert_eq!(
+            fx.init_acked("known", 10, Some((10, 32766))),
+            (ErrorCode::NONE, 0, 0)
+        );
         let r = fx.record("known").expect("present");
         assert_eq!((r.prev_producer_id.0, r.last_producer_epoch.0), (10, 32766));
     }
@@ -400,9 +400,7 @@ fn s19_rotation_then_retry_returns_same_identity() {
 
 #[test]
 fn s20_rotation_then_stale_epoch_is_fenced() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::known(r);
+    let mut fx = Fx::known(empty_at_last_epoch(10));
     let to = fx.init(Some("known"), 10, Some((10, 32766)));
     let evs = fx.effects();
     let _ = fx.ack(&evs);
@@ -416,12 +414,11 @@ fn s20_rotation_then_stale_epoch_is_fenced() {
 #[test]
 fn s22_s24_bump_retry_and_new_producer_serialize() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    let (_, p, e) = init_reply(&fx.ack(&evs), to);
-    let to = fx.init(Some("known"), 10, Some((p, e)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, p, e + 1));
+    let (_, p, e) = fx.init_acked("known", 10, None);
+    assert_eq!(
+        fx.init_acked("known", 10, Some((p, e))),
+        (ErrorCode::NONE, p, e + 1)
+    );
     let to = fx.init(Some("known"), 10, Some((p, e)));
     let evs = fx.effects();
     assert_eq!(
@@ -460,25 +457,22 @@ fn s26_failed_init_does_not_leak_a_bump() {
         init_reply(&fx.fail(&evs, io_error()), to).0,
         ErrorCode::COORDINATOR_NOT_AVAILABLE
     );
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 5));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 5));
 }
 
 #[test]
 fn s25_pid_boundary_rotation_then_new_producer() {
     let mut fx = Fx::known(rec(11, 32766, TxnState::Empty, &[]));
-    let to = fx.init(Some("known"), 10, Some((11, 32766)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    assert_eq!(
+        fx.init_acked("known", 10, Some((11, 32766))),
+        (ErrorCode::NONE, 0, 0)
+    );
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
 }
 
 #[test]
 fn s27_tv2_rebump_after_failed_write() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     assert_eq!(
@@ -490,9 +484,7 @@ fn s27_tv2_rebump_after_failed_write() {
     let evs = fx.effects();
     let all = fx.settle(evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 3));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 3));
 }
 
 // ===== 6.2 AddPartitionsToTxn / verification =====
@@ -580,16 +572,13 @@ fn s33_successful_add_writes_ongoing() {
         let a = appended(&evs);
         assert_eq!(a.len(), 1, "{state}");
         assert_eq!(a[0].1.as_ref().map(|r| r.state), Some(TxnState::Ongoing));
-        assert_eq!(
-            add_reply(&fx.ack(&evs), to),
-            vec![(tp("topic1", 0), ErrorCode::NONE)]
-        );
+        assert_eq!(add_reply(&fx.ack(&evs), to), t1_result(ErrorCode::NONE));
     }
 }
 
 #[test]
 fn s34_already_added_partitions_cost_no_write() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let to = fx.add("known", 10, 1, &t1());
     let evs = fx.effects();
     assert_eq!(
@@ -600,7 +589,7 @@ fn s34_already_added_partitions_cost_no_write() {
                 error: ErrorCode::NONE,
                 results: vec![AddPartitionsTxnResult {
                     transactional_id: "known".into(),
-                    partitions: vec![(tp("topic1", 0), ErrorCode::NONE)]
+                    partitions: t1_result(ErrorCode::NONE)
                 }],
             })
         )]
@@ -653,24 +642,21 @@ fn s36_verify_only_matrix() {
     let evs = fx3.effects_without_write();
     assert_eq!(
         add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::TRANSACTION_ABORTABLE)]
+        t1_result(ErrorCode::TRANSACTION_ABORTABLE)
     );
 }
 
 #[test]
 fn s37_verify_only_present_is_none_without_write() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let to = fx.verify("known", 10, 1, &t1());
     let evs = fx.effects_without_write();
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NONE)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NONE));
 }
 
 #[test]
 fn s38_verify_only_partial() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let to = fx.verify("known", 10, 1, &[tp("topic1", 0), tp("topic2", 0)]);
     assert_eq!(
         add_reply(&fx.effects(), to),
@@ -721,7 +707,7 @@ fn s43_end_txn_unknown_or_pid_mismatch() {
             fx.end_error(v, "known", (0, 0), true),
             ErrorCode::INVALID_PRODUCER_ID_MAPPING
         );
-        let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+        let mut fx = known_ongoing();
         assert_eq!(
             fx.end_error(v, "known", (0, 0), true),
             ErrorCode::INVALID_PRODUCER_ID_MAPPING
@@ -736,7 +722,7 @@ fn s44_end_txn_epoch_mismatch_on_ongoing() {
         (5, ErrorCode::PRODUCER_FENCED),
         (1, ErrorCode::INVALID_PRODUCER_EPOCH),
     ] {
-        let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+        let mut fx = known_ongoing();
         assert_eq!(fx.end_error(v, "known", (10, 0), true), want, "v{v}");
     }
 }
@@ -762,7 +748,7 @@ fn s45_end_txn_empty_id_and_ownership() {
 #[test]
 fn s46_s47_end_txn_happy_paths() {
     for (v, commit, epoch) in [(3, true, 1), (3, false, 1), (5, true, 2), (5, false, 2)] {
-        let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+        let mut fx = known_ongoing();
         let (reply, evs) = end_and_ack(&mut fx, v, 10, 1, commit);
         assert_eq!(reply, (ErrorCode::NONE, 10, epoch));
         let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -1140,7 +1126,7 @@ fn s64_only_ongoing_past_deadline_is_reaped() {
 
 #[test]
 fn s65_pending_transition_is_not_reaped() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let _ = fx.end(3, "known", 10, 1, true);
     let _pending = fx.effects();
     assert!(appended(&fx.tick(10_000)).is_empty());
@@ -1148,7 +1134,7 @@ fn s65_pending_transition_is_not_reaped() {
 
 #[test]
 fn s66_failed_timeout_abort_reuses_the_fenced_epoch() {
-    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &t1()));
+    let mut fx = known_ongoing();
     let evs = fx.tick(10_000);
     assert_eq!(
         appended(&evs)[0].1.as_ref().map(|r| r.producer_epoch.0),
@@ -1297,11 +1283,18 @@ fn s81_s82_load_redrives_markers_with_the_new_epoch() {
     );
 }
 
-#[test]
-fn s84_reimmigration_at_a_higher_epoch() {
+/// An engine holding "one" (Empty, pid 1, epoch 0) and an InitProducerId for it whose append
+/// is held: the engine, the request and the effects holding that append.
+fn one_with_held_init() -> (Fx, RequestId, Vec<Ev>) {
     let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
     let to = fx.init(Some("one"), 10, None);
     let pending = fx.effects();
+    (fx, to, pending)
+}
+
+#[test]
+fn s84_reimmigration_at_a_higher_epoch() {
+    let (mut fx, to, pending) = one_with_held_init();
     let evs = fx.load_again(1);
     assert_eq!(
         init_reply(&evs, to).0,
@@ -1361,9 +1354,7 @@ fn s83_load_completing_after_unload_installs_nothing() {
 
 #[test]
 fn s88_reload_starting_during_an_append_answers_load_in_progress() {
-    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
-    let to = fx.init(Some("one"), 10, None);
-    let pending = fx.effects();
+    let (mut fx, to, pending) = one_with_held_init();
     fx.begin_load();
     let evs = fx.effects();
     assert_eq!(
