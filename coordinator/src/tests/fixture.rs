@@ -525,6 +525,21 @@ pub(crate) fn add_reply(evs: &[Ev], to: RequestId) -> Vec<(TopicPartition, Error
     }
 }
 
+/// Asserts that Kafka's fixture transaction ("known", pid 10) committed at epoch 32766 and
+/// rotated: CompleteCommit under pid 0, epoch 0, with 10 as the previous producer id.
+pub(crate) fn assert_committed_after_rotation(fx: &Fx) {
+    let r = fx.record("known").expect("present");
+    assert_eq!(
+        (
+            r.state,
+            r.producer_id.0,
+            r.producer_epoch.0,
+            r.prev_producer_id.0
+        ),
+        (TxnState::CompleteCommit, 0, 0, 10)
+    );
+}
+
 pub(crate) fn appended(evs: &[Ev]) -> Vec<(String, Option<TxnRecord>)> {
     evs.iter()
         .filter_map(|e| match e {

@@ -254,16 +254,7 @@ fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
         }]
     );
     let _ = fx.settle(redriven);
-    let r = fx.record("known").expect("present");
-    assert_eq!(
-        (
-            r.state,
-            r.producer_id.0,
-            r.producer_epoch.0,
-            r.prev_producer_id.0
-        ),
-        (TxnState::CompleteCommit, 0, 0, 10)
-    );
+    assert_committed_after_rotation(&fx);
     assert!(fx.reload(2).is_empty());
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects_without_write();

@@ -682,16 +682,7 @@ fn s39_tv2_overflow_add_waits_for_completion() {
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     let _ = fx.settle(evs);
-    let r = fx.record("known").expect("present");
-    assert_eq!(
-        (
-            r.state,
-            r.producer_id.0,
-            r.producer_epoch.0,
-            r.prev_producer_id.0
-        ),
-        (TxnState::CompleteCommit, 0, 0, 10)
-    );
+    assert_committed_after_rotation(&fx);
     let to = fx.add("known", 0, 0, &[tp("topic2", 0)]);
     let evs = fx.effects();
     assert_eq!(add_reply(&fx.ack(&evs), to)[0].1, ErrorCode::NONE);
