@@ -78,7 +78,7 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let (st, out, err) = run_cli(&["list", "--bootstrap-server", &addr]);
+    let (st, out, err) = run_admin("list", &addr, &[]);
     assert!(st.success(), "{err}");
     let lines: Vec<&str> = out.lines().collect();
     // Kafka's kafka-transactions.sh list columns, in its order.
@@ -103,7 +103,7 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     );
     // --duration-filter (Kafka's name; --duration-ms is the same flag): nothing has run an hour
     for flag in ["--duration-filter", "--duration-ms"] {
-        let (st, out, err) = run_cli(&["list", "--bootstrap-server", &addr, flag, "3600000"]);
+        let (st, out, err) = run_admin("list", &addr, &[flag, "3600000"]);
         assert!(st.success(), "{err}");
         assert_eq!(out.lines().count(), 1, "{flag}: {out}");
     }
@@ -121,40 +121,20 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     );
 
     let pid_filter = p_ok.to_string();
-    let (st, out, err) = run_cli(&[
-        "list",
-        "--bootstrap-server",
-        &addr,
-        "--producer-id",
-        &pid_filter,
-        "--json",
-    ]);
+    let (st, out, err) = run_admin("list", &addr, &["--producer-id", &pid_filter, "--json"]);
     assert!(st.success(), "{err}");
     assert!(
         out.contains("\"transactionalId\":\"fine\"") && !out.contains("hung"),
         "{out}"
     );
 
-    let (st, out, err) = run_cli(&[
-        "describe",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "fine",
-        "--json",
-    ]);
+    let (st, out, err) = run_admin("describe", &addr, &["--transactional-id", "fine", "--json"]);
     assert!(st.success(), "{err}");
     assert!(
         out.contains("\"state\":\"Ongoing\"") && out.contains("\"partitions\":[\"t-0\"]"),
         "{out}"
     );
-    let (st, out, err) = run_cli(&[
-        "describe",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "fine",
-    ]);
+    let (st, out, err) = run_admin("describe", &addr, &["--transactional-id", "fine"]);
     assert!(st.success(), "{err}");
     let lines: Vec<Vec<&str>> = out
         .lines()
@@ -189,17 +169,11 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         "{out}"
     );
     assert_eq!(lines[1][8], "t-0", "{out}");
-    let (st, _, err) = run_cli(&[
-        "describe",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "nobody",
-    ]);
+    let (st, _, err) = run_admin("describe", &addr, &["--transactional-id", "nobody"]);
     assert!(!st.success());
     assert!(err.contains("TRANSACTIONAL_ID_NOT_FOUND"), "{err}");
 
-    let (st, out, err) = run_cli(&["find-hanging", "--bootstrap-server", &addr]);
+    let (st, out, err) = run_admin("find-hanging", &addr, &[]);
     assert!(st.success(), "{err}");
     let ids: Vec<&str> = out
         .lines()
@@ -216,13 +190,7 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         .await
         .expect("add");
     assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
-    let (st, out, err) = run_cli(&[
-        "force-terminate",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "ft",
-    ]);
+    let (st, out, err) = run_admin("force-terminate", &addr, &["--transactional-id", "ft"]);
     assert!(st.success(), "{err}");
     let row: Vec<&str> = out
         .lines()
@@ -239,24 +207,15 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         .await
         .expect("end");
     assert_ne!(r.error_code, 0, "the old producer is fenced");
-    let (st, _, err) = run_cli(&[
+    let (st, _, err) = run_admin(
         "forceTerminateTransaction",
-        "--bootstrap-server",
         &addr,
-        "--transactionalId",
-        "ft",
-    ]);
+        &["--transactionalId", "ft"],
+    );
     assert!(!st.success(), "nothing open any more");
     assert!(err.contains("has no open transaction"), "{err}");
 
-    let (st, out, err) = run_cli(&[
-        "abort",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "fine",
-        "--json",
-    ]);
+    let (st, out, err) = run_admin("abort", &addr, &["--transactional-id", "fine", "--json"]);
     assert!(st.success(), "{err}");
     assert!(
         out.contains("\"state\":\"CompleteAbort\"") || out.contains("\"state\":\"Empty\""),
@@ -503,15 +462,11 @@ async fn abort_that_cannot_complete_exits_non_zero() {
         .expect("add");
     assert!(add_errors(&r).iter().all(|(_, _, e)| *e == 0));
     let started = std::time::Instant::now();
-    let (st, out, err) = run_cli(&[
+    let (st, out, err) = run_admin(
         "abort",
-        "--bootstrap-server",
         &addr,
-        "--transactional-id",
-        "stuck",
-        "--timeout-ms",
-        "1500",
-    ]);
+        &["--transactional-id", "stuck", "--timeout-ms", "1500"],
+    );
     assert_eq!(st.code(), Some(1), "{out}{err}");
     assert!(
         err.contains("gave up after 1500 ms") && err.contains("PrepareAbort"),

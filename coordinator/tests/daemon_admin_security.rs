@@ -100,13 +100,7 @@ async fn list_over_sasl_ssl_with_command_config() {
     let bootstrap = d.addr.to_string();
     let alice = command_config(dir.path(), &ca, "alice", "alice-secret");
     let alice_arg = alice.to_string_lossy().into_owned();
-    let (st, out, err) = run_cli(&[
-        "list",
-        "--bootstrap-server",
-        &bootstrap,
-        "--command-config",
-        &alice_arg,
-    ]);
+    let (st, out, err) = run_admin("list", &bootstrap, &["--command-config", &alice_arg]);
     assert!(st.success(), "{out}{err}");
     assert!(out.contains("visible-1"), "{out}");
     assert!(
@@ -115,15 +109,16 @@ async fn list_over_sasl_ssl_with_command_config() {
     );
     let admin_file = command_config(dir.path(), &ca, "admin", "admin-secret");
     let admin_arg = admin_file.to_string_lossy().into_owned();
-    let (st, out, err) = run_cli(&[
+    let (st, out, err) = run_admin(
         "describe",
-        "--bootstrap-server",
         &bootstrap,
-        "--command-config",
-        &admin_arg,
-        "--transactional-id",
-        "hidden-1",
-    ]);
+        &[
+            "--command-config",
+            &admin_arg,
+            "--transactional-id",
+            "hidden-1",
+        ],
+    );
     assert!(st.success(), "{out}{err}");
     assert!(out.contains("hidden-1") && out.contains("Empty"), "{out}");
 
@@ -131,13 +126,7 @@ async fn list_over_sasl_ssl_with_command_config() {
     let wrong = command_config(dir.path(), &ca, "alice", "wrong");
     let wrong_arg = wrong.to_string_lossy().into_owned();
     let started = Instant::now();
-    let (st, out, err) = run_cli(&[
-        "list",
-        "--bootstrap-server",
-        &bootstrap,
-        "--command-config",
-        &wrong_arg,
-    ]);
+    let (st, out, err) = run_admin("list", &bootstrap, &["--command-config", &wrong_arg]);
     assert!(!st.success(), "{out}{err}");
     assert!(
         err.contains("SASL authentication to") && err.contains("SASL_AUTHENTICATION_FAILED"),
@@ -150,6 +139,6 @@ async fn list_over_sasl_ssl_with_command_config() {
     );
 
     // No --command-config against the SASL_SSL listener: a failed exit too.
-    let (st, out, err) = run_cli(&["list", "--bootstrap-server", &bootstrap]);
+    let (st, out, err) = run_admin("list", &bootstrap, &[]);
     assert!(!st.success(), "{out}{err}");
 }

@@ -374,13 +374,7 @@ async fn init_producer_id_v6_two_phase_commit() {
         (0, pid, 2)
     );
     let addr = d.addr.to_string();
-    let (st, _, err) = run_cli(&[
-        "force-terminate",
-        "--bootstrap-server",
-        &addr,
-        "--transactional-id",
-        "xa",
-    ]);
+    let (st, _, err) = run_admin("force-terminate", &addr, &["--transactional-id", "xa"]);
     assert!(st.success(), "{err}");
     // The tool's InitProducerId succeeds once the abort completed; the id is idle again.
     let desc = describe(&mut c, "xa").await;

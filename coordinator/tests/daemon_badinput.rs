@@ -5,6 +5,7 @@
 
 mod daemon_support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -213,18 +214,23 @@ async fn thousands_of_bad_frames_then_a_valid_request_is_answered() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_beyond_max_connections_are_closed_and_others_keep_working() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = Daemon::start(
-        dir.path(),
+/// A daemon over `dir` with two transaction log partitions and `--set setting`.
+fn daemon_on_two_partitions(dir: &Path, setting: &str) -> Daemon {
+    Daemon::start(
+        dir,
         &[
             "--set",
             "transaction.state.log.num.partitions=2",
             "--set",
-            "max.connections=2",
+            setting,
         ],
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_are_closed_and_others_keep_working() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = daemon_on_two_partitions(dir.path(), "max.connections=2");
     let mut a = d.conn().await;
     let mut b = d.conn().await;
     // Both admitted connections are served.
@@ -262,15 +268,7 @@ async fn connections_beyond_max_connections_are_closed_and_others_keep_working()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed_and_busy_ones_are_not() {
     let dir = tempfile::tempdir().expect("tmp");
-    let d = Daemon::start(
-        dir.path(),
-        &[
-            "--set",
-            "transaction.state.log.num.partitions=2",
-            "--set",
-            "connections.max.idle.ms=300",
-        ],
-    );
+    let d = daemon_on_two_partitions(dir.path(), "connections.max.idle.ms=300");
     // A connection whose requests come more often than the idle time stays open past it.
     let mut busy = d.conn().await;
     for _ in 0..12 {

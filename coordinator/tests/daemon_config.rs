@@ -4,22 +4,47 @@
 
 mod daemon_support;
 
+use std::path::Path;
+
 use daemon_support::*;
+
+/// Runs the binary with `args`, asserts that it refuses them (exit code 2, as for a usage or
+/// configuration error) and returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let (st, _, err) = run_cli(args);
+    assert_eq!(st.code(), Some(2), "{args:?}: {err}");
+    err
+}
+
+/// [`refused`] for `serve` on a free port over `data` with `--set setting`.
+fn serve_refused_with_set(data: &str, setting: &str) -> String {
+    refused(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--set",
+        setting,
+    ])
+}
+
+/// [`refused`] for `serve` over `data` with `--config file`.
+fn serve_refused_with_config(data: &str, file: &Path) -> String {
+    refused(&[
+        "serve",
+        "--data-dir",
+        data,
+        "--config",
+        file.to_str().expect("utf8"),
+    ])
+}
 
 #[test]
 fn unknown_key_is_refused_naming_it() {
     let dir = tempfile::tempdir().expect("tmp");
     let data = dir.path().join("data");
-    let (st, _, err) = run_cli(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().expect("utf8"),
-        "--set",
-        "transaction.max.timeout=5",
-    ]);
-    assert_eq!(st.code(), Some(2), "{err}");
+    let err = serve_refused_with_set(data.to_str().expect("utf8"), "transaction.max.timeout=5");
     assert!(
         err.contains("unknown configuration key `transaction.max.timeout`"),
         "{err}"
@@ -47,20 +72,10 @@ fn bad_values_are_refused_naming_the_key() {
         ),
         ("socket.request.max.bytes=-5", "socket.request.max.bytes"),
     ] {
-        let (st, _, err) = run_cli(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            data,
-            "--set",
-            kv,
-        ]);
-        assert_eq!(st.code(), Some(2), "{kv}: {err}");
+        let err = serve_refused_with_set(data, kv);
         assert!(err.contains(key), "{kv}: {err}");
     }
-    let (st, _, err) = run_cli(&["serve", "--data-dir", data, "--set", "novalue"]);
-    assert_eq!(st.code(), Some(2), "{err}");
+    let err = refused(&["serve", "--data-dir", data, "--set", "novalue"]);
     assert!(err.contains("KEY=VALUE"), "{err}");
 }
 
@@ -75,25 +90,11 @@ fn config_file_errors_name_the_key_or_the_file() {
         "\"transaction.max.timeout.ms\" = 1000\nbogus.key = 1\n",
     )
     .expect("write");
-    let (st, _, err) = run_cli(&[
-        "serve",
-        "--data-dir",
-        data,
-        "--config",
-        bad_key.to_str().expect("utf8"),
-    ]);
-    assert_eq!(st.code(), Some(2), "{err}");
+    let err = serve_refused_with_config(data, &bad_key);
     assert!(err.contains("`bogus.key`"), "{err}");
     let broken = dir.path().join("broken.toml");
     std::fs::write(&broken, "transaction.version = = 2\n").expect("write");
-    let (st, _, err) = run_cli(&[
-        "serve",
-        "--data-dir",
-        data,
-        "--config",
-        broken.to_str().expect("utf8"),
-    ]);
-    assert_eq!(st.code(), Some(2), "{err}");
+    let err = serve_refused_with_config(data, &broken);
     assert!(err.contains("broken.toml"), "{err}");
 }
 
@@ -144,16 +145,7 @@ async fn changing_the_partition_count_of_an_existing_log_is_refused() {
     init_ok(&mut c, "x", 1000).await;
     assert!(d.terminate().success());
     let data = dir.path().to_str().expect("utf8");
-    let (st, _, err) = run_cli(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data,
-        "--set",
-        "transaction.state.log.num.partitions=5",
-    ]);
-    assert_eq!(st.code(), Some(2), "{err}");
+    let err = serve_refused_with_set(data, "transaction.state.log.num.partitions=5");
     assert!(
         err.contains("transaction.state.log.num.partitions is 5") && err.contains("written with 4"),
         "{err}"
@@ -258,14 +250,13 @@ async fn dump_log_with_a_config_file_uses_the_recorded_partition_count() {
         );
     }
     assert!(out.contains("# __transaction_state-5"), "{out}");
-    let (st, _, err) = run_cli(&[
+    let err = refused(&[
         "dump-log",
         "--config",
         conf,
         "--set",
         "transaction.state.log.num.partitions=50",
     ]);
-    assert_eq!(st.code(), Some(2), "{err}");
     assert!(
         err.contains("is 50") && err.contains("written with 60"),
         "{err}"

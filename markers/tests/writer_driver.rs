@@ -131,6 +131,13 @@ fn setup(transport: Arc<dyn MarkerTransport>, config: WriterConfig) -> Setup {
     }
 }
 
+impl Setup {
+    /// Submits `request` to the writer, waiting for room, and expects it taken.
+    async fn submit(&self, request: TxnMarkerRequest) {
+        self.writer.submit(request).await.expect("submit");
+    }
+}
+
 /// Receives `n` completions (bounded in virtual time), then checks that no other follows.
 async fn completions(rx: &mut mpsc::Receiver<MarkerCompletion>, n: usize) -> Vec<MarkerCompletion> {
     let mut out = Vec::new();
@@ -170,14 +177,9 @@ async fn s92_two_brokers_two_transactions_sharing_a_partition() {
     let brokers = Brokers::new();
     let mut s = setup(brokers.transport(), config());
     s.resolver.set(tp("topic1", 1), LeaderLookup::Leader(ep(2)));
-    s.writer
-        .submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0), tp("topic1", 1)]))
-        .await
-        .expect("submit");
-    s.writer
-        .submit(req("txnId2", 1, 1, 0, &[tp("topic1", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0), tp("topic1", 1)]))
+        .await;
+    s.submit(req("txnId2", 1, 1, 0, &[tp("topic1", 0)])).await;
     let cs = completions(&mut s.rx, 2).await;
     let o = outcomes(&cs);
     assert_eq!(o[&key("txnId1", 0)], MarkerOutcome::Completed);
@@ -210,10 +212,7 @@ async fn leader_moves_after_not_leader() {
             codes::NONE
         }
     });
-    s.writer
-        .submit(req("a", 7, 0, 0, &[tp("t", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 7, 0, 0, &[tp("t", 0)])).await;
     let cs = completions(&mut s.rx, 1).await;
     assert_eq!(cs[0].outcome, MarkerOutcome::Completed);
     assert_eq!(brokers.received(1), vec![(7, "t".into(), 0)]);
@@ -226,10 +225,8 @@ async fn s93_topic_deletion_drops_partitions() {
     let brokers = Brokers::new();
     let mut s = setup(brokers.transport(), config());
     s.resolver.set(tp("deleted", 0), LeaderLookup::TopicGone);
-    s.writer
-        .submit(req("a", 1, 0, 0, &[tp("deleted", 0), tp("kept", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 1, 0, 0, &[tp("deleted", 0), tp("kept", 0)]))
+        .await;
     let cs = completions(&mut s.rx, 1).await;
     assert_eq!(cs[0].outcome, MarkerOutcome::Completed);
     assert_eq!(cs[0].dropped_partitions, vec![tp("deleted", 0)]);
@@ -246,10 +243,7 @@ async fn s101_fenced_response_stops_with_coordinator_fenced() {
         let brokers = Brokers::new();
         brokers.script(move |_, _, _, p| if p == 1 { code } else { codes::NONE });
         let mut s = setup(brokers.transport(), config());
-        s.writer
-            .submit(req("a", 1, 4, 0, &[tp("t", 0), tp("t", 1)]))
-            .await
-            .expect("submit");
+        s.submit(req("a", 1, 4, 0, &[tp("t", 0), tp("t", 1)])).await;
         let cs = completions(&mut s.rx, 1).await;
         assert_eq!(cs[0].outcome, MarkerOutcome::CoordinatorFenced, "{code}");
         assert_eq!(cs[0].log_partition, LogPartition(4));
@@ -263,10 +257,8 @@ async fn broker_down_for_an_hour_then_back() {
     brokers.down.lock().insert(1);
     let mut s = setup(brokers.transport(), config());
     for i in 0..20 {
-        s.writer
-            .submit(req(&format!("t{i}"), i, 0, 0, &[tp("t", (i % 3) as i32)]))
-            .await
-            .expect("submit");
+        s.submit(req(&format!("t{i}"), i, 0, 0, &[tp("t", (i % 3) as i32)]))
+            .await;
     }
     tokio::time::sleep(Duration::from_secs(3600)).await;
     let st = s.writer.stats();
@@ -294,10 +286,7 @@ async fn stats_show_the_queue_per_broker_while_it_is_down() {
     brokers.down.lock().insert(2);
     let mut s = setup(brokers.transport(), config());
     s.resolver.set(tp("t", 1), LeaderLookup::Leader(ep(2)));
-    s.writer
-        .submit(req("a", 1, 0, 0, &[tp("t", 0), tp("t", 1)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 1, 0, 0, &[tp("t", 0), tp("t", 1)])).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let st = s.writer.stats();
     assert_eq!(st.pending_partitions, 1);
@@ -342,22 +331,21 @@ fn gate() -> (Arc<Gate>, mpsc::UnboundedReceiver<i32>) {
     )
 }
 
+/// A writer whose only broker is the in-process `gate`.
+fn gated_setup(gate: &Arc<Gate>, config: WriterConfig) -> Setup {
+    setup(Arc::new(InProcessTransport::new(gate.clone())), config)
+}
+
 /// S99: the answer to a marker sent at coordinator epoch 0 arrives after the log partition
 /// was unloaded and reloaded at epoch 1: one Cancelled (epoch 0), one Completed (epoch 1).
 #[tokio::test(start_paused = true)]
 async fn s99_response_races_unload_and_reload() {
     let (g, mut arrived) = gate();
-    let mut s = setup(Arc::new(InProcessTransport::new(g.clone())), config());
-    s.writer
-        .submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)]))
-        .await
-        .expect("submit");
+    let mut s = gated_setup(&g, config());
+    s.submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)])).await;
     assert_eq!(arrived.recv().await, Some(0));
     s.writer.cancel_log_partition(LogPartition(0));
-    s.writer
-        .submit(req("txnId1", 0, 0, 1, &[tp("topic1", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("txnId1", 0, 0, 1, &[tp("topic1", 0)])).await;
     let first = s.rx.recv().await.expect("cancelled");
     assert_eq!(
         (first.coordinator_epoch.0, first.outcome),
@@ -382,16 +370,10 @@ async fn s99_response_races_unload_and_reload() {
 #[tokio::test(start_paused = true)]
 async fn s100_resubmit_while_in_flight_completes_once() {
     let (g, mut arrived) = gate();
-    let mut s = setup(Arc::new(InProcessTransport::new(g.clone())), config());
-    s.writer
-        .submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)]))
-        .await
-        .expect("submit");
+    let mut s = gated_setup(&g, config());
+    s.submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)])).await;
     assert_eq!(arrived.recv().await, Some(0));
-    s.writer
-        .submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0)])).await;
     // The writer task polls the in-flight request itself: wait for the resubmission to be
     // taken (it supersedes the first decision at once) before the broker answers.
     let first = s.rx.recv().await.expect("superseded");
@@ -404,8 +386,8 @@ async fn s100_resubmit_while_in_flight_completes_once() {
 #[tokio::test(start_paused = true)]
 async fn backpressure_and_release_on_completion() {
     let (g, mut arrived) = gate();
-    let mut s = setup(
-        Arc::new(InProcessTransport::new(g.clone())),
+    let mut s = gated_setup(
+        &g,
         WriterConfig {
             max_pending_decisions: 2,
             ..config()
@@ -452,10 +434,7 @@ async fn routing_transport_sends_local_broker_in_process() {
     ));
     let mut s = setup(t, config());
     s.resolver.set(tp("t", 1), LeaderLookup::Leader(ep(2)));
-    s.writer
-        .submit(req("a", 5, 0, 0, &[tp("t", 0), tp("t", 1)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 5, 0, 0, &[tp("t", 0), tp("t", 1)])).await;
     let cs = completions(&mut s.rx, 1).await;
     assert_eq!(cs[0].outcome, MarkerOutcome::Completed);
     assert_eq!(local.received(1), vec![(5, "t".into(), 0)]);
@@ -466,17 +445,14 @@ async fn routing_transport_sends_local_broker_in_process() {
 #[tokio::test(start_paused = true)]
 async fn request_timeout_is_retried() {
     let (g, mut arrived) = gate();
-    let mut s = setup(
-        Arc::new(InProcessTransport::new(g.clone())),
+    let mut s = gated_setup(
+        &g,
         WriterConfig {
             request_timeout: Duration::from_secs(30),
             ..config()
         },
     );
-    s.writer
-        .submit(req("a", 0, 0, 0, &[tp("t", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 0, 0, 0, &[tp("t", 0)])).await;
     assert_eq!(arrived.recv().await, Some(0));
     // Never released: the first call times out (virtual 30 s), the retry is answered.
     assert_eq!(arrived.recv().await, Some(0));
@@ -502,10 +478,7 @@ async fn panicking_handler_is_a_failed_request() {
         Ok(build_response(&request, |_, _, _| codes::NONE))
     }));
     let mut s = setup(transport, config());
-    s.writer
-        .submit(req("a", 0, 0, 0, &[tp("t", 0)]))
-        .await
-        .expect("submit");
+    s.submit(req("a", 0, 0, 0, &[tp("t", 0)])).await;
     let cs = completions(&mut s.rx, 1).await;
     assert_eq!(cs[0].outcome, MarkerOutcome::Completed);
     assert_eq!(*calls.lock(), 2);

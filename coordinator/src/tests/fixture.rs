@@ -66,6 +66,16 @@ pub(crate) fn tp(t: &str, p: i32) -> TopicPartition {
     TopicPartition::new(t, p)
 }
 
+/// The partitions of Kafka's fixture transaction: {topic1-0}.
+pub(crate) fn t1() -> Vec<TopicPartition> {
+    vec![tp("topic1", 0)]
+}
+
+/// The fixture partition topic1-0 answered `code`, as [`add_reply`] lists it.
+pub(crate) fn t1_result(code: ErrorCode) -> Vec<(TopicPartition, ErrorCode)> {
+    vec![(tp("topic1", 0), code)]
+}
+
 /// A record in the shape of Kafka's test fixtures (prev/next/last -1, TV0).
 pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition]) -> TxnRecord {
     let ongoing = !parts.is_empty();
@@ -117,6 +127,12 @@ impl Fx {
     /// generator), loaded with `records`.
     pub(crate) fn new(records: Vec<(&str, TxnRecord)>) -> Self {
         Self::with_config(config(), records)
+    }
+
+    /// An engine as [`Fx::new`] makes, loaded with `record` alone under Kafka's fixture id
+    /// "known".
+    pub(crate) fn known(record: TxnRecord) -> Self {
+        Self::new(vec![("known", record)])
     }
 
     pub(crate) fn with_config(config: Config, records: Vec<(&str, TxnRecord)>) -> Self {
@@ -192,6 +208,19 @@ impl Fx {
         expected: Option<(i64, i16)>,
     ) -> RequestId {
         self.init_v(5, id, timeout, expected)
+    }
+
+    /// Sends an InitProducerId as [`Fx::init`] does, acks the append it makes and returns
+    /// the reply (error, pid, epoch).
+    pub(crate) fn init_acked(
+        &mut self,
+        id: &str,
+        timeout: i32,
+        expected: Option<(i64, i16)>,
+    ) -> (ErrorCode, i64, i16) {
+        let to = self.init(Some(id), timeout, expected);
+        let evs = self.effects();
+        init_reply(&self.ack(&evs), to)
     }
 
     pub(crate) fn init_v(
@@ -272,6 +301,19 @@ impl Fx {
             producer_epoch: ProducerEpoch(epoch),
             committed: commit,
         }))
+    }
+
+    /// Sends an EndTxn as [`Fx::end`] does, by producer `(pid, epoch)`, and returns the error
+    /// code of the reply it gets at once (before anything is written).
+    pub(crate) fn end_error(
+        &mut self,
+        version: i16,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        commit: bool,
+    ) -> ErrorCode {
+        let to = self.end(version, id, pid, epoch, commit);
+        end_reply(&self.effects(), to).0
     }
 
     /// Acks every append in `evs` (writes it to the log), returning the effects that follow
@@ -481,6 +523,21 @@ pub(crate) fn add_reply(evs: &[Ev], to: RequestId) -> Vec<(TopicPartition, Error
             .collect(),
         _ => panic!("no AddPartitions reply for {to:?} in {evs:#?}"),
     }
+}
+
+/// Asserts that Kafka's fixture transaction ("known", pid 10) committed at epoch 32766 and
+/// rotated: CompleteCommit under pid 0, epoch 0, with 10 as the previous producer id.
+pub(crate) fn assert_committed_after_rotation(fx: &Fx) {
+    let r = fx.record("known").expect("present");
+    assert_eq!(
+        (
+            r.state,
+            r.producer_id.0,
+            r.producer_epoch.0,
+            r.prev_producer_id.0
+        ),
+        (TxnState::CompleteCommit, 0, 0, 10)
+    );
 }
 
 pub(crate) fn appended(evs: &[Ev]) -> Vec<(String, Option<TxnRecord>)> {

@@ -52,7 +52,7 @@ fn init_producer_id_failed_append_replies_translated_error_and_forgets_fresh_id(
 
 #[test]
 fn concurrent_request_while_pending_gets_concurrent_transactions_without_effects() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     let _first = fx.init(Some("known"), 1000, None);
     let a = fx.effects();
     let second = fx.init(Some("known"), 1000, None);
@@ -65,7 +65,7 @@ fn concurrent_request_while_pending_gets_concurrent_transactions_without_effects
     );
     assert_eq!(
         add_reply(&evs, add),
-        vec![(tp("topic1", 0), ErrorCode::CONCURRENT_TRANSACTIONS)]
+        t1_result(ErrorCode::CONCURRENT_TRANSACTIONS)
     );
     assert_eq!(end_reply(&evs, end).0, ErrorCode::CONCURRENT_TRANSACTIONS);
     assert!(appended(&evs).is_empty());
@@ -74,7 +74,7 @@ fn concurrent_request_while_pending_gets_concurrent_transactions_without_effects
 
 #[test]
 fn add_partitions_appends_ongoing_and_replies_after_durable() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     fx.set_now(7);
     let to = fx.add("known", 10, 1, &[tp("topic1", 0)]);
     let evs = fx.effects();
@@ -86,19 +86,13 @@ fn add_partitions_appends_ongoing_and_replies_after_durable() {
         vec![Ev::Append(IoId(1), vec![("known".into(), Some(want))])]
     );
     let evs = fx.ack(&evs);
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NONE)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NONE));
     assert_eq!(fx.eng().metrics().transactions_begun, 1);
 }
 
 #[test]
 fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
-    let mut fx = Fx::new(vec![(
-        "known",
-        rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]),
-    )]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]));
     fx.set_now(9);
     let to = fx.end(5, "known", 10, 1, true);
     let evs = fx.effects();
@@ -153,10 +147,7 @@ fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
 
 #[test]
 fn failed_complete_append_is_retried_after_backoff() {
-    let mut fx = Fx::new(vec![(
-        "known",
-        rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]),
-    )]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]));
     let _ = fx.end(3, "known", 10, 1, false);
     let evs = fx.effects();
     let evs = fx.ack(&evs);
@@ -185,7 +176,7 @@ fn failed_complete_append_is_retried_after_backoff() {
 
 #[test]
 fn fenced_append_unloads_and_answers_not_coordinator() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     let to = fx.add("known", 10, 1, &[tp("topic1", 0)]);
     let evs = fx.effects();
     let err = LogError::Fenced {
@@ -193,10 +184,7 @@ fn fenced_append_unloads_and_answers_not_coordinator() {
         current: CoordinatorEpoch(1),
     };
     let evs = fx.fail(&evs, err);
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NOT_COORDINATOR)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NOT_COORDINATOR));
     assert_eq!(evs.last(), Some(&Ev::Unloaded));
     assert!(!fx.eng().is_loaded());
     let to = fx.init(Some("known"), 10, None);
@@ -205,7 +193,7 @@ fn fenced_append_unloads_and_answers_not_coordinator() {
 
 #[test]
 fn unload_answers_waiting_requests_and_ignores_late_completions() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     fx.unload();
@@ -364,7 +352,7 @@ fn batched_add_partitions_waits_for_every_transaction() {
 
 #[test]
 fn add_offsets_adds_the_consumer_offsets_partition() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     let to = fx.send(Request::AddOffsetsToTxn(AddOffsetsToTxnRequest {
         version: 3,
         transactional_id: "known".into(),
@@ -450,10 +438,7 @@ fn reaper_scan_is_bounded_per_call() {
 
 #[test]
 fn describe_and_list_getters() {
-    let mut fx = Fx::new(vec![(
-        "known",
-        rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]),
-    )]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Ongoing, &[tp("topic1", 0)]));
     let d = fx.eng().describe("known");
     assert_eq!(
         (d.error, d.state, d.producer_id.0, d.producer_epoch.0),
@@ -476,7 +461,7 @@ fn describe_and_list_getters() {
 
 #[test]
 fn add_partitions_with_no_partitions_writes_nothing() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     let to = fx.add("known", 10, 1, &[]);
     let evs = fx.effects_without_write();
     assert_eq!(add_reply(&evs, to), vec![]);

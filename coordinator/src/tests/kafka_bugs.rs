@@ -11,10 +11,6 @@ use txn_log::{TxnResult, TxnState};
 use super::fixture::*;
 use crate::*;
 
-fn t1() -> Vec<txn_log::TopicPartition> {
-    vec![tp("topic1", 0)]
-}
-
 /// The epoch of every record appended in `evs`, which must all be valid epochs (0..=32767).
 fn appended_epochs(evs: &[Ev]) -> Vec<i16> {
     appended(evs)
@@ -33,7 +29,7 @@ fn appended_epochs(evs: &[Ev]) -> Vec<i16> {
 /// InitProducerId is the only further bump (7).
 #[test]
 fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
-    let mut fx = Fx::new(vec![("known", rec(10, 5, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 5, TxnState::Ongoing, &t1()));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -60,9 +56,7 @@ fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
         vec![6, 6],
         "PrepareAbort, CompleteAbort"
     );
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 7));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 7));
 }
 
 /// KAFKA-19367, the fence racing the client: the reaper's abort of a timed-out TV2
@@ -72,12 +66,11 @@ fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
 /// epoch a second time.
 #[test]
 fn kafka_19367_client_abort_after_a_timeout_abort_does_not_bump_again() {
-    let mut fx = Fx::new(vec![("known", rec(10, 5, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 5, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     assert_eq!(appended_epochs(&evs), vec![6]);
-    let to = fx.end(5, "known", 10, 5, false);
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(5, "known", (10, 5), false),
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     let _ = fx.settle(evs);
@@ -157,13 +150,11 @@ fn assert_old_producer_cannot_commit(fx: &mut Fx) {
 /// producer's late commit must be fenced, never committed.
 #[test]
 fn kafka_20090_timeout_abort_at_the_last_epoch_rotates_the_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     let _ = assert_fence_rotated(&mut fx, evs);
     assert_old_producer_cannot_commit(&mut fx);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
 }
 
 /// KAFKA-20090 through the other fence: a new producer's InitProducerId meets the open TV2
@@ -172,15 +163,13 @@ fn kafka_20090_timeout_abort_at_the_last_epoch_rotates_the_producer_id() {
 /// producer's commit is refused as an unknown pid.
 #[test]
 fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     let all = assert_fence_rotated(&mut fx, evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
     assert_old_producer_cannot_commit(&mut fx);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects_without_write();
     assert_eq!(
@@ -195,7 +184,7 @@ fn kafka_20090_init_producer_id_fence_at_the_last_epoch_rotates_the_producer_id(
 /// InitProducerId does.
 #[test]
 fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     while fx.alloc().next_id().is_some() {}
     let evs = fx.tick(10_000);
     assert!(appended(&evs).is_empty(), "{evs:?}");
@@ -218,7 +207,7 @@ fn kafka_20090_fence_at_the_last_epoch_waits_for_a_producer_id() {
 #[test]
 fn kafka_20785_late_commit_after_the_producers_own_abort_is_fenced() {
     for (epoch, completes_at) in [(5, (10, 6)), (32766, (0, 0))] {
-        let mut fx = Fx::new(vec![("known", rec(10, epoch, TxnState::Ongoing, &t1()))]);
+        let mut fx = Fx::known(rec(10, epoch, TxnState::Ongoing, &t1()));
         let to = fx.end(5, "known", 10, epoch, false);
         let evs = fx.effects();
         let all = fx.settle(evs);
@@ -248,7 +237,7 @@ fn kafka_20785_late_commit_after_the_producers_own_abort_is_fenced() {
 /// (0, 0) must be accepted. Both reloads go through the log's encoding.
 #[test]
 fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects();
     assert_eq!(end_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
@@ -265,16 +254,7 @@ fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
         }]
     );
     let _ = fx.settle(redriven);
-    let r = fx.record("known").expect("present");
-    assert_eq!(
-        (
-            r.state,
-            r.producer_id.0,
-            r.producer_epoch.0,
-            r.prev_producer_id.0
-        ),
-        (TxnState::CompleteCommit, 0, 0, 10)
-    );
+    assert_committed_after_rotation(&fx);
     assert!(fx.reload(2).is_empty());
     let to = fx.end(5, "known", 10, 32766, true);
     let evs = fx.effects_without_write();
@@ -290,7 +270,7 @@ fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
 /// came back from the log.
 #[test]
 fn kafka_20090_rotation_of_a_timeout_abort_survives_a_failover() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     let _ = fx.ack(&evs);
     let redriven = fx.reload(1);
@@ -359,9 +339,7 @@ fn kafka_19999_markers_resent_after_a_failover_complete_the_transaction() {
     }
 
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("app"), 60_000, None);
-    let evs = fx.effects();
-    let (_, pid, epoch) = init_reply(&fx.ack(&evs), to);
+    let (_, pid, epoch) = fx.init_acked("app", 60_000, None);
     let to = fx.add("app", pid, epoch, &t1());
     let evs = fx.effects();
     assert_eq!(add_reply(&fx.ack(&evs), to)[0].1, ErrorCode::NONE);

@@ -8,8 +8,9 @@ use txn_log::{LogError, ProducerEpoch, ProducerId, TxnRecord, TxnResult, TxnStat
 use super::fixture::*;
 use crate::*;
 
-fn t1() -> Vec<txn_log::TopicPartition> {
-    vec![tp("topic1", 0)]
+/// Kafka's fixture transaction: "known", Ongoing at pid 10, epoch 1, with topic1-0.
+fn known_ongoing() -> Fx {
+    Fx::known(rec(10, 1, TxnState::Ongoing, &t1()))
 }
 
 /// A record written under TV2 (`client_txn_version` 2), as the fixtures of Kafka's TV2 tests.
@@ -86,19 +87,16 @@ fn s03_new_transactional_id_gets_epoch_zero_after_empty_record() {
 #[test]
 fn s04_new_transactional_id_accepts_stale_expectation() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("known"), 1, Some((10, 1)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+    assert_eq!(
+        fx.init_acked("known", 1, Some((10, 1))),
+        (ErrorCode::NONE, 0, 0)
+    );
 }
 
 #[test]
 fn s05_exhausted_epoch_rotates_to_new_producer_id() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::new(vec![("known", r)]);
-    let to = fx.init(Some("known"), 1, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+    let mut fx = Fx::known(empty_at_last_epoch(10));
+    assert_eq!(fx.init_acked("known", 1, None), (ErrorCode::NONE, 0, 0));
     let r = fx.record("known").expect("present");
     assert_eq!(
         (
@@ -160,7 +158,7 @@ fn s08_init_producer_id_bumps_epoch_from_empty_and_complete() {
         TxnState::CompleteAbort,
         TxnState::CompleteCommit,
     ] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, state, &[]))]);
+        let mut fx = Fx::known(rec(10, 1, state, &[]));
         fx.set_now(42);
         let to = fx.init(Some("known"), 10, None);
         let evs = fx.effects();
@@ -185,7 +183,7 @@ fn s08_init_producer_id_bumps_epoch_from_empty_and_complete() {
 #[test]
 fn s09_prepare_states_block_init_producer_id() {
     for state in [TxnState::PrepareCommit, TxnState::PrepareAbort] {
-        let mut fx = Fx::new(vec![("known", rec(0, 0, state, &t1()))]);
+        let mut fx = Fx::known(rec(0, 0, state, &t1()));
         let to = fx.init(Some("known"), 10, None);
         let evs = fx.effects_without_write();
         assert_eq!(
@@ -197,7 +195,7 @@ fn s09_prepare_states_block_init_producer_id() {
 
 #[test]
 fn s10_pending_transition_blocks_before_pid_validation() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let _ = fx.end(3, "known", 10, 1, true);
     let _pending = fx.effects();
     let to = fx.init(Some("known"), 10, Some((10, 10)));
@@ -292,7 +290,7 @@ fn s14_fence_at_exhaustion_uses_last_epoch_then_rotates() {
 
 #[test]
 fn s15_retry_without_last_epoch_is_fenced() {
-    let mut fx = Fx::new(vec![("known", rec(10, 2, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 2, TxnState::Empty, &[]));
     let to = fx.init(Some("known"), 10, Some((10, 1)));
     assert_eq!(
         init_reply(&fx.effects(), to),
@@ -311,9 +309,17 @@ fn s16_old_pid_after_remap_is_fenced() {
     let mut r = rec(11, 1, TxnState::Empty, &[]);
     r.prev_producer_id = ProducerId(10);
     r.last_producer_epoch = ProducerEpoch(0);
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(r);
     let to = fx.init(Some("known"), 10, Some((10, 1)));
     assert_eq!(init_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+}
+
+/// An Empty record of `pid` at epoch 32766 (the last), reached by a bump from 32765: the next
+/// InitProducerId rotates to a new producer id.
+fn empty_at_last_epoch(pid: i64) -> TxnRecord {
+    let mut r = rec(pid, 32766, TxnState::Empty, &[]);
+    r.last_producer_epoch = ProducerEpoch(32765);
+    r
 }
 
 fn empty_10_10_9() -> TxnRecord {
@@ -324,11 +330,12 @@ fn empty_10_10_9() -> TxnRecord {
 
 #[test]
 fn s17_kip360_resume_and_retry() {
-    let mut fx = Fx::new(vec![("known", empty_10_10_9())]);
+    let mut fx = Fx::known(empty_10_10_9());
     for _ in 0..2 {
-        let to = fx.init(Some("known"), 10, Some((10, 10)));
-        let evs = fx.effects();
-        assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+        assert_eq!(
+            fx.init_acked("known", 10, Some((10, 10))),
+            (ErrorCode::NONE, 10, 11)
+        );
         assert_eq!(
             fx.record("known").map(|r| r.last_producer_epoch.0),
             Some(10)
@@ -340,39 +347,33 @@ fn s17_kip360_resume_and_retry() {
 /// new coordinator that loaded the partition from the log.
 #[test]
 fn s17_kip360_retry_succeeds_across_failover() {
-    let mut fx = Fx::new(vec![("known", empty_10_10_9())]);
-    let to = fx.init(Some("known"), 10, Some((10, 10)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    let mut fx = Fx::known(empty_10_10_9());
+    assert_eq!(
+        fx.init_acked("known", 10, Some((10, 10))),
+        (ErrorCode::NONE, 10, 11)
+    );
     let _ = fx.reload(1);
-    let to = fx.init(Some("known"), 10, Some((10, 10)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    assert_eq!(
+        fx.init_acked("known", 10, Some((10, 10))),
+        (ErrorCode::NONE, 10, 11)
+    );
 }
 
 /// The KAFKA-20357 report: pid 100 at epoch 32766 rotates to a new pid; after a failover the
 /// retry of the rotating call still returns the rotated identity.
 #[test]
 fn s19_rotation_retry_succeeds_across_failover() {
-    let mut r = rec(100, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::new(vec![("known", r)]);
-    let to = fx.init(Some("known"), 10, Some((100, 32766)));
-    let evs = fx.effects();
-    let first = init_reply(&fx.ack(&evs), to);
+    let mut fx = Fx::known(empty_at_last_epoch(100));
+    let first = fx.init_acked("known", 10, Some((100, 32766)));
     assert_eq!(first, (ErrorCode::NONE, 0, 0));
     let _ = fx.reload(1);
-    let to = fx.init(Some("known"), 10, Some((100, 32766)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), first);
+    assert_eq!(fx.init_acked("known", 10, Some((100, 32766))), first);
 }
 
 #[test]
 fn s18_zombie_after_new_producer_is_fenced() {
-    let mut fx = Fx::new(vec![("known", empty_10_10_9())]);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 11));
+    let mut fx = Fx::known(empty_10_10_9());
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 11));
     assert_eq!(
         fx.record("known").map(|r| r.last_producer_epoch.0),
         Some(-1)
@@ -386,13 +387,12 @@ fn s18_zombie_after_new_producer_is_fenced() {
 
 #[test]
 fn s19_rotation_then_retry_returns_same_identity() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(empty_at_last_epoch(10));
     for _ in 0..2 {
-        let to = fx.init(Some("known"), 10, Some((10, 32766)));
-        let evs = fx.effects();
-        assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
+        assert_eq!(
+            fx.init_acked("known", 10, Some((10, 32766))),
+            (ErrorCode::NONE, 0, 0)
+        );
         let r = fx.record("known").expect("present");
         assert_eq!((r.prev_producer_id.0, r.last_producer_epoch.0), (10, 32766));
     }
@@ -400,9 +400,7 @@ fn s19_rotation_then_retry_returns_same_identity() {
 
 #[test]
 fn s20_rotation_then_stale_epoch_is_fenced() {
-    let mut r = rec(10, 32766, TxnState::Empty, &[]);
-    r.last_producer_epoch = ProducerEpoch(32765);
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(empty_at_last_epoch(10));
     let to = fx.init(Some("known"), 10, Some((10, 32766)));
     let evs = fx.effects();
     let _ = fx.ack(&evs);
@@ -416,12 +414,11 @@ fn s20_rotation_then_stale_epoch_is_fenced() {
 #[test]
 fn s22_s24_bump_retry_and_new_producer_serialize() {
     let mut fx = Fx::new(vec![]);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    let (_, p, e) = init_reply(&fx.ack(&evs), to);
-    let to = fx.init(Some("known"), 10, Some((p, e)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, p, e + 1));
+    let (_, p, e) = fx.init_acked("known", 10, None);
+    assert_eq!(
+        fx.init_acked("known", 10, Some((p, e))),
+        (ErrorCode::NONE, p, e + 1)
+    );
     let to = fx.init(Some("known"), 10, Some((p, e)));
     let evs = fx.effects();
     assert_eq!(
@@ -453,32 +450,29 @@ fn s21_s23_second_init_for_new_id_waits() {
 /// A failed InitProducerId does not leak an epoch bump: the next one bumps exactly once.
 #[test]
 fn s26_failed_init_does_not_leak_a_bump() {
-    let mut fx = Fx::new(vec![("known", rec(10, 4, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::known(rec(10, 4, TxnState::CompleteCommit, &[]));
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     assert_eq!(
         init_reply(&fx.fail(&evs, io_error()), to).0,
         ErrorCode::COORDINATOR_NOT_AVAILABLE
     );
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 5));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 5));
 }
 
 #[test]
 fn s25_pid_boundary_rotation_then_new_producer() {
-    let mut fx = Fx::new(vec![("known", rec(11, 32766, TxnState::Empty, &[]))]);
-    let to = fx.init(Some("known"), 10, Some((11, 32766)));
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 1));
+    let mut fx = Fx::known(rec(11, 32766, TxnState::Empty, &[]));
+    assert_eq!(
+        fx.init_acked("known", 10, Some((11, 32766))),
+        (ErrorCode::NONE, 0, 0)
+    );
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 0, 1));
 }
 
 #[test]
 fn s27_tv2_rebump_after_failed_write() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let to = fx.init(Some("known"), 10, None);
     let evs = fx.effects();
     assert_eq!(
@@ -490,9 +484,7 @@ fn s27_tv2_rebump_after_failed_write() {
     let evs = fx.effects();
     let all = fx.settle(evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
-    let to = fx.init(Some("known"), 10, None);
-    let evs = fx.effects();
-    assert_eq!(init_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 10, 3));
+    assert_eq!(fx.init_acked("known", 10, None), (ErrorCode::NONE, 10, 3));
 }
 
 // ===== 6.2 AddPartitionsToTxn / verification =====
@@ -540,7 +532,7 @@ fn s30_add_partitions_ownership() {
 #[test]
 fn s31_add_partitions_in_prepare_states_is_concurrent() {
     for state in [TxnState::PrepareCommit, TxnState::PrepareAbort] {
-        let mut fx = Fx::new(vec![("known", rec(0, 0, state, &t1()))]);
+        let mut fx = Fx::known(rec(0, 0, state, &t1()));
         let to = fx.add("known", 0, 0, &[tp("topic2", 0)]);
         assert_eq!(
             add_reply(&fx.effects(), to)[0].1,
@@ -553,7 +545,7 @@ fn s31_add_partitions_in_prepare_states_is_concurrent() {
 fn s32_add_partitions_epoch_check_precedes_state_check() {
     let mut r = rec(0, 10, TxnState::PrepareCommit, &t1());
     r.last_producer_epoch = ProducerEpoch(9);
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(r);
     let to = fx.add("known", 0, 0, &t1());
     assert_eq!(
         add_reply(&fx.effects(), to)[0].1,
@@ -574,22 +566,19 @@ fn s33_successful_add_writes_ongoing() {
         } else {
             vec![]
         };
-        let mut fx = Fx::new(vec![("known", rec(10, 1, state, &parts))]);
+        let mut fx = Fx::known(rec(10, 1, state, &parts));
         let to = fx.add("known", 10, 1, &t1());
         let evs = fx.effects();
         let a = appended(&evs);
         assert_eq!(a.len(), 1, "{state}");
         assert_eq!(a[0].1.as_ref().map(|r| r.state), Some(TxnState::Ongoing));
-        assert_eq!(
-            add_reply(&fx.ack(&evs), to),
-            vec![(tp("topic1", 0), ErrorCode::NONE)]
-        );
+        assert_eq!(add_reply(&fx.ack(&evs), to), t1_result(ErrorCode::NONE));
     }
 }
 
 #[test]
 fn s34_already_added_partitions_cost_no_write() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let to = fx.add("known", 10, 1, &t1());
     let evs = fx.effects();
     assert_eq!(
@@ -600,7 +589,7 @@ fn s34_already_added_partitions_cost_no_write() {
                 error: ErrorCode::NONE,
                 results: vec![AddPartitionsTxnResult {
                     transactional_id: "known".into(),
-                    partitions: vec![(tp("topic1", 0), ErrorCode::NONE)]
+                    partitions: t1_result(ErrorCode::NONE)
                 }],
             })
         )]
@@ -609,7 +598,7 @@ fn s34_already_added_partitions_cost_no_write() {
 
 #[test]
 fn s35_start_timestamp_is_first_add() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     fx.set_now(99);
     let _ = fx.add("known", 10, 1, &t1());
     let evs = fx.effects();
@@ -628,7 +617,7 @@ fn s35_start_timestamp_is_first_add() {
 #[test]
 fn s36_verify_only_matrix() {
     // (a) pid mismatch, (b) epoch mismatch, (c) PrepareCommit.
-    let mut fx = Fx::new(vec![("known", rec(1, 0, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(1, 0, TxnState::Ongoing, &t1()));
     let to = fx.verify("known", 0, 0, &t1());
     assert_eq!(
         add_reply(&fx.effects(), to)[0].1,
@@ -639,41 +628,35 @@ fn s36_verify_only_matrix() {
         add_reply(&fx.effects(), to)[0].1,
         ErrorCode::PRODUCER_FENCED
     );
-    let mut fx2 = Fx::new(vec![("known", rec(1, 0, TxnState::PrepareCommit, &t1()))]);
+    let mut fx2 = Fx::known(rec(1, 0, TxnState::PrepareCommit, &t1()));
     let to = fx2.verify("known", 1, 0, &t1());
     assert_eq!(
         add_reply(&fx2.effects(), to)[0].1,
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     // (d) a pending transition is ignored; a missing partition is TRANSACTION_ABORTABLE.
-    let mut fx3 = Fx::new(vec![(
-        "known",
-        rec(1, 0, TxnState::Ongoing, &[tp("topic2", 0)]),
-    )]);
+    let mut fx3 = Fx::known(rec(1, 0, TxnState::Ongoing, &[tp("topic2", 0)]));
     let _ = fx3.end(3, "known", 1, 0, true);
     let _pending = fx3.effects();
     let to = fx3.verify("known", 1, 0, &t1());
     let evs = fx3.effects_without_write();
     assert_eq!(
         add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::TRANSACTION_ABORTABLE)]
+        t1_result(ErrorCode::TRANSACTION_ABORTABLE)
     );
 }
 
 #[test]
 fn s37_verify_only_present_is_none_without_write() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let to = fx.verify("known", 10, 1, &t1());
     let evs = fx.effects_without_write();
-    assert_eq!(
-        add_reply(&evs, to),
-        vec![(tp("topic1", 0), ErrorCode::NONE)]
-    );
+    assert_eq!(add_reply(&evs, to), t1_result(ErrorCode::NONE));
 }
 
 #[test]
 fn s38_verify_only_partial() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let to = fx.verify("known", 10, 1, &[tp("topic1", 0), tp("topic2", 0)]);
     assert_eq!(
         add_reply(&fx.effects(), to),
@@ -686,7 +669,7 @@ fn s38_verify_only_partial() {
 
 #[test]
 fn s39_tv2_overflow_add_waits_for_completion() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 32766, true);
     assert_eq!(
         reply,
@@ -699,16 +682,7 @@ fn s39_tv2_overflow_add_waits_for_completion() {
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     let _ = fx.settle(evs);
-    let r = fx.record("known").expect("present");
-    assert_eq!(
-        (
-            r.state,
-            r.producer_id.0,
-            r.producer_epoch.0,
-            r.prev_producer_id.0
-        ),
-        (TxnState::CompleteCommit, 0, 0, 10)
-    );
+    assert_committed_after_rotation(&fx);
     let to = fx.add("known", 0, 0, &[tp("topic2", 0)]);
     let evs = fx.effects();
     assert_eq!(add_reply(&fx.ack(&evs), to)[0].1, ErrorCode::NONE);
@@ -720,15 +694,13 @@ fn s39_tv2_overflow_add_waits_for_completion() {
 fn s43_end_txn_unknown_or_pid_mismatch() {
     for v in [3, 5] {
         let mut fx = Fx::new(vec![]);
-        let to = fx.end(v, "known", 0, 0, true);
         assert_eq!(
-            end_reply(&fx.effects(), to).0,
+            fx.end_error(v, "known", (0, 0), true),
             ErrorCode::INVALID_PRODUCER_ID_MAPPING
         );
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
-        let to = fx.end(v, "known", 0, 0, true);
+        let mut fx = known_ongoing();
         assert_eq!(
-            end_reply(&fx.effects(), to).0,
+            fx.end_error(v, "known", (0, 0), true),
             ErrorCode::INVALID_PRODUCER_ID_MAPPING
         );
     }
@@ -741,23 +713,25 @@ fn s44_end_txn_epoch_mismatch_on_ongoing() {
         (5, ErrorCode::PRODUCER_FENCED),
         (1, ErrorCode::INVALID_PRODUCER_EPOCH),
     ] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
-        let to = fx.end(v, "known", 10, 0, true);
-        assert_eq!(end_reply(&fx.effects(), to).0, want, "v{v}");
+        let mut fx = known_ongoing();
+        assert_eq!(fx.end_error(v, "known", (10, 0), true), want, "v{v}");
     }
 }
 
 #[test]
 fn s45_end_txn_empty_id_and_ownership() {
     let mut fx = Fx::with_config(Config::default(), vec![]);
-    let to = fx.end(3, "", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_REQUEST);
-    let to = fx.end(3, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
-    fx.begin_load();
-    let to = fx.end(3, "polygenelubricants", 10, 1, true);
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(3, "", (10, 1), true),
+        ErrorCode::INVALID_REQUEST
+    );
+    assert_eq!(
+        fx.end_error(3, "known", (10, 1), true),
+        ErrorCode::NOT_COORDINATOR
+    );
+    fx.begin_load();
+    assert_eq!(
+        fx.end_error(3, "polygenelubricants", (10, 1), true),
         ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
     );
 }
@@ -765,7 +739,7 @@ fn s45_end_txn_empty_id_and_ownership() {
 #[test]
 fn s46_s47_end_txn_happy_paths() {
     for (v, commit, epoch) in [(3, true, 1), (3, false, 1), (5, true, 2), (5, false, 2)] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+        let mut fx = known_ongoing();
         let (reply, evs) = end_and_ack(&mut fx, v, 10, 1, commit);
         assert_eq!(reply, (ErrorCode::NONE, 10, epoch));
         let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -813,7 +787,7 @@ fn s48_s49_idempotent_retry_after_complete() {
             } else {
                 rec(10, 1, state, &[])
             };
-            let mut fx = Fx::new(vec![("known", r)]);
+            let mut fx = Fx::known(r);
             let to = fx.end(v, "known", 10, epoch, commit);
             let evs = fx.effects_without_write();
             assert_eq!(
@@ -831,16 +805,15 @@ fn s50_wrong_result_after_complete() {
         (TxnState::CompleteAbort, true),
         (TxnState::CompleteCommit, false),
     ] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, state, &[]))]);
-        let to = fx.end(3, "known", 10, 1, commit);
+        let mut fx = Fx::known(rec(10, 1, state, &[]));
         assert_eq!(
-            end_reply(&fx.effects(), to).0,
+            fx.end_error(3, "known", (10, 1), commit),
             ErrorCode::INVALID_TXN_STATE,
             "TV0 {state}"
         );
     }
     // TV2 (CTn): CompleteCommit + ABORT at the current epoch starts an (empty) abort.
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::known(rec2(10, 1, TxnState::CompleteCommit, &[]));
     fx.set_now(77);
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
@@ -849,9 +822,11 @@ fn s50_wrong_result_after_complete() {
         (prep.state, prep.producer_epoch.0, prep.txn_start_ms),
         (TxnState::PrepareAbort, 2, 77)
     );
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
-    let to = fx.end(5, "known", 10, 0, false);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
+    let mut fx = Fx::known(rec2(10, 1, TxnState::CompleteCommit, &[]));
+    assert_eq!(
+        fx.end_error(5, "known", (10, 0), false),
+        ErrorCode::INVALID_TXN_STATE
+    );
 }
 
 #[test]
@@ -862,10 +837,9 @@ fn s51_still_completing_is_concurrent() {
         } else {
             rec(10, 1, TxnState::PrepareCommit, &t1())
         };
-        let mut fx = Fx::new(vec![("known", r)]);
-        let to = fx.end(v, "known", 10, epoch, true);
+        let mut fx = Fx::known(r);
         assert_eq!(
-            end_reply(&fx.effects(), to).0,
+            fx.end_error(v, "known", (10, epoch), true),
             ErrorCode::CONCURRENT_TRANSACTIONS,
             "v{v}"
         );
@@ -874,40 +848,43 @@ fn s51_still_completing_is_concurrent() {
 
 #[test]
 fn s52_mismatched_result_while_preparing() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::PrepareAbort, &t1()))]);
-    let to = fx.end(3, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::PrepareAbort, &t1()))]);
-    let to = fx.end(5, "known", 10, 0, true);
+    let mut fx = Fx::known(rec(10, 1, TxnState::PrepareAbort, &t1()));
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(3, "known", (10, 1), true),
+        ErrorCode::INVALID_TXN_STATE
+    );
+    let mut fx = Fx::known(rec2(10, 1, TxnState::PrepareAbort, &t1()));
+    assert_eq!(
+        fx.end_error(5, "known", (10, 0), true),
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
 }
 
 #[test]
 fn s53_epoch_too_large_or_too_small() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteCommit, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::CompleteCommit, &[]));
     for v in [3, 5] {
-        let to = fx.end(v, "known", 10, 2, true);
         assert_eq!(
-            end_reply(&fx.effects(), to).0,
+            fx.end_error(v, "known", (10, 2), true),
             ErrorCode::PRODUCER_FENCED,
             "v{v}"
         );
     }
-    let mut fx = Fx::new(vec![("known", rec(10, 2, TxnState::CompleteCommit, &[]))]);
-    let to = fx.end(3, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
-    let to = fx.end(5, "known", 10, 0, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+    let mut fx = Fx::known(rec(10, 2, TxnState::CompleteCommit, &[]));
+    for (v, epoch) in [(3, 1), (5, 0)] {
+        assert_eq!(
+            fx.end_error(v, "known", (10, epoch), true),
+            ErrorCode::PRODUCER_FENCED,
+            "v{v} epoch {epoch}"
+        );
+    }
 }
 
 /// The producer (pid 10, epoch 1) retries its commit, decided in `record` (PrepareCommit), with
 /// an EndTxn at `version`: while the markers are in flight (CONCURRENT_TRANSACTIONS) and after
 /// the decision completed (success, answered with `answered_epoch`).
 fn retry_commit_across_completion(record: TxnRecord, version: i16, answered_epoch: i16) {
-    let mut fx = Fx::new(vec![("known", record)]);
+    let mut fx = Fx::known(record);
     let loaded = fx.loaded.clone();
     let to = fx.end(version, "known", 10, 1, true);
     assert_eq!(
@@ -938,15 +915,16 @@ fn s55_tv_upgrade_mid_flight() {
 
 #[test]
 fn s56_tv2_same_epoch_is_next_transaction_not_retry() {
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::PrepareCommit, &t1()))]);
-    let to = fx.end(5, "known", 10, 1, true);
+    let mut fx = Fx::known(rec2(10, 1, TxnState::PrepareCommit, &t1()));
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(5, "known", (10, 1), true),
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteCommit, &[]))]);
-    let to = fx.end(5, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::INVALID_TXN_STATE);
+    let mut fx = Fx::known(rec2(10, 1, TxnState::CompleteCommit, &[]));
+    assert_eq!(
+        fx.end_error(5, "known", (10, 1), true),
+        ErrorCode::INVALID_TXN_STATE
+    );
 }
 
 #[test]
@@ -956,11 +934,10 @@ fn s57_tv2_overflow_retry() {
     r.next_producer_id = ProducerId(11);
     r.last_producer_epoch = ProducerEpoch(32766);
     r.client_txn_version = txn_log::TxnVersion::V2;
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(r);
     let loaded = fx.loaded.clone();
-    let to = fx.end(5, "known", 10, 32766, true);
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(5, "known", (10, 32766), true),
         ErrorCode::CONCURRENT_TRANSACTIONS
     );
     let _ = fx.settle(loaded);
@@ -975,7 +952,7 @@ fn s57_tv2_overflow_retry() {
 
 #[test]
 fn s58_tv2_epoch_bump_arithmetic() {
-    let mut fx = Fx::new(vec![("known", rec(23423, 10, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(23423, 10, TxnState::Ongoing, &t1()));
     let to = fx.end(5, "known", 23423, 10, true);
     let evs = fx.effects();
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -990,7 +967,7 @@ fn s58_tv2_epoch_bump_arithmetic() {
 
 #[test]
 fn s59_tv2_overflow_arithmetic() {
-    let mut fx = Fx::new(vec![("known", rec(23423, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(23423, 32766, TxnState::Ongoing, &t1()));
     let to = fx.end(5, "known", 23423, 32766, true);
     let evs = fx.effects();
     let prep = appended(&evs)[0].1.clone().expect("upsert");
@@ -1013,7 +990,7 @@ fn s59_tv2_overflow_arithmetic() {
 
 #[test]
 fn s60_tv2_abort_from_empty() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     fx.set_now(5);
     let (reply, evs) = end_and_ack(&mut fx, 5, 10, 1, false);
     assert_eq!(reply, (ErrorCode::NONE, 10, 2));
@@ -1034,14 +1011,12 @@ fn s60_tv2_abort_from_empty() {
         (1, true, ErrorCode::INVALID_TXN_STATE),
         (0, true, ErrorCode::PRODUCER_FENCED),
     ] {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
-        let to = fx.end(5, "known", 10, epoch, commit);
-        assert_eq!(end_reply(&fx.effects(), to).0, want);
+        let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
+        assert_eq!(fx.end_error(5, "known", (10, epoch), commit), want);
     }
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
-    let to = fx.end(3, "known", 10, 1, false);
+    let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
     assert_eq!(
-        end_reply(&fx.effects(), to).0,
+        fx.end_error(3, "known", (10, 1), false),
         ErrorCode::INVALID_TXN_STATE,
         "TV1"
     );
@@ -1049,7 +1024,7 @@ fn s60_tv2_abort_from_empty() {
 
 #[test]
 fn s61_tv2_abort_after_abort() {
-    let mut fx = Fx::new(vec![("known", rec2(10, 1, TxnState::CompleteAbort, &[]))]);
+    let mut fx = Fx::known(rec2(10, 1, TxnState::CompleteAbort, &[]));
     let to = fx.end(5, "known", 10, 0, false);
     let evs = fx.effects_without_write();
     assert_eq!(end_reply(&evs, to), (ErrorCode::NONE, 10, 1));
@@ -1059,11 +1034,12 @@ fn s61_tv2_abort_after_abort() {
         appended(&evs)[0].1.as_ref().map(|r| r.state),
         Some(TxnState::PrepareAbort)
     );
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::CompleteAbort, &[]))]);
-    let to = fx.end(3, "known", 10, 1, false);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NONE);
-    let to = fx.end(3, "known", 10, 0, false);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+    let mut fx = Fx::known(rec(10, 1, TxnState::CompleteAbort, &[]));
+    assert_eq!(fx.end_error(3, "known", (10, 1), false), ErrorCode::NONE);
+    assert_eq!(
+        fx.end_error(3, "known", (10, 0), false),
+        ErrorCode::PRODUCER_FENCED
+    );
 }
 
 #[test]
@@ -1071,15 +1047,17 @@ fn s62_commit_racing_timeout_abort_is_producer_fenced() {
     let mut r = rec(10, 1, TxnState::Ongoing, &t1());
     r.txn_start_ms = 0;
     r.timeout_ms = 1000;
-    let mut fx = Fx::new(vec![("known", r)]);
+    let mut fx = Fx::known(r);
     let evs = fx.tick(10_000);
     let _ = fx.settle(evs);
     assert_eq!(
         fx.record("known").map(|r| (r.state, r.producer_epoch.0)),
         Some((TxnState::CompleteAbort, 2))
     );
-    let to = fx.end(5, "known", 10, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+    assert_eq!(
+        fx.end_error(5, "known", (10, 1), true),
+        ErrorCode::PRODUCER_FENCED
+    );
     let to = fx.end(5, "known", 10, 1, false);
     assert_eq!(end_reply(&fx.effects(), to), (ErrorCode::NONE, 10, 2));
 }
@@ -1139,7 +1117,7 @@ fn s64_only_ongoing_past_deadline_is_reaped() {
 
 #[test]
 fn s65_pending_transition_is_not_reaped() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let _ = fx.end(3, "known", 10, 1, true);
     let _pending = fx.effects();
     assert!(appended(&fx.tick(10_000)).is_empty());
@@ -1147,7 +1125,7 @@ fn s65_pending_transition_is_not_reaped() {
 
 #[test]
 fn s66_failed_timeout_abort_reuses_the_fenced_epoch() {
-    let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Ongoing, &t1()))]);
+    let mut fx = known_ongoing();
     let evs = fx.tick(10_000);
     assert_eq!(
         appended(&evs)[0].1.as_ref().map(|r| r.producer_epoch.0),
@@ -1163,7 +1141,7 @@ fn s66_failed_timeout_abort_reuses_the_fenced_epoch() {
 
 #[test]
 fn s68_fence_epoch_arithmetic_at_exhaustion() {
-    let mut fx = Fx::new(vec![("known", rec(10, 32766, TxnState::Ongoing, &t1()))]);
+    let mut fx = Fx::known(rec(10, 32766, TxnState::Ongoing, &t1()));
     let evs = fx.tick(10_000);
     let w = appended(&evs)[0].1.clone().expect("upsert");
     assert_eq!(
@@ -1290,15 +1268,24 @@ fn s81_s82_load_redrives_markers_with_the_new_epoch() {
     );
     fx.unload();
     let _ = fx.effects();
-    let to = fx.end(3, "two", 2, 0, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
+    assert_eq!(
+        fx.end_error(3, "two", (2, 0), true),
+        ErrorCode::NOT_COORDINATOR
+    );
+}
+
+/// An engine holding "one" (Empty, pid 1, epoch 0) and an InitProducerId for it whose append
+/// is held: the engine, the request and the effects holding that append.
+fn one_with_held_init() -> (Fx, RequestId, Vec<Ev>) {
+    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
+    let to = fx.init(Some("one"), 10, None);
+    let pending = fx.effects();
+    (fx, to, pending)
 }
 
 #[test]
 fn s84_reimmigration_at_a_higher_epoch() {
-    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
-    let to = fx.init(Some("one"), 10, None);
-    let pending = fx.effects();
+    let (mut fx, to, pending) = one_with_held_init();
     let evs = fx.load_again(1);
     assert_eq!(
         init_reply(&evs, to).0,
@@ -1331,7 +1318,7 @@ fn s87_append_error_mapping() {
         (LogError::Closed, ErrorCode::NOT_COORDINATOR, false),
     ];
     for (err, want, still_loaded) in cases {
-        let mut fx = Fx::new(vec![("known", rec(10, 1, TxnState::Empty, &[]))]);
+        let mut fx = Fx::known(rec(10, 1, TxnState::Empty, &[]));
         let to = fx.init(Some("known"), 10, None);
         let evs = fx.effects();
         let out = fx.fail(&evs, err.clone());
@@ -1350,15 +1337,15 @@ fn s83_load_completing_after_unload_installs_nothing() {
     assert!(fx.load_again(1).is_empty());
     assert!(!fx.eng().is_loaded());
     assert_eq!(fx.eng().records().count(), 0);
-    let to = fx.end(3, "one", 1, 0, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::NOT_COORDINATOR);
+    assert_eq!(
+        fx.end_error(3, "one", (1, 0), true),
+        ErrorCode::NOT_COORDINATOR
+    );
 }
 
 #[test]
 fn s88_reload_starting_during_an_append_answers_load_in_progress() {
-    let mut fx = Fx::new(vec![("one", rec(1, 0, TxnState::Empty, &[]))]);
-    let to = fx.init(Some("one"), 10, None);
-    let pending = fx.effects();
+    let (mut fx, to, pending) = one_with_held_init();
     fx.begin_load();
     let evs = fx.effects();
     assert_eq!(
@@ -1451,7 +1438,7 @@ fn s100_completion_is_written_once() {
 fn s103_describe() {
     let mut r = rec(10, 1, TxnState::Ongoing, &t1());
     r.txn_start_ms = 5;
-    let fx = Fx::new(vec![("known", r)]);
+    let fx = Fx::known(r);
     let d = fx.eng().describe("known");
     assert_eq!(
         d,

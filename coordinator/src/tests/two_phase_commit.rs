@@ -162,8 +162,10 @@ fn keep_prepared_txn_returns_the_ongoing_pair_and_the_next_end_txn_commits_it() 
         add_reply(&fx.effects(), to),
         vec![(tp("t", 0), ErrorCode::PRODUCER_FENCED)]
     );
-    let to = fx.end(5, "tpc", 0, 0, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+    assert_eq!(
+        fx.end_error(5, "tpc", (0, 0), true),
+        ErrorCode::PRODUCER_FENCED
+    );
     // The session only ends it.
     let to = fx.add("tpc", 0, 1, &[tp("t", 1)]);
     assert_eq!(
@@ -263,8 +265,10 @@ fn keep_prepared_txn_without_an_open_transaction_and_twice() {
     let done = fx.ack(&evs);
     assert_eq!(init_reply(&done, to), (ErrorCode::NONE, 0, 2));
     assert_eq!(init_ongoing(&done, to), (0, 0));
-    let to = fx.end(5, "tpc", 0, 1, true);
-    assert_eq!(end_reply(&fx.effects(), to).0, ErrorCode::PRODUCER_FENCED);
+    assert_eq!(
+        fx.end_error(5, "tpc", (0, 1), true),
+        ErrorCode::PRODUCER_FENCED
+    );
 }
 
 /// `KeepPreparedTxn=false` (a new producer, or `kafka-transactions.sh force-terminate`, which

@@ -164,6 +164,14 @@ impl Drop for Daemon {
     }
 }
 
+/// Runs the admin `command` against the daemon at `bootstrap` (`--bootstrap-server`), with
+/// `args` after it, as [`run_cli`] does.
+pub fn run_admin(command: &str, bootstrap: &str, args: &[&str]) -> (ExitStatus, String, String) {
+    let mut all = vec![command, "--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    run_cli(&all)
+}
+
 /// Runs the binary with `args` to completion (bounded) and returns (status, stdout, stderr).
 pub fn run_cli(args: &[&str]) -> (ExitStatus, String, String) {
     let mut child = Command::new(BIN)

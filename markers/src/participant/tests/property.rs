@@ -175,8 +175,9 @@ impl Model {
         self.log.push((LogBatch::Data(h.at_offset(at)), status));
     }
 
-    fn write_marker(&mut self, p: usize, m: Marker) -> Result<MarkerApplied, MarkerError> {
-        let pending = self.state.check_marker(&m)?;
+    /// Appends the control batch of a checked marker at the next offset (encoded and parsed
+    /// back, as a log would store it), completes it in the state and returns what it applied.
+    fn append_marker(&mut self, pending: PendingMarker) -> MarkerApplied {
         let at = self.state.next_offset();
         let bytes = pending.control_batch(at, 0, at).encode().expect("encodes");
         let applied = self
@@ -185,6 +186,13 @@ impl Model {
             .expect("recorded");
         let (batch, _) = LogBatch::read_one(&bytes).expect("parses");
         self.log.push((batch, Status::NonTxn));
+        applied
+    }
+
+    fn write_marker(&mut self, p: usize, m: Marker) -> Result<MarkerApplied, MarkerError> {
+        let pending = self.state.check_marker(&m)?;
+        let at = self.state.next_offset();
+        let applied = self.append_marker(pending);
         let c = &mut self.clients[p];
         let open = std::mem::take(&mut c.open);
         assert_eq!(applied.completed.is_some(), !open.is_empty(), "{m:?}");
@@ -295,16 +303,8 @@ impl Model {
                 if stale {
                     assert_eq!(r.expect_err("stale marker retry").code(), 47, "{m:?}");
                 } else {
-                    let pending = r.expect("idempotent marker retry");
-                    let at = self.state.next_offset();
-                    let bytes = pending.control_batch(at, 0, at).encode().expect("encodes");
-                    let applied = self
-                        .state
-                        .complete_marker(pending, at, at)
-                        .expect("recorded");
+                    let applied = self.append_marker(r.expect("idempotent marker retry"));
                     assert_eq!(applied.completed, None);
-                    let (batch, _) = LogBatch::read_one(&bytes).expect("parses");
-                    self.log.push((batch, Status::NonTxn));
                 }
             }
             Op::Bump { p } => {

@@ -67,6 +67,21 @@ fn check(
     results[0]
 }
 
+/// Asserts `a`'s answers to `user` from `host` for `actions`, in order: `want[i]` for `actions[i]`.
+fn assert_answers(
+    a: &StandardAuthorizer,
+    user: &str,
+    host: &str,
+    actions: &[Action],
+    want: &[AuthorizationResult],
+) {
+    assert_eq!(
+        a.authorize(&ctx(user, host), actions),
+        want,
+        "{user} from {host}"
+    );
+}
+
 fn by_type(
     a: &StandardAuthorizer,
     user: &str,
@@ -263,29 +278,22 @@ fn kafka_deny_precedence_with_operation_all() {
         acl(Topic, "foo", Literal, "User:*", "*", All, Deny),
         acl(Topic, "foo", Prefixed, "User:*", "*", Describe, Allow),
     ]);
-    let alice = ctx("alice", H1);
-    let actions = [
+    let alice = [
         Action::new(Write, Topic, "foo"),
         Action::new(Read, Topic, "foo"),
         Action::new(Describe, Topic, "foo"),
         Action::new(Read, Topic, "foobar"),
     ];
-    assert_eq!(
-        a.authorize(&alice, &actions),
-        [Denied, Denied, Denied, Allowed]
-    );
-    let bob = ctx("bob", H1);
-    let actions = [
+    assert_answers(&a, "alice", H1, &alice, &[Denied, Denied, Denied, Allowed]);
+    let bob = [
         Action::new(Describe, Topic, "foo"),
         Action::new(Read, Topic, "foo"),
         Action::new(Write, Topic, "foo"),
         Action::new(Describe, Topic, "foobaz"),
         Action::new(Read, Topic, "foobaz"),
     ];
-    assert_eq!(
-        a.authorize(&bob, &actions),
-        [Denied, Denied, Denied, Allowed, Denied]
-    );
+    let want = [Denied, Denied, Denied, Allowed, Denied];
+    assert_answers(&a, "bob", H1, &bob, &want);
 }
 
 // ---- operations ---------------------------------------------------------------------------
@@ -391,70 +399,26 @@ fn deny_does_not_imply() {
 #[test]
 fn kafka_find_result_implication() {
     let foo = |op, perm| acl(Topic, "foo_", Prefixed, "User:bob", "*", op, perm);
+    // bob's answer for `op` on topic `foo_bar` under `acls`.
+    let bob_on_foo_bar =
+        |acls: &[AclBinding], op| check(&authorizer(acls), "bob", H1, op, Topic, "foo_bar");
     for op in [Describe, Read, Write, Delete, Alter] {
-        assert_eq!(
-            check(
-                &authorizer(&[foo(op, Allow)]),
-                "bob",
-                H1,
-                Describe,
-                Topic,
-                "foo_bar"
-            ),
-            Allowed,
-            "{op}"
-        );
+        assert_eq!(bob_on_foo_bar(&[foo(op, Allow)], Describe), Allowed, "{op}");
     }
-    assert_eq!(
-        check(
-            &authorizer(&[foo(Create, Allow)]),
-            "bob",
-            H1,
-            Describe,
-            Topic,
-            "foo_bar"
-        ),
-        Denied
-    );
+    assert_eq!(bob_on_foo_bar(&[foo(Create, Allow)], Describe), Denied);
     for op in [Read, Write, Delete, Alter] {
         // A DENY of READ does not deny DESCRIBE: with an ALLOW DESCRIBE beside it, allowed.
-        let a = authorizer(&[foo(op, Deny), foo(Describe, Allow)]);
-        assert_eq!(
-            check(&a, "bob", H1, Describe, Topic, "foo_bar"),
-            Allowed,
-            "{op}"
-        );
+        let acls = [foo(op, Deny), foo(Describe, Allow)];
+        assert_eq!(bob_on_foo_bar(&acls, Describe), Allowed, "{op}");
     }
-    assert_eq!(
-        check(
-            &authorizer(&[foo(Describe, Deny), foo(All, Allow)]),
-            "bob",
-            H1,
-            Describe,
-            Topic,
-            "foo_bar"
-        ),
-        Denied
-    );
+    let acls = [foo(Describe, Deny), foo(All, Allow)];
+    assert_eq!(bob_on_foo_bar(&acls, Describe), Denied);
     for op in [DescribeConfigs, AlterConfigs] {
-        assert_eq!(
-            check(
-                &authorizer(&[foo(op, Allow)]),
-                "bob",
-                H1,
-                DescribeConfigs,
-                Topic,
-                "foo_bar"
-            ),
-            Allowed
-        );
+        assert_eq!(bob_on_foo_bar(&[foo(op, Allow)], DescribeConfigs), Allowed);
     }
-    let a = authorizer(&[foo(AlterConfigs, Deny), foo(DescribeConfigs, Allow)]);
-    assert_eq!(
-        check(&a, "bob", H1, DescribeConfigs, Topic, "foo_bar"),
-        Allowed
-    );
-    assert_eq!(check(&a, "bob", H1, AlterConfigs, Topic, "foo_bar"), Denied);
+    let acls = [foo(AlterConfigs, Deny), foo(DescribeConfigs, Allow)];
+    assert_eq!(bob_on_foo_bar(&acls, DescribeConfigs), Allowed);
+    assert_eq!(bob_on_foo_bar(&acls, AlterConfigs), Denied);
 }
 
 #[test]
@@ -559,30 +523,17 @@ fn kafka_host_address_acl_validation() {
         Action::new(Read, Topic, "bar"),
         Action::new(Describe, Topic, "bar"),
     ];
-    assert_eq!(
-        a.authorize(&ctx("alice", local), &actions),
-        [Allowed, Denied, Allowed]
-    );
-    assert_eq!(
-        a.authorize(&ctx("alice", H1), &actions),
-        [Denied, Denied, Denied]
-    );
-    assert_eq!(
-        a.authorize(&ctx("alice", H2), &actions),
-        [Allowed, Denied, Denied]
-    );
-    assert_eq!(
-        a.authorize(&ctx("bob", local), &actions),
-        [Denied, Denied, Allowed]
-    );
-    assert_eq!(
-        a.authorize(&ctx("bob", H1), &actions),
-        [Denied, Denied, Denied]
-    );
-    assert_eq!(
-        a.authorize(&ctx("bob", H2), &actions),
-        [Denied, Allowed, Allowed]
-    );
+    let cases = [
+        ("alice", local, [Allowed, Denied, Allowed]),
+        ("alice", H1, [Denied, Denied, Denied]),
+        ("alice", H2, [Allowed, Denied, Denied]),
+        ("bob", local, [Denied, Denied, Allowed]),
+        ("bob", H1, [Denied, Denied, Denied]),
+        ("bob", H2, [Denied, Allowed, Allowed]),
+    ];
+    for (user, host, want) in cases {
+        assert_answers(&a, user, host, &actions, &want);
+    }
 }
 
 #[test]
@@ -639,19 +590,13 @@ fn kafka_prefix_acls() {
         Action::new(Read, Topic, "goobar"),
         Action::new(Read, Topic, "fooa"),
     ];
-    assert_eq!(
-        a.authorize(&ctx("bob", H1), &bob),
-        [Allowed, Denied, Allowed]
-    );
+    assert_answers(&a, "bob", H1, &bob, &[Allowed, Denied, Allowed]);
     let alice = [
         Action::new(Describe, Topic, "fooa"),
         Action::new(Write, Topic, "bar"),
         Action::new(Read, Topic, "baz"),
     ];
-    assert_eq!(
-        a.authorize(&ctx("alice", H1), &alice),
-        [Allowed, Denied, Denied]
-    );
+    assert_answers(&a, "alice", H1, &alice, &[Allowed, Denied, Denied]);
 }
 
 #[test]
@@ -667,28 +612,18 @@ fn kafka_authorization_with_many_acls() {
         acl(Group, "*", Literal, "User:bob", "*", Write, Allow),
         acl(Group, "wheel", Literal, "User:*", "*", Write, Deny),
     ]);
-    let bob = ctx("bob", H1);
-    assert_eq!(
-        a.authorize(
-            &bob,
-            &[
-                Action::new(Read, Topic, "green1"),
-                Action::new(Write, Group, "wheel")
-            ]
-        ),
-        [Allowed, Denied]
-    );
-    assert_eq!(
-        a.authorize(
-            &bob,
-            &[
-                Action::new(Read, Topic, "alpha"),
-                Action::new(Write, Group, "arbitrary"),
-                Action::new(Read, Topic, "ala")
-            ]
-        ),
-        [Denied, Allowed, Denied]
-    );
+    let green_and_wheel = [
+        Action::new(Read, Topic, "green1"),
+        Action::new(Write, Group, "wheel"),
+    ];
+    assert_answers(&a, "bob", H1, &green_and_wheel, &[Allowed, Denied]);
+    let alpha_arbitrary_ala = [
+        Action::new(Read, Topic, "alpha"),
+        Action::new(Write, Group, "arbitrary"),
+        Action::new(Read, Topic, "ala"),
+    ];
+    let want = [Denied, Allowed, Denied];
+    assert_answers(&a, "bob", H1, &alpha_arbitrary_ala, &want);
 }
 
 #[test]
