@@ -141,21 +141,14 @@ pub(crate) async fn generate_ids(
         if ongoing {
             partitions.insert(TopicPartition::new("bench", i32::try_from(i % 16)?));
         }
+        let producer_id = ProducerId(block.first.0 + i64::try_from(i)?);
+        let producer_epoch = ProducerEpoch(i16::try_from(i % 100)?);
         let rec = TxnRecord {
-            producer_id: ProducerId(block.first.0 + i64::try_from(i)?),
-            prev_producer_id: ProducerId(-1),
-            next_producer_id: ProducerId(-1),
-            producer_epoch: ProducerEpoch(i16::try_from(i % 100)?),
-            last_producer_epoch: ProducerEpoch(-1),
-            session_producer_epoch: ProducerEpoch(-1),
-            session_producer_id: ProducerId::NONE,
-            two_phase_commit: false,
-            timeout_ms: 900_000,
             state,
             partitions,
             txn_start_ms: if ongoing { now_ms } else { -1 },
-            txn_last_update_ms: now_ms,
             client_txn_version: txn_log::TxnVersion::V1,
+            ..TxnRecord::initialized(producer_id, producer_epoch, 900_000, now_ms)
         };
         let entries = &mut per_partition[p as usize];
         entries.push(LogEntry::upsert(TransactionalId::new(id)?, rec));

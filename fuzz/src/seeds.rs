@@ -195,23 +195,20 @@ pub fn request_frame() -> Vec<(&'static str, Vec<u8>)> {
 
 fn record(state: TxnState, parts: &[(&str, i32)]) -> TxnRecord {
     TxnRecord {
-        producer_id: ProducerId(1000),
-        prev_producer_id: ProducerId(-1),
-        next_producer_id: ProducerId(-1),
-        producer_epoch: ProducerEpoch(3),
         last_producer_epoch: ProducerEpoch(2),
-        session_producer_epoch: ProducerEpoch(-1),
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 60_000,
         state,
         partitions: parts
             .iter()
             .map(|&(t, p)| TopicPartition::new(t, p))
             .collect(),
         txn_start_ms: 1_699_999_990_000,
-        txn_last_update_ms: 1_699_999_995_000,
         client_txn_version: txn_log::TxnVersion::V2,
+        ..TxnRecord::initialized(
+            ProducerId(1000),
+            ProducerEpoch(3),
+            60_000,
+            1_699_999_995_000,
+        )
     }
 }
 

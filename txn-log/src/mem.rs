@@ -617,24 +617,12 @@ pub fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
 #[cfg(all(test, not(txn_loom)))]
 mod tests {
     use super::*;
-    use crate::{ProducerEpoch, TxnState};
+    use crate::ProducerEpoch;
 
     fn rec(pid: i64) -> TxnRecord {
         TxnRecord {
-            producer_id: ProducerId(pid),
-            prev_producer_id: ProducerId::NONE,
-            next_producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch(0),
-            last_producer_epoch: ProducerEpoch::NONE,
-            session_producer_epoch: ProducerEpoch::NONE,
-            session_producer_id: ProducerId::NONE,
-            two_phase_commit: false,
-            timeout_ms: 60_000,
-            state: TxnState::Empty,
-            partitions: Default::default(),
-            txn_start_ms: -1,
-            txn_last_update_ms: 0,
             client_txn_version: crate::TxnVersion::V2,
+            ..TxnRecord::initialized(ProducerId(pid), ProducerEpoch(0), 60_000, 0)
         }
     }
 

@@ -65,6 +65,34 @@ pub struct LogEntry {
 }
 
 impl TxnRecord {
+    /// The record of an id that InitProducerId has just given `producer_id` at
+    /// `producer_epoch`: Empty, no transaction started, no previous, next or kept producer,
+    /// transaction version 0, no two-phase commit. Other records are this one with fields
+    /// changed (`TxnRecord { state, ..TxnRecord::initialized(..) }`).
+    pub fn initialized(
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        timeout_ms: i32,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            producer_id,
+            prev_producer_id: ProducerId::NONE,
+            next_producer_id: ProducerId::NONE,
+            producer_epoch,
+            last_producer_epoch: ProducerEpoch::NONE,
+            session_producer_id: ProducerId::NONE,
+            session_producer_epoch: ProducerEpoch::NONE,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            txn_start_ms: -1,
+            txn_last_update_ms: now_ms,
+            client_txn_version: TxnVersion::V0,
+            two_phase_commit: false,
+        }
+    }
+
     /// Why this record cannot be a persisted transaction state, or `Ok` if it can: it has a
     /// producer id and epoch, a next producer id (rotation) is another id, its state is not a pending-only one (Dead, PrepareEpochFence), an
     /// idle state (Empty, Complete*) holds no partitions, and Ongoing has partitions and a start
@@ -189,20 +217,12 @@ mod tests {
 
     fn ongoing() -> TxnRecord {
         TxnRecord {
-            producer_id: ProducerId(5),
-            prev_producer_id: ProducerId::NONE,
-            next_producer_id: ProducerId::NONE,
-            producer_epoch: ProducerEpoch(2),
             last_producer_epoch: ProducerEpoch(1),
-            session_producer_id: ProducerId::NONE,
-            session_producer_epoch: ProducerEpoch::NONE,
-            timeout_ms: 60_000,
             state: TxnState::Ongoing,
             partitions: [TopicPartition::new("t", 0)].into_iter().collect(),
             txn_start_ms: 10,
-            txn_last_update_ms: 10,
             client_txn_version: TxnVersion::V2,
-            two_phase_commit: false,
+            ..TxnRecord::initialized(ProducerId(5), ProducerEpoch(2), 60_000, 10)
         }
     }
 

@@ -22,23 +22,16 @@ use crate::{
 /// A valid record with producer id `pid`, in `state`, with `partitions` partitions of topic
 /// `t`; the other fields are derived from `pid` so different pids give different records.
 pub fn record(pid: i64, state: TxnState, partitions: usize) -> TxnRecord {
+    let epoch = ProducerEpoch(i16::try_from(pid.rem_euclid(1000)).unwrap_or(0));
     TxnRecord {
-        producer_id: ProducerId(pid),
         prev_producer_id: ProducerId(pid - 1),
-        next_producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch(i16::try_from(pid.rem_euclid(1000)).unwrap_or(0)),
-        last_producer_epoch: ProducerEpoch::NONE,
-        session_producer_epoch: ProducerEpoch::NONE,
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 60_000,
         state,
         partitions: (0..partitions)
             .map(|i| TopicPartition::new("t", i32::try_from(i).unwrap_or(i32::MAX)))
             .collect(),
         txn_start_ms: pid,
-        txn_last_update_ms: pid + 1,
         client_txn_version: crate::TxnVersion::V2,
+        ..TxnRecord::initialized(ProducerId(pid), epoch, 60_000, pid + 1)
     }
 }
 

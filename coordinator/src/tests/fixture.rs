@@ -80,15 +80,6 @@ pub(crate) fn t1_result(code: ErrorCode) -> Vec<(TopicPartition, ErrorCode)> {
 pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition]) -> TxnRecord {
     let ongoing = !parts.is_empty();
     TxnRecord {
-        producer_id: ProducerId(pid),
-        prev_producer_id: ProducerId::NONE,
-        next_producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch(epoch),
-        last_producer_epoch: ProducerEpoch::NONE,
-        session_producer_epoch: ProducerEpoch::NONE,
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 1,
         state,
         partitions: parts.iter().cloned().collect::<BTreeSet<_>>(),
         txn_start_ms: if ongoing || state != TxnState::Empty {
@@ -96,8 +87,7 @@ pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition
         } else {
             -1
         },
-        txn_last_update_ms: 0,
-        client_txn_version: txn_log::TxnVersion::V0,
+        ..TxnRecord::initialized(ProducerId(pid), ProducerEpoch(epoch), 1, 0)
     }
 }
 

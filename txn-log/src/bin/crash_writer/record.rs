@@ -5,22 +5,15 @@ use txn_log::{ProducerEpoch, ProducerId, TopicPartition, TxnRecord, TxnState};
 
 /// The record the writer stores for `pid` (the parent recomputes it to detect torn records).
 pub(crate) fn expected_record(pid: i64) -> TxnRecord {
+    let epoch = ProducerEpoch(i16::try_from(pid % 30_000).unwrap_or(0));
     TxnRecord {
-        producer_id: ProducerId(pid),
         prev_producer_id: ProducerId(pid ^ 0x5555),
-        next_producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch(i16::try_from(pid % 30_000).unwrap_or(0)),
-        last_producer_epoch: ProducerEpoch::NONE,
-        session_producer_epoch: ProducerEpoch::NONE,
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 60_000,
         state: TxnState::Ongoing,
         partitions: (0..=i32::try_from(pid % 7).unwrap_or(0))
             .map(|p| TopicPartition::new(format!("topic-{pid}"), p))
             .collect(),
         txn_start_ms: pid,
-        txn_last_update_ms: pid * 2,
         client_txn_version: txn_log::TxnVersion::V2,
+        ..TxnRecord::initialized(ProducerId(pid), epoch, 60_000, pid * 2)
     }
 }

@@ -1,4 +1,4 @@
-//! loom model of `MemTxnLog`'s epoch fence (run with `RUSTFLAGS="--cfg txn_loom"`).
+//! loom model of `MemTxnLog`'s epoch fence.
 //!
 //! Property: a coordinator claiming epoch 2 while the old one (epoch 1) appends concurrently —
 //! once `claim(2)` has resolved, no epoch-1 append lands; an epoch-1 append that resolved `Ok`
@@ -7,36 +7,25 @@
 #![cfg(txn_loom)]
 
 use loom::sync::Arc;
+use loom_tests::PARTITION as P;
 use txn_log::mem::block_on;
 use txn_log::{
-    CoordinatorEpoch, LogEntry, LogPartition, MemTxnLog, ProducerEpoch, ProducerId,
-    TransactionalId, TxnLog, TxnRecord, TxnState,
+    CoordinatorEpoch, LogEntry, MemTxnLog, ProducerEpoch, ProducerId, TransactionalId, TxnLog,
+    TxnRecord, TxnState,
 };
 
 fn rec() -> TxnRecord {
     TxnRecord {
-        producer_id: ProducerId(1),
-        prev_producer_id: ProducerId::NONE,
-        next_producer_id: ProducerId::NONE,
-        producer_epoch: ProducerEpoch(0),
-        last_producer_epoch: ProducerEpoch::NONE,
-        session_producer_epoch: ProducerEpoch::NONE,
-        session_producer_id: ProducerId::NONE,
-        two_phase_commit: false,
-        timeout_ms: 1000,
         state: TxnState::Ongoing,
-        partitions: Default::default(),
         txn_start_ms: 0,
-        txn_last_update_ms: 0,
         client_txn_version: txn_log::TxnVersion::V2,
+        ..TxnRecord::initialized(ProducerId(1), ProducerEpoch(0), 1000, 0)
     }
 }
 
-const P: LogPartition = LogPartition(0);
-
 #[test]
 fn claim_fences_a_concurrent_stale_append() {
-    loom::model(|| {
+    loom_tests::builder().check(|| {
         let log = Arc::new(MemTxnLog::new());
         block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
         let old = {
