@@ -437,9 +437,18 @@ impl AddPartitionsToTxnResponse {
 impl AddPartitionsTxnResult {
     /// Every partition of `txn` answered with `error`.
     pub fn all(txn: &AddPartitionsTxn, error: ErrorCode) -> Self {
+        Self::each(txn, |_| error)
+    }
+
+    /// Every partition of `txn` answered with `error_of` it.
+    pub fn each(txn: &AddPartitionsTxn, error_of: impl Fn(&TopicPartition) -> ErrorCode) -> Self {
         Self {
             transactional_id: txn.transactional_id.clone(),
-            partitions: txn.partitions.iter().map(|p| (p.clone(), error)).collect(),
+            partitions: txn
+                .partitions
+                .iter()
+                .map(|p| (p.clone(), error_of(p)))
+                .collect(),
         }
     }
 }

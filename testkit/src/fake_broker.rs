@@ -416,20 +416,24 @@ mod tests {
     use crate::client::Conn;
     use kafka_protocol::messages::MetadataRequest;
 
-    #[tokio::test]
-    async fn lists_kafka_4_1_versions_answers_metadata_and_counts() {
-        let b = FakeBroker::start(
-            "127.0.0.1:0",
-            FakeBrokerConfig {
-                topics: vec![("t".into(), 3)],
-                ..FakeBrokerConfig::default()
-            },
-        )
-        .await
-        .expect("start");
-        let mut c = Conn::connect(&b.addr().to_string(), "fake-broker-test")
+    /// A fake broker on a free port with `config`, and a connection to it.
+    async fn started(config: FakeBrokerConfig) -> (FakeBroker, Conn) {
+        let b = FakeBroker::start("127.0.0.1:0", config)
+            .await
+            .expect("start");
+        let c = Conn::connect(&b.addr().to_string(), "fake-broker-test")
             .await
             .expect("connect");
+        (b, c)
+    }
+
+    #[tokio::test]
+    async fn lists_kafka_4_1_versions_answers_metadata_and_counts() {
+        let (b, mut c) = started(FakeBrokerConfig {
+            topics: vec![("t".into(), 3)],
+            ..FakeBrokerConfig::default()
+        })
+        .await;
         let v = c
             .versions
             .pick(ApiKey::WriteTxnMarkers, 0, 2)
@@ -451,18 +455,11 @@ mod tests {
             RequestKind::Metadata(_) => Reply::Close,
             _ => Reply::Default,
         });
-        let b = FakeBroker::start(
-            "127.0.0.1:0",
-            FakeBrokerConfig {
-                script: Some(script),
-                ..FakeBrokerConfig::default()
-            },
-        )
-        .await
-        .expect("start");
-        let mut c = Conn::connect(&b.addr().to_string(), "fake-broker-test")
-            .await
-            .expect("connect");
+        let (b, mut c) = started(FakeBrokerConfig {
+            script: Some(script),
+            ..FakeBrokerConfig::default()
+        })
+        .await;
         assert!(c.call(&MetadataRequest::default(), 12).await.is_err());
         assert_eq!(b.answered(), 1, "only ApiVersions was answered");
     }
@@ -476,15 +473,10 @@ mod tests {
             cluster: Some(cluster.clone()),
             ..FakeBrokerConfig::default()
         };
-        let b1 = FakeBroker::start("127.0.0.1:0", member(1))
-            .await
-            .expect("1");
+        let (b1, mut c) = started(member(1)).await;
         let b2 = FakeBroker::start("127.0.0.1:0", member(2))
             .await
             .expect("2");
-        let mut c = Conn::connect(&b1.addr().to_string(), "fake-cluster-test")
-            .await
-            .expect("connect");
         let leaders = |md: &MetadataResponse| -> Vec<i32> {
             md.topics[0]
                 .partitions

@@ -31,44 +31,43 @@ pub(super) struct BatchReply {
     outstanding: usize,
 }
 
-/// The continuation of one transaction's add in an AddPartitionsToTxn batch: fills its slot
-/// of the batch's reply.
+/// The continuation of an add's append: count a transaction begun, then answer.
 #[derive(Debug)]
-struct AddedToBatch {
+struct Added {
     to: RequestId,
-    index: usize,
     /// The add begins a transaction.
     began: bool,
+    answer: AddAnswer,
 }
 
-impl Continuation for AddedToBatch {
-    fn finish(
-        self: Box<Self>,
-        engine: &mut Engine,
-        _ops: &[(TransactionalId, LogOp)],
-        error: Option<ErrorCode>,
-    ) {
-        if error.is_none() && self.began {
-            engine.metrics.transactions_begun += 1;
-        }
-        engine.batch_fill(self.to, self.index, error.unwrap_or(ErrorCode::NONE));
-    }
-
-    fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
-        engine.batch_fill(self.to, self.index, code);
-    }
-}
-
-/// The continuation of an AddOffsetsToTxn's append.
+/// Where an [`Added`] answers.
 #[derive(Debug)]
-struct AddedOffsets {
-    to: RequestId,
-    version: i16,
-    /// The add begins a transaction.
-    began: bool,
+enum AddAnswer {
+    /// Its transaction's slot (`index`) of an AddPartitionsToTxn batch's reply.
+    BatchSlot { index: usize },
+    /// An AddOffsetsToTxn reply of `version`.
+    Offsets { version: i16 },
 }
 
-impl Continuation for AddedOffsets {
+impl Added {
+    fn batch_slot(to: RequestId, index: usize, began: bool) -> Box<Self> {
+        Box::new(Self {
+            to,
+            began,
+            answer: AddAnswer::BatchSlot { index },
+        })
+    }
+
+    fn offsets(to: RequestId, version: i16, began: bool) -> Box<Self> {
+        Box::new(Self {
+            to,
+            began,
+            answer: AddAnswer::Offsets { version },
+        })
+    }
+}
+
+impl Continuation for Added {
     fn finish(
         self: Box<Self>,
         engine: &mut Engine,
@@ -82,7 +81,12 @@ impl Continuation for AddedOffsets {
     }
 
     fn abandon(self: Box<Self>, engine: &mut Engine, code: ErrorCode) {
-        engine.respond(self.to, Response::add_offsets_error(self.version, code));
+        match self.answer {
+            AddAnswer::BatchSlot { index } => engine.batch_fill(self.to, index, code),
+            AddAnswer::Offsets { version } => {
+                engine.respond(self.to, Response::add_offsets_error(version, code));
+            }
+        }
     }
 }
 
@@ -105,17 +109,9 @@ impl Engine {
                         outstanding: 1,
                     },
                 );
-                Box::new(AddedToBatch {
-                    to,
-                    index: 0,
-                    began,
-                })
+                Added::batch_slot(to, 0, began)
             }
-            Request::AddOffsetsToTxn(r) => Box::new(AddedOffsets {
-                to,
-                version: r.version,
-                began,
-            }),
+            Request::AddOffsetsToTxn(r) => Added::offsets(to, r.version, began),
             other => panic!("{other:?} is not an add"),
         }
     }
@@ -211,7 +207,7 @@ impl Engine {
                     },
                     outstanding: 0,
                 });
-                self.begin_one(id, record, Box::new(AddedToBatch { to, index, began }));
+                self.begin_one(id, record, Added::batch_slot(to, index, began));
             }
         }
         if let Some(id) = park {
@@ -247,15 +243,7 @@ impl Engine {
                 self.busy(&id, to, Request::AddOffsetsToTxn(r), park_until);
             }
             AddDecision::Write(record, began) => {
-                self.begin_one(
-                    &id,
-                    &record,
-                    Box::new(AddedOffsets {
-                        to,
-                        version: r.version,
-                        began,
-                    }),
-                );
+                self.begin_one(&id, &record, Added::offsets(to, r.version, began));
             }
         }
     }
@@ -354,21 +342,13 @@ impl Engine {
             return all(ErrorCode::CONCURRENT_TRANSACTIONS);
         }
         let present = t.partitions();
-        AddPartitionsTxnResult {
-            transactional_id: txn.transactional_id.clone(),
-            partitions: txn
-                .partitions
-                .iter()
-                .map(|p| {
-                    let c = if present.is_some_and(|ps| ps.contains(p)) {
-                        ErrorCode::NONE
-                    } else {
-                        ErrorCode::TRANSACTION_ABORTABLE
-                    };
-                    (p.clone(), c)
-                })
-                .collect(),
-        }
+        AddPartitionsTxnResult::each(txn, |p| {
+            if present.is_some_and(|ps| ps.contains(p)) {
+                ErrorCode::NONE
+            } else {
+                ErrorCode::TRANSACTION_ABORTABLE
+            }
+        })
     }
 }
 

@@ -16,8 +16,8 @@ use crate::{Effect, ErrorCode, Millis, RequestId, Response};
 struct Decided {
     to: RequestId,
     version: i16,
-    pid: ProducerId,
-    epoch: ProducerEpoch,
+    /// The pair the producer goes on with.
+    reply: (ProducerId, ProducerEpoch),
 }
 
 impl Continuation for Decided {
@@ -32,8 +32,8 @@ impl Continuation for Decided {
         }
         let resp = EndTxnResponse {
             error: ErrorCode::NONE,
-            producer_id: self.pid,
-            producer_epoch: self.epoch,
+            producer_id: self.reply.0,
+            producer_epoch: self.reply.1,
         };
         engine.respond(self.to, Response::EndTxn(resp));
         let (id, _) = ops.first().expect("a decision writes one record");
@@ -269,16 +269,12 @@ impl Engine {
             Some(after),
             self.now.0,
         );
-        self.begin_one(
-            id,
-            &next,
-            Box::new(Decided {
-                to,
-                version,
-                pid: after.0,
-                epoch: after.1,
-            }),
-        );
+        let decided = Decided {
+            to,
+            version,
+            reply: after,
+        };
+        self.begin_one(id, &next, Box::new(decided));
     }
 
     /// `prepareAbortOrCommit`: TV2 bumps the epoch (and at exhaustion picks the next producer
@@ -294,7 +290,7 @@ impl Engine {
     ) {
         assert_transition(id, cur.state(), prepare_state(result));
         let producer = *cur.producer();
-        let (next, (reply_pid, reply_epoch)) = if tv2 {
+        let (next, reply) = if tv2 {
             let bumped = Producer {
                 epoch: ProducerEpoch(producer.epoch.0.saturating_add(1)),
                 last_epoch: Some(producer.epoch),
@@ -316,16 +312,7 @@ impl Engine {
             let next = cur.prepared(result, producer, TxnVersion::V0, None, None, self.now.0);
             (next, (producer.id, producer.epoch))
         };
-        self.begin_one(
-            id,
-            &next,
-            Box::new(Decided {
-                to,
-                version,
-                pid: reply_pid,
-                epoch: reply_epoch,
-            }),
-        );
+        self.begin_one(id, &next, Box::new(Decided { to, version, reply }));
     }
 
     /// A PrepareCommit/PrepareAbort is durable: write markers, or complete at once if the

@@ -122,6 +122,19 @@ struct Initialized {
     ongoing: Option<(ProducerId, ProducerEpoch)>,
 }
 
+impl Initialized {
+    /// Answers `producer`'s pair, no kept transaction.
+    fn new_pair(to: RequestId, version: i16, producer: Producer) -> Box<Self> {
+        Box::new(Self {
+            to,
+            version,
+            pid: producer.id,
+            epoch: producer.epoch,
+            ongoing: None,
+        })
+    }
+}
+
 impl Continuation for Initialized {
     fn finish(
         self: Box<Self>,
@@ -229,17 +242,7 @@ impl Engine {
             };
             let next = Txn::fresh(pid, stored_timeout_ms(&r), r.enable_2pc, now);
             let producer = *next.producer();
-            return self.begin_one(
-                &id,
-                &next,
-                Box::new(Initialized {
-                    to,
-                    version,
-                    pid: producer.id,
-                    epoch: producer.epoch,
-                    ongoing: None,
-                }),
-            );
+            return self.begin_one(&id, &next, Initialized::new_pair(to, version, producer));
         };
         let cur = *current.producer();
         if let Some((epid, eepoch)) = expected {
@@ -294,17 +297,7 @@ impl Engine {
                 };
                 assert_transition(&id, current.state(), TxnState::Empty);
                 let next = current.initialized(producer, stored_timeout_ms(&r), r.enable_2pc, now);
-                self.begin_one(
-                    &id,
-                    &next,
-                    Box::new(Initialized {
-                        to,
-                        version,
-                        pid: producer.id,
-                        epoch: producer.epoch,
-                        ongoing: None,
-                    }),
-                );
+                self.begin_one(&id, &next, Initialized::new_pair(to, version, producer));
             }
             TxnState::Dead | TxnState::PrepareEpochFence => {
                 panic!("{id}: pending-only state {} in a record", current.state())

@@ -829,16 +829,17 @@ pub fn render_open_txns(rows: &[OpenTxnRow], format: Format) -> String {
             let now = now_ms();
             let mut table = vec![HANGING_COLUMNS.map(String::from).to_vec()];
             for r in rows {
-                table.push(vec![
-                    r.topic.clone(),
-                    r.partition.to_string(),
-                    r.producer_id.to_string(),
-                    r.producer_epoch.to_string(),
-                    r.coordinator_epoch.to_string(),
-                    r.start_offset.to_string(),
-                    r.last_timestamp_ms.to_string(),
-                    ((now - r.last_timestamp_ms) / 60_000).to_string(),
-                ]);
+                let mut row = hanging_cells(
+                    &r.topic,
+                    r.partition,
+                    r.producer_id,
+                    r.producer_epoch,
+                    r.coordinator_epoch,
+                    r.start_offset,
+                );
+                row.push(r.last_timestamp_ms.to_string());
+                row.push(((now - r.last_timestamp_ms) / 60_000).to_string());
+                table.push(row);
             }
             render_table(table)
         }
@@ -867,27 +868,38 @@ pub struct HangingRow {
 pub fn render_aborted(r: &HangingRow, format: Format) -> String {
     match format {
         Format::Json => to_json(r),
-        Format::Table => render_table(vec![
-            [
-                "Topic",
-                "Partition",
-                "ProducerId",
-                "ProducerEpoch",
-                "CoordinatorEpoch",
-                "StartOffset",
-            ]
-            .map(String::from)
-            .to_vec(),
-            vec![
-                r.topic.clone(),
-                r.partition.to_string(),
-                r.producer_id.to_string(),
-                r.producer_epoch.to_string(),
-                r.coordinator_epoch.to_string(),
-                r.start_offset.to_string(),
-            ],
-        ]),
+        Format::Table => {
+            let cells = hanging_cells(
+                &r.topic,
+                r.partition,
+                r.producer_id,
+                r.producer_epoch.into(),
+                r.coordinator_epoch,
+                r.start_offset,
+            );
+            let header = HANGING_COLUMNS[..cells.len()].iter();
+            render_table(vec![header.map(|c| c.to_string()).collect(), cells])
+        }
     }
+}
+
+/// The first six cells of a `find-hanging` row: where the transaction is open and who opened it.
+fn hanging_cells(
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i32,
+    coordinator_epoch: i32,
+    start_offset: i64,
+) -> Vec<String> {
+    vec![
+        topic.to_owned(),
+        partition.to_string(),
+        producer_id.to_string(),
+        producer_epoch.to_string(),
+        coordinator_epoch.to_string(),
+        start_offset.to_string(),
+    ]
 }
 
 /// One JSON document and a newline.

@@ -267,24 +267,14 @@ impl<'a> Authz<'a> {
                 denied |= !ok;
             }
             if denied {
-                answered.push((
-                    i,
-                    AddPartitionsTxnResult {
-                        transactional_id: txn.transactional_id.clone(),
-                        partitions: txn
-                            .partitions
-                            .iter()
-                            .map(|p| {
-                                let e = if topic_ok.get(&p.topic) == Some(&false) {
-                                    ErrorCode::TOPIC_AUTHORIZATION_FAILED
-                                } else {
-                                    ErrorCode::OPERATION_NOT_ATTEMPTED
-                                };
-                                (p.clone(), e)
-                            })
-                            .collect(),
-                    },
-                ));
+                let result = AddPartitionsTxnResult::each(&txn, |p| {
+                    if topic_ok.get(&p.topic) == Some(&false) {
+                        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        ErrorCode::OPERATION_NOT_ATTEMPTED
+                    }
+                });
+                answered.push((i, result));
             } else {
                 forwarded.push((i, txn));
             }
@@ -465,6 +455,16 @@ mod tests {
         Session::anonymous(std::net::Ipv4Addr::LOCALHOST.into())
     }
 
+    /// The denials counted for `api` and `operation`.
+    fn denied(d: &Denials, api: &'static str, operation: &'static str) -> u64 {
+        d.family()
+            .get_or_create(&DenialLabels {
+                api: api.into(),
+                operation: operation.into(),
+            })
+            .get()
+    }
+
     fn txn(id: &str, topics: &[&str]) -> AddPartitionsTxn {
         AddPartitionsTxn {
             transactional_id: id.into(),
@@ -513,14 +513,7 @@ mod tests {
             a.end_txn("other"),
             Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         );
-        let denied = d
-            .family()
-            .get_or_create(&DenialLabels {
-                api: "EndTxn".into(),
-                operation: "WRITE".into(),
-            })
-            .get();
-        assert_eq!(denied, 2);
+        assert_eq!(denied(&d, "EndTxn", "WRITE"), 2);
     }
 
     #[test]
@@ -567,25 +560,18 @@ mod tests {
             Authz::new(authorizer(acls), &session(), &d, "InitProducerId")
                 .init_producer_id(Some("t"), enable_2pc)
         };
-        let denied = Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        let refused = Err(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
         let write = [on_id(AclOperation::Write)];
         assert_eq!(check(&write, false), Ok(()));
-        assert_eq!(check(&write, true), denied);
-        assert_eq!(check(&[on_id(AclOperation::TwoPhaseCommit)], true), denied);
+        assert_eq!(check(&write, true), refused);
+        assert_eq!(check(&[on_id(AclOperation::TwoPhaseCommit)], true), refused);
         let both = [
             on_id(AclOperation::Write),
             on_id(AclOperation::TwoPhaseCommit),
         ];
         assert_eq!(check(&both, true), Ok(()));
         assert_eq!(check(&[on_id(AclOperation::All)], true), Ok(()));
-        let denied_2pc = d
-            .family()
-            .get_or_create(&DenialLabels {
-                api: "InitProducerId".into(),
-                operation: "TWO_PHASE_COMMIT".into(),
-            })
-            .get();
-        assert_eq!(denied_2pc, 1);
+        assert_eq!(denied(&d, "InitProducerId", "TWO_PHASE_COMMIT"), 1);
     }
 
     #[test]

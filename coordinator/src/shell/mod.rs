@@ -574,21 +574,13 @@ impl Coordinator {
             slots.push(
                 match self.shared.catalog.unknown_partitions(&t.partitions).await {
                     Ok(unknown) if unknown.is_empty() => None,
-                    Ok(unknown) => Some(AddPartitionsTxnResult {
-                        transactional_id: t.transactional_id.clone(),
-                        partitions: t
-                            .partitions
-                            .iter()
-                            .map(|tp| {
-                                let e = if unknown.contains(tp) {
-                                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                                } else {
-                                    ErrorCode::OPERATION_NOT_ATTEMPTED
-                                };
-                                (tp.clone(), e)
-                            })
-                            .collect(),
-                    }),
+                    Ok(unknown) => Some(AddPartitionsTxnResult::each(t, |tp| {
+                        if unknown.contains(tp) {
+                            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                        } else {
+                            ErrorCode::OPERATION_NOT_ATTEMPTED
+                        }
+                    })),
                     Err(e) => {
                         tracing::warn!(error = %e, "AddPartitionsToTxn: partition check failed");
                         Some(AddPartitionsTxnResult::all(
