@@ -611,6 +611,16 @@ pub fn open_txn(
     (pid, epoch)
 }
 
+/// EndTxn(commit, v5) of the transaction [`open_txn`] opened, at 3 ms; asserts it succeeded
+/// (the PrepareCommit is durable, the markers are planned).
+pub fn commit_txn(node: &Mutex<Node>, id: &str, pid: ProducerId, epoch: ProducerEpoch) {
+    let request = end_txn(5, id, pid, epoch, true);
+    let Response::EndTxn(end) = call(node, Millis(3), RequestId(3), request) else {
+        panic!("wrong response kind");
+    };
+    assert_eq!(end.error, ErrorCode::NONE, "EndTxn(commit)");
+}
+
 /// One accepted marker at a broker.
 #[derive(Debug, Clone)]
 pub struct AppliedMarker {

@@ -16,11 +16,10 @@
 //!   rejected there (accepted coordinator epochs never go down).
 #![cfg(txn_loom)]
 
-use coordinator::ProducerIdAllocator;
-use coordinator::{ErrorCode, Millis, RequestId, Response};
+use coordinator::{Millis, ProducerIdAllocator};
 use loom_tests::{
-    Broker, Markers, Node, PARTITION, call, deliver_all, deliver_one, end_txn, loaded_node,
-    open_txn, state_of, tid, tp,
+    Broker, Markers, Node, PARTITION, commit_txn, deliver_all, deliver_one, loaded_node, open_txn,
+    state_of, tid, tp,
 };
 use txn_log::sync::{Arc, AtomicBool, Mutex, Ordering};
 use txn_log::{CoordinatorEpoch, LogError, MemTxnLog, TxnResult, TxnState};
@@ -44,15 +43,7 @@ fn failover() {
         let (pid, epoch) = open_txn(&a, ID, &[tp0.clone(), tp1.clone()]);
         b1.lock().produce(&tp0, pid, epoch);
         b2.lock().produce(&tp1, pid, epoch);
-        let Response::EndTxn(end) = call(
-            &a,
-            Millis(3),
-            RequestId(3),
-            end_txn(5, ID, pid, epoch, true),
-        ) else {
-            panic!("wrong response kind");
-        };
-        assert_eq!(end.error, ErrorCode::NONE);
+        commit_txn(&a, ID, pid, epoch);
 
         // The fence witness: set once B's claim has resolved.
         let claimed = Arc::new(AtomicBool::new(false));

@@ -15,9 +15,9 @@
 //! - every participant commits once and nothing stays open.
 #![cfg(txn_loom)]
 
-use coordinator::{ErrorCode, Millis, RequestId, Response};
+use coordinator::Millis;
 use loom_tests::{
-    Broker, Markers, Node, PARTITION, call, deliver_all, deliver_one, end_txn, is_complete,
+    Broker, Markers, Node, PARTITION, commit_txn, deliver_all, deliver_one, is_complete,
     loaded_node, open_txn, state_of, tid, tp,
 };
 use markers::writer::codes;
@@ -43,15 +43,7 @@ fn marker_fan_in() {
         b2.lock().produce(&tp1, pid, epoch);
         b2.lock().produce(&tp2, pid, epoch);
         b2.lock().fail_next = Some(codes::NOT_LEADER_OR_FOLLOWER);
-        let Response::EndTxn(end) = call(
-            &node,
-            Millis(3),
-            RequestId(3),
-            end_txn(5, ID, pid, epoch, true),
-        ) else {
-            panic!("wrong response kind");
-        };
-        assert_eq!(end.error, ErrorCode::NONE);
+        commit_txn(&node, ID, pid, epoch);
 
         // At the moment a Complete* reaches the log, every participant has the marker.
         {
