@@ -445,6 +445,11 @@ mod tests {
         )
     }
 
+    /// ALLOW `op` on the literal resource `name` of type `rt`.
+    fn allow(rt: ResourceType, name: &str, op: AclOperation) -> AclBinding {
+        acl(rt, name, false, op, true)
+    }
+
     fn authorizer(acls: &[AclBinding]) -> Option<Arc<dyn Authorizer>> {
         let mut a = StandardAuthorizer::new(StandardAuthorizerConfig::default());
         a.create(acls);
@@ -524,24 +529,16 @@ mod tests {
             a.init_producer_id(None, false),
             Err(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
         );
-        let z = authorizer(&[acl(
-            ResourceType::Topic,
-            "x",
-            false,
-            AclOperation::Write,
-            true,
-        )]);
+        let z = authorizer(&[allow(ResourceType::Topic, "x", AclOperation::Write)]);
         assert!(
             Authz::new(z, &session(), &d, "InitProducerId")
                 .init_producer_id(None, false)
                 .is_ok()
         );
-        let z = authorizer(&[acl(
+        let z = authorizer(&[allow(
             ResourceType::Cluster,
             CLUSTER_NAME,
-            false,
             AclOperation::IdempotentWrite,
-            true,
         )]);
         assert!(
             Authz::new(z, &session(), &d, "InitProducerId")
@@ -555,7 +552,7 @@ mod tests {
     #[test]
     fn init_producer_id_with_two_phase_commit_needs_both_operations() {
         let d = Denials::default();
-        let on_id = |op| acl(ResourceType::TransactionalId, "t", false, op, true);
+        let on_id = |op| allow(ResourceType::TransactionalId, "t", op);
         let check = |acls: &[AclBinding], enable_2pc| {
             Authz::new(authorizer(acls), &session(), &d, "InitProducerId")
                 .init_producer_id(Some("t"), enable_2pc)
@@ -590,14 +587,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let z = authorizer(&[
-            acl(
-                ResourceType::TransactionalId,
-                "t",
-                false,
-                AclOperation::Write,
-                true,
-            ),
-            acl(ResourceType::Topic, "a", false, AclOperation::Write, true),
+            allow(ResourceType::TransactionalId, "t", AclOperation::Write),
+            allow(ResourceType::Topic, "a", AclOperation::Write),
         ]);
         let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
         assert!(matches!(
@@ -638,14 +629,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let z = authorizer(&[
-            acl(
+            allow(
                 ResourceType::Cluster,
                 CLUSTER_NAME,
-                false,
                 AclOperation::ClusterAction,
-                true,
             ),
-            acl(ResourceType::Topic, "ok", false, AclOperation::Write, true),
+            allow(ResourceType::Topic, "ok", AclOperation::Write),
         ]);
         let a = Authz::new(z, &session(), &d, "AddPartitionsToTxn");
         let AddPartitionsAuthz::Allowed(forward) = a.add_partitions(req) else {
@@ -665,14 +654,8 @@ mod tests {
             Authz::new(None, &session(), &d, "AddPartitionsToTxn"),
             Authz::new(
                 authorizer(&[
-                    acl(
-                        ResourceType::TransactionalId,
-                        "t",
-                        false,
-                        AclOperation::Write,
-                        true,
-                    ),
-                    acl(ResourceType::Topic, "*", false, AclOperation::All, true),
+                    allow(ResourceType::TransactionalId, "t", AclOperation::Write),
+                    allow(ResourceType::Topic, "*", AclOperation::All),
                 ]),
                 &session(),
                 &d,
@@ -702,12 +685,10 @@ mod tests {
     #[test]
     fn add_offsets_checks_the_id_then_the_group() {
         let d = Denials::default();
-        let z = authorizer(&[acl(
+        let z = authorizer(&[allow(
             ResourceType::TransactionalId,
             "t",
-            false,
             AclOperation::Write,
-            true,
         )]);
         let a = Authz::new(z, &session(), &d, "AddOffsetsToTxn");
         assert_eq!(
@@ -724,20 +705,8 @@ mod tests {
     fn describe_and_list_hide_what_may_not_be_described() {
         let d = Denials::default();
         let z = authorizer(&[
-            acl(
-                ResourceType::TransactionalId,
-                "a",
-                false,
-                AclOperation::Describe,
-                true,
-            ),
-            acl(
-                ResourceType::Topic,
-                "seen",
-                false,
-                AclOperation::Describe,
-                true,
-            ),
+            allow(ResourceType::TransactionalId, "a", AclOperation::Describe),
+            allow(ResourceType::Topic, "seen", AclOperation::Describe),
         ]);
         let a = Authz::new(z, &session(), &d, "DescribeTransactions");
         let ids = vec!["a".to_owned(), "b".to_owned()];
