@@ -46,11 +46,7 @@ fn pki() -> Pki {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = pki::Ca::new("brokers CA");
     let other = pki::Ca::new("other CA");
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    };
+    let write = |name: &str, text: &str| pki::write(&dir.path().join(name), text);
     Pki {
         ca: write("ca.pem", &ca.pem),
         server: write("server.pem", &ca.keystore(&["localhost", "127.0.0.1"], &[])),

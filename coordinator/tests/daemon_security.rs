@@ -40,11 +40,7 @@ fn pki() -> Pki {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = pki::Ca::new("test CA");
     let other = pki::Ca::new("other CA");
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    };
+    let write = |name: &str, text: &str| pki::write(&dir.path().join(name), text);
     let alice_dn = [
         (DnType::OrganizationName, "example"),
         (DnType::OrganizationalUnitName, "eng"),
