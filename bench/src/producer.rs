@@ -271,6 +271,49 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(1 << attempt.saturating_sub(4).min(3))
 }
 
+/// The retries of one request: an answer with a code the producer retries is retried after
+/// [`backoff`] until [`RETRY_FOR`] has passed since `since`.
+struct Retry {
+    since: Instant,
+    attempt: u32,
+}
+
+impl Retry {
+    fn since(since: Instant) -> Self {
+        Self { since, attempt: 0 }
+    }
+
+    /// After `api` answered `code`: `Ok(true)` it succeeded, `Ok(false)` send it again (the
+    /// backoff was waited and the retry counted in `stats`), `Err` a code not retried or no
+    /// time left.
+    async fn after(
+        &mut self,
+        api: &str,
+        code: i16,
+        stats: &mut ProducerStats,
+    ) -> Result<bool, TxnError> {
+        if code == ErrorCode::NONE.code() {
+            return Ok(true);
+        }
+        if ErrorCode(code).is_retried_by_producer() && self.since.elapsed() < RETRY_FOR {
+            stats.retries += 1;
+            tokio::time::sleep(backoff(self.attempt)).await;
+            self.attempt += 1;
+            return Ok(false);
+        }
+        Err(TxnError::Server(format!("{api}: error {code}")))
+    }
+}
+
+/// The last non-zero code of `codes` (a response's per-partition codes), 0 if none.
+fn worst_code(codes: impl IntoIterator<Item = i16>) -> i16 {
+    codes
+        .into_iter()
+        .filter(|&c| c != ErrorCode::NONE.code())
+        .last()
+        .unwrap_or(ErrorCode::NONE.code())
+}
+
 impl Producer {
     fn coord(&mut self) -> &mut Conn {
         self.conns
@@ -317,7 +360,7 @@ impl Producer {
         // AddPartitionsToTxn, retried on retriable codes (CONCURRENT_TRANSACTIONS while the
         // previous transaction's markers are in flight).
         let topic = TopicName(StrBytes::from_string(self.p.layout.topic.clone()));
-        let mut attempt = 0;
+        let mut retry = Retry::since(t0);
         loop {
             let req = AddPartitionsToTxnRequest::default()
                 .with_v3_and_below_transactional_id(self.txn_id())
@@ -330,26 +373,15 @@ impl Producer {
                 ]);
             let v = self.vers.add;
             let resp = self.coord().call(&req, v).await?;
-            let mut worst = ErrorCode::NONE.code();
-            for t in &resp.results_by_topic_v3_and_below {
-                for r in &t.results_by_partition {
-                    if r.partition_error_code != ErrorCode::NONE.code() {
-                        worst = r.partition_error_code;
-                    }
-                }
-            }
-            if worst == ErrorCode::NONE.code() {
+            let worst = worst_code(
+                resp.results_by_topic_v3_and_below
+                    .iter()
+                    .flat_map(|t| &t.results_by_partition)
+                    .map(|r| r.partition_error_code),
+            );
+            if retry.after("AddPartitionsToTxn", worst, stats).await? {
                 break;
             }
-            if ErrorCode(worst).is_retried_by_producer() && t0.elapsed() < RETRY_FOR {
-                stats.retries += 1;
-                tokio::time::sleep(backoff(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-            return Err(TxnError::Server(format!(
-                "AddPartitionsToTxn: error {worst}"
-            )));
         }
         let t1 = Instant::now();
 
@@ -392,28 +424,19 @@ impl Producer {
                         .with_partition_data(pdata),
                 ]);
             let v = self.vers.produce;
-            let mut attempt = 0;
+            let mut retry = Retry::since(t1);
             loop {
                 let conn = self.conns.get_mut(&addr).expect("leader connection exists");
                 let resp = conn.call(&req, v).await?;
-                let mut worst = ErrorCode::NONE.code();
-                for t in &resp.responses {
-                    for r in &t.partition_responses {
-                        if r.error_code != ErrorCode::NONE.code() {
-                            worst = r.error_code;
-                        }
-                    }
-                }
-                if worst == ErrorCode::NONE.code() {
+                let worst = worst_code(
+                    resp.responses
+                        .iter()
+                        .flat_map(|t| &t.partition_responses)
+                        .map(|r| r.error_code),
+                );
+                if retry.after("Produce", worst, stats).await? {
                     break;
                 }
-                if ErrorCode(worst).is_retried_by_producer() && t1.elapsed() < RETRY_FOR {
-                    stats.retries += 1;
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
-                    continue;
-                }
-                return Err(TxnError::Server(format!("Produce: error {worst}")));
             }
             for &p in &ps {
                 let e = self.seqs.entry(p).or_insert(0);
@@ -444,20 +467,12 @@ impl Producer {
         commit: bool,
         stats: &mut ProducerStats,
     ) -> Result<(), TxnError> {
-        let mut attempt = 0;
-        let t = Instant::now();
+        let mut retry = Retry::since(Instant::now());
         loop {
             let c = self.end_txn(commit).await?;
-            if c == ErrorCode::NONE.code() {
+            if retry.after("EndTxn", c, stats).await? {
                 return Ok(());
             }
-            if ErrorCode(c).is_retried_by_producer() && t.elapsed() < RETRY_FOR {
-                stats.retries += 1;
-                tokio::time::sleep(backoff(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-            return Err(TxnError::Server(format!("EndTxn: error {c}")));
         }
     }
 
