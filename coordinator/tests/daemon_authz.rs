@@ -145,7 +145,7 @@ async fn acls_decide_and_a_denied_request_leaves_no_state() {
     assert_eq!(r.error_code, 53);
 
     let r = c
-        .call(&txn_testkit::requests::describe_all_acls_req(), 3)
+        .call(&describe_all_acls_req(), 3)
         .await
         .expect("describe acls");
     assert_eq!(r.error_code, 0);
