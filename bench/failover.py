@@ -284,19 +284,24 @@ def owners(args):
 # --- commit files ----------------------------------------------------------------------------
 
 
-def read_commits(patterns):
-    """{producer: sorted [epoch seconds]} from every `commit <producer> <epoch-ms> ...` line."""
-    commits = {}
+def split_lines(patterns):
+    """The words of every line of every file matching one of the glob `patterns`."""
     for pat in patterns:
         for f in glob.glob(pat):
             with open(f, errors="replace") as fh:
                 for line in fh:
-                    parts = line.split()
-                    if len(parts) >= 3 and parts[0] == "commit":
-                        try:
-                            commits.setdefault(parts[1], []).append(float(parts[2]) / 1000)
-                        except ValueError:
-                            pass
+                    yield line.split()
+
+
+def read_commits(patterns):
+    """{producer: sorted [epoch seconds]} from every `commit <producer> <epoch-ms> ...` line."""
+    commits = {}
+    for parts in split_lines(patterns):
+        if len(parts) >= 3 and parts[0] == "commit":
+            try:
+                commits.setdefault(parts[1], []).append(float(parts[2]) / 1000)
+            except ValueError:
+                pass
     for v in commits.values():
         v.sort()
     return commits
@@ -305,14 +310,10 @@ def read_commits(patterns):
 def read_events(patterns):
     """{"<what> <error>": count} from every `event <producer> <epoch-ms> <what> <error> ...` line."""
     events = {}
-    for pat in patterns:
-        for f in glob.glob(pat):
-            with open(f, errors="replace") as fh:
-                for line in fh:
-                    parts = line.split()
-                    if len(parts) >= 4 and parts[0] == "event":
-                        k = " ".join(parts[3:5]).rstrip(":")
-                        events[k] = events.get(k, 0) + 1
+    for parts in split_lines(patterns):
+        if len(parts) >= 4 and parts[0] == "event":
+            k = " ".join(parts[3:5]).rstrip(":")
+            events[k] = events.get(k, 0) + 1
     return events
 
 

@@ -5,6 +5,7 @@ mod daemon_support;
 
 use std::time::Duration;
 
+use coordinator::server::admin::{DESCRIBE_COLUMNS, LIST_COLUMNS};
 use daemon_support::*;
 use kafka_protocol::messages as km;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,15 +82,11 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
     let (st, out, err) = run_admin("list", &addr, &[]);
     assert!(st.success(), "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    // Kafka's kafka-transactions.sh list columns, in its order.
+    // Kafka's kafka-transactions.sh list columns, in its order (the constant is checked
+    // against Kafka's own tool by txn-tests' kafka_tools).
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        [
-            "TransactionalId",
-            "Coordinator",
-            "ProducerId",
-            "TransactionState"
-        ],
+        LIST_COLUMNS,
         "{out}"
     );
     let node = "7".to_owned();
@@ -141,21 +138,7 @@ async fn list_describe_find_hanging_abort_and_dump_log() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     // Kafka's kafka-transactions.sh describe columns, in its order.
-    assert_eq!(
-        lines[0],
-        [
-            "CoordinatorId",
-            "TransactionalId",
-            "ProducerId",
-            "ProducerEpoch",
-            "TransactionState",
-            "TransactionTimeoutMs",
-            "CurrentTransactionStartTimeMs",
-            "TransactionDurationMs",
-            "TopicPartitions"
-        ],
-        "{out}"
-    );
+    assert_eq!(lines[0], DESCRIBE_COLUMNS, "{out}");
     assert_eq!(
         lines[1][..6],
         [

@@ -145,17 +145,7 @@ async fn acls_decide_and_a_denied_request_leaves_no_state() {
     assert_eq!(r.error_code, 53);
 
     let r = c
-        .call(
-            &km::DescribeAclsRequest::default()
-                .with_resource_type_filter(1)
-                .with_resource_name_filter(None)
-                .with_principal_filter(None)
-                .with_host_filter(None)
-                .with_pattern_type_filter(1)
-                .with_operation(1)
-                .with_permission_type(1),
-            3,
-        )
+        .call(&describe_all_acls_req(), 3)
         .await
         .expect("describe acls");
     assert_eq!(r.error_code, 0);

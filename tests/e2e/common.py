@@ -41,9 +41,19 @@ def parse_pattern(text):
     return out
 
 
-def value_for(prefix, txn, partition, k):
-    """The unique value of message k of transaction txn on partition."""
-    return "%s-t%d-p%d-m%d" % (prefix, txn, partition, k)
+def tagged(prefix, tag, partitions):
+    """(partition, "<prefix>-<tag>-p<partition>") for each of `partitions`: distinct values."""
+    return [(p, "%s-%s-p%d" % (prefix, tag, p)) for p in partitions]
+
+
+def txn_values(prefix, txn, partitions, per_partition):
+    """The (partition, value) pairs of transaction txn: per_partition messages on each of
+    partitions, message k on partition p unique as "<prefix>-t<txn>-p<p>-m<k>"."""
+    return [
+        (p, "%s-t%d-p%d-m%d" % (prefix, txn, p, k))
+        for k in range(per_partition)
+        for p in partitions
+    ]
 
 
 class Deadline:

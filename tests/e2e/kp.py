@@ -19,7 +19,7 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from common import Deadline, emit, log, parse_partitions, parse_pattern, value_for
+from common import Deadline, emit, log, parse_partitions, parse_pattern, tagged, txn_values
 
 
 def producer(args, txn_id):
@@ -52,6 +52,31 @@ def send_all(p, topic, values, timeout=10):
     return out
 
 
+def committed(p, topic, values):
+    """One transaction of `p` sending (partition, value) pairs, committed: their offsets."""
+    p.begin_transaction()
+    rec = send_all(p, topic, values)
+    p.commit_transaction()
+    return rec
+
+
+def outcome_of(fn):
+    """{"ok": True} if `fn()` returns, else {"ok": False} with the exception described."""
+    try:
+        fn()
+        return {"ok": True}
+    except Exception as exc:  # noqa: BLE001 - an error is an outcome the test checks
+        return dict(ok=False, **describe(exc))
+
+
+def close_quietly(p):
+    """Closes a producer that may be fenced or stalled, ignoring what that raises."""
+    try:
+        p.close(timeout=2)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def cmd_txns(args):
     if args.recover_after_s > 0:
         return cmd_txns_recovering(args)
@@ -60,11 +85,7 @@ def cmd_txns(args):
     p.init_transactions()
     emit("init", txn_id=args.txn_id)
     for txn, action in enumerate(parse_pattern(args.pattern)):
-        values = [
-            (part, value_for(args.prefix, txn, part, k))
-            for k in range(args.per_partition)
-            for part in partitions
-        ]
+        values = txn_values(args.prefix, txn, partitions, args.per_partition)
         p.begin_transaction()
         emit("produced", txn=txn, values=[[part, v] for part, v in values])
         record = send_all(p, args.topic, values)
@@ -132,11 +153,7 @@ def cmd_txns_recovering(args):
     p.init_transactions()
     emit("init", txn_id=args.txn_id, instance=instance)
     for txn, action in enumerate(parse_pattern(args.pattern)):
-        values = [
-            (part, value_for(args.prefix, txn, part, k))
-            for k in range(args.per_partition)
-            for part in partitions
-        ]
+        values = txn_values(args.prefix, txn, partitions, args.per_partition)
         p.begin_transaction()
         emit("produced", txn=txn, values=[[part, v] for part, v in values])
         stage = "send"
@@ -217,19 +234,16 @@ def cmd_fence(args):
     partitions = parse_partitions(args.partitions)
     a = producer(args, args.txn_id)
     a.init_transactions()
-    ok_values = [(part, "%s-a-ok-p%d" % (args.prefix, part)) for part in partitions]
-    a.begin_transaction()
-    rec = send_all(a, args.topic, ok_values)
-    a.commit_transaction()
-    emit("commit", who="a", values=rec)
-    pre_values = [(part, "%s-a-pre-p%d" % (args.prefix, part)) for part in partitions[:-1]]
+    ok_rec = committed(a, args.topic, tagged(args.prefix, "a-ok", partitions))
+    emit("commit", who="a", values=ok_rec)
+    pre_values = tagged(args.prefix, "a-pre", partitions[:-1])
     a.begin_transaction()
     rec = send_all(a, args.topic, pre_values)
     emit("a_pre_written", values=rec)
     b = producer(args, args.txn_id)
     b.init_transactions()
     emit("b_init")
-    post_values = [(part, "%s-a-post-p%d" % (args.prefix, part)) for part in partitions]
+    post_values = tagged(args.prefix, "a-post", partitions)
     delivered = []
     produce_errors = []
     for part, v in post_values:
@@ -240,23 +254,13 @@ def cmd_fence(args):
             delivered.append(v)
         except Exception as exc:  # noqa: BLE001 - any failure is what a zombie should see
             produce_errors.append(describe(exc))
-    try:
-        a.commit_transaction()
-        a_commit = {"ok": True}
-    except Exception as exc:  # noqa: BLE001
-        a_commit = dict(ok=False, **describe(exc))
+    a_commit = outcome_of(a.commit_transaction)
     emit("a_post", values=[[part, v] for part, v in post_values], delivered=sorted(delivered),
          produce_errors=produce_errors, commit=a_commit)
-    b_values = [(part, "%s-b-p%d" % (args.prefix, part)) for part in partitions]
-    b.begin_transaction()
-    rec = send_all(b, args.topic, b_values)
-    b.commit_transaction()
-    emit("commit", who="b", values=rec)
+    b_rec = committed(b, args.topic, tagged(args.prefix, "b", partitions))
+    emit("commit", who="b", values=b_rec)
     emit("done")
-    try:
-        a.close(timeout=2)
-    except Exception:  # noqa: BLE001
-        pass
+    close_quietly(a)
     b.close(timeout=5)
     return 0
 
@@ -265,21 +269,13 @@ def cmd_stall(args):
     partitions = parse_partitions(args.partitions)
     p = producer(args, args.txn_id)
     p.init_transactions()
-    values = [(part, "%s-stalled-p%d" % (args.prefix, part)) for part in partitions]
+    values = tagged(args.prefix, "stalled", partitions)
     p.begin_transaction()
     emit("written", values=send_all(p, args.topic, values))
     time.sleep(args.stall_s)
-    try:
-        p.commit_transaction()
-        result = {"ok": True}
-    except Exception as exc:  # noqa: BLE001 - the expected outcome is an error
-        result = dict(ok=False, **describe(exc))
-    emit("late_commit", **result)
+    emit("late_commit", **outcome_of(p.commit_transaction))
     emit("done")
-    try:
-        p.close(timeout=2)
-    except Exception:  # noqa: BLE001
-        pass
+    close_quietly(p)
     return 0
 
 

@@ -29,7 +29,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
 )
 
-from common import Deadline, emit, log, parse_partitions, parse_pattern, value_for
+from common import Deadline, emit, log, parse_partitions, parse_pattern, tagged, txn_values
 
 DEBUG = None
 
@@ -126,11 +126,21 @@ def produce_one(producer, topic, partition, value, deliveries, deadline):
 
 
 def write_txn(producer, topic, values, deliveries, deadline, op_timeout):
-    """Begins a transaction, produces each (partition, value) of `values` and flushes."""
+    """Begins a transaction, produces each (partition, value) of `values` and flushes: their
+    rows as delivered by then (Deliveries.rows)."""
     producer.begin_transaction()
     for p, v in values:
         produce_one(producer, topic, p, v, deliveries, deadline)
     producer.flush(op_timeout)
+    return deliveries.rows(values)
+
+
+def committed(producer, topic, values, deadline, op_timeout):
+    """One transaction writing `values` (write_txn), committed: their rows (Deliveries.rows)."""
+    deliveries = Deliveries()
+    write_txn(producer, topic, values, deliveries, deadline, op_timeout)
+    producer.commit_transaction(op_timeout)
+    return deliveries.rows(values)
 
 
 def outcome_of(fn):
@@ -147,11 +157,6 @@ def initialized_producer(args, what, deadline, op_timeout):
     producer = Producer(txn_producer_conf(args, args.txn_id))
     with_retries(what, lambda: producer.init_transactions(op_timeout), deadline)
     return producer
-
-
-def tagged(args, tag, partitions):
-    """(partition, "<prefix>-<tag>-p<partition>") for each of `partitions`: distinct values."""
-    return [(p, "%s-%s-p%d" % (args.prefix, tag, p)) for p in partitions]
 
 
 def with_retries(what, fn, deadline):
@@ -176,11 +181,7 @@ def cmd_txns(args):
     emit("init", txn_id=args.txn_id)
     for txn, action in enumerate(parse_pattern(args.pattern)):
         deliveries = Deliveries()
-        values = [
-            (p, value_for(args.prefix, txn, p, k))
-            for k in range(args.per_partition)
-            for p in partitions
-        ]
+        values = txn_values(args.prefix, txn, partitions, args.per_partition)
         with_retries("begin", producer.begin_transaction, deadline)
         outcome = None
         try:
@@ -395,20 +396,17 @@ def cmd_fence(args):
     op_timeout = 10
     a = initialized_producer(args, "a.init", deadline, op_timeout)
     # A commits one transaction normally: visible.
-    da = Deliveries()
-    ok_values = tagged(args, "a-ok", partitions)
-    write_txn(a, args.topic, ok_values, da, deadline, op_timeout)
-    a.commit_transaction(op_timeout)
-    emit("commit", who="a", values=da.rows(ok_values))
+    ok_values = tagged(args.prefix, "a-ok", partitions)
+    emit("commit", who="a", values=committed(a, args.topic, ok_values, deadline, op_timeout))
     # A begins a second transaction and writes to all but the last partition.
-    pre_values = tagged(args, "a-pre", partitions[:-1])
-    write_txn(a, args.topic, pre_values, da, deadline, op_timeout)
-    emit("a_pre_written", values=da.rows(pre_values))
+    da = Deliveries()
+    pre_values = tagged(args.prefix, "a-pre", partitions[:-1])
+    emit("a_pre_written", values=write_txn(a, args.topic, pre_values, da, deadline, op_timeout))
     # B with the same transactional.id fences A.
     b = initialized_producer(args, "b.init", deadline, op_timeout)
     emit("b_init")
     # A, now a zombie, keeps writing, also to a partition not yet in its transaction.
-    post_values = tagged(args, "a-post", partitions)
+    post_values = tagged(args.prefix, "a-post", partitions)
     produce_errors = []
     for p, v in post_values:
         try:
@@ -425,11 +423,8 @@ def cmd_fence(args):
          delivered=sorted(v for _, v in post_values if v in da.ok),
          produce_errors=produce_errors, commit=a_commit)
     # B commits: visible.
-    db = Deliveries()
-    b_values = tagged(args, "b", partitions)
-    write_txn(b, args.topic, b_values, db, deadline, op_timeout)
-    b.commit_transaction(op_timeout)
-    emit("commit", who="b", values=db.rows(b_values))
+    b_values = tagged(args.prefix, "b", partitions)
+    emit("commit", who="b", values=committed(b, args.topic, b_values, deadline, op_timeout))
     emit("done")
     return 0
 
@@ -439,10 +434,9 @@ def cmd_stall(args):
     deadline = Deadline(args.deadline)
     op_timeout = 10
     producer = initialized_producer(args, "init", deadline, op_timeout)
-    deliveries = Deliveries()
-    values = tagged(args, "stalled", partitions)
-    write_txn(producer, args.topic, values, deliveries, deadline, op_timeout)
-    emit("written", values=deliveries.rows(values))
+    values = tagged(args.prefix, "stalled", partitions)
+    rows = write_txn(producer, args.topic, values, Deliveries(), deadline, op_timeout)
+    emit("written", values=rows)
     time.sleep(args.stall_s)
     emit("late_commit", **outcome_of(lambda: producer.commit_transaction(op_timeout)))
     emit("done")

@@ -306,6 +306,7 @@ pub mod requests {
     use kafka_protocol::protocol::StrBytes;
 
     use txn_testkit::pool::Pool;
+    use txn_testkit::requests::await_txn_state;
 
     fn s(v: &str) -> StrBytes {
         StrBytes::from_string(v.to_owned())
@@ -399,23 +400,10 @@ pub mod requests {
     }
 
     /// The partitions DescribeTransactions(id) at `at` reports once the state is `want`
-    /// (polled for up to 30 s).
+    /// ([`await_txn_state`]'s wait).
     pub async fn wait_state(pool: &mut Pool, at: SocketAddr, id: &str, want: &str) -> Vec<i32> {
-        let mut last = String::new();
-        for _ in 0..300 {
-            let req = km::DescribeTransactionsRequest::default()
-                .with_transactional_ids(vec![km::TransactionalId(s(id))]);
-            if let Ok(r) = pool.call(at, &req, 0).await
-                && let Some(t) = r.transaction_states.first()
-            {
-                last = format!("{} (error {})", t.transaction_state, t.error_code);
-                if t.error_code == 0 && t.transaction_state.as_str() == want {
-                    return t.topics.iter().flat_map(|t| t.partitions.clone()).collect();
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("{id} never reached {want} at {at}; last {last}");
+        let t = await_txn_state(pool, at, id, want).await;
+        t.topics.iter().flat_map(|t| t.partitions.clone()).collect()
     }
 }
 

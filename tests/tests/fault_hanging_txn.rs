@@ -27,10 +27,11 @@ use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, DescribeTransactionsRequest, GroupId, ProduceRequest, ProducerId as WireProducerId,
-    TopicName, TransactionalId, TxnOffsetCommitRequest,
+    ApiKey, GroupId, ProduceRequest, ProducerId as WireProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
 };
 use txn_log::TxnVersion;
+use txn_testkit::requests::await_txn_state;
 use txn_testkit::wire::{connect, record_batch, sb};
 use txn_tests::fault::client::{ClientError, ClusterView, Fetcher, TxnProducer, loopback_pool};
 use txn_tests::fault::cluster::{ClusterOptions, FaultCluster, daemon_bin_from_env};
@@ -56,22 +57,7 @@ fn options() -> ClusterOptions {
 /// Polls DescribeTransactions at `coordinator` until `tid` is in `state`.
 async fn await_state(coordinator: std::net::SocketAddr, tid: &str, state: &str) {
     let mut pool = loopback_pool("hanging-test", Duration::from_secs(3));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        let req = DescribeTransactionsRequest::default()
-            .with_transactional_ids(vec![TransactionalId(sb(tid))]);
-        match pool.call(coordinator, &req, 0).await {
-            Ok(r) => match r.transaction_states.first() {
-                Some(t) if t.error_code == 0 && t.transaction_state.as_str() == state => return,
-                Some(t) => last = format!("error {} state {}", t.error_code, t.transaction_state),
-                None => last = "no answer".into(),
-            },
-            Err(e) => last = e,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{tid} did not reach {state} at {coordinator}: {last}");
+    await_txn_state(&mut pool, coordinator, tid, state).await;
 }
 
 /// One transactional Produce (v9, acks=all) of `value` at sequence `seq`, sent once on a

@@ -114,19 +114,16 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
             "prefixed",
         ],
     );
-    ACLS.run(
-        cp,
-        bs,
-        &[
-            "--add",
-            "--deny-principal",
-            "User:ANONYMOUS",
-            "--operation",
-            "Write",
-            "--transactional-id",
-            "app-blocked",
-        ],
-    );
+    // The DENY that is added, then removed.
+    let deny_blocked = [
+        "--deny-principal",
+        "User:ANONYMOUS",
+        "--operation",
+        "Write",
+        "--transactional-id",
+        "app-blocked",
+    ];
+    ACLS.run(cp, bs, &[&["--add"][..], &deny_blocked].concat());
     assert_eq!(init(addr, "app-1").await, 0, "prefixed ALLOW");
     assert_eq!(init(addr, "app-blocked").await, 53, "DENY wins");
 
@@ -141,16 +138,7 @@ async fn kafka_acls_sh_adds_lists_and_removes() {
     ACLS.run(
         cp,
         bs,
-        &[
-            "--remove",
-            "--force",
-            "--deny-principal",
-            "User:ANONYMOUS",
-            "--operation",
-            "Write",
-            "--transactional-id",
-            "app-blocked",
-        ],
+        &[&["--remove", "--force"][..], &deny_blocked].concat(),
     );
     assert_eq!(init(addr, "app-blocked").await, 0, "the DENY is gone");
     ACLS.run(

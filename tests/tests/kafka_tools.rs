@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use e2e::{Cluster, ClusterSpec, Mode};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeProducersRequest, DescribeTransactionsRequest,
-    FindCoordinatorRequest, ListTransactionsRequest, MetadataRequest, TopicName, TransactionalId,
+    ApiKey, ApiVersionsRequest, DescribeProducersRequest, FindCoordinatorRequest,
+    ListTransactionsRequest, MetadataRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use txn_log::TxnVersion;
@@ -40,9 +40,22 @@ use txn_testkit::pool::Pool;
 use txn_tests::fault::client::{ClusterView, TxnProducer};
 use txn_tests::refbroker::process::BrokerProcess;
 
+use coordinator::server::admin;
+
 const TOPIC: &str = "kt";
 /// The brokers let kt-late's late Produce in (see the module documentation).
 const NO_VERIFICATION: &str = "transaction.partition.verification.enable=false";
+/// `find-hanging` on [`TOPIC`] with `--max-transaction-timeout 0`: every open transaction is
+/// a candidate; the tool then asks the coordinators (ListTransactions by producer id,
+/// DescribeTransactions) and keeps the ones on partitions the coordinator does not have in
+/// the transaction.
+const HANGING_ON_TOPIC: [&str; 5] = [
+    "find-hanging",
+    "--topic",
+    TOPIC,
+    "--max-transaction-timeout",
+    "0",
+];
 /// Bound on one run of the tool (its Admin client's own timeouts are set below this).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(40);
 
@@ -226,14 +239,18 @@ async fn coordinator_node(pool: &mut Pool, bootstrap: std::net::SocketAddr, tid:
     }
 }
 
-/// The leader node id of each partition of [`TOPIC`].
-async fn leaders(pool: &mut Pool, bootstrap: std::net::SocketAddr) -> Vec<i32> {
+/// Each partition of `topic` with its leader's node id, by partition.
+async fn partition_leaders(
+    pool: &mut Pool,
+    bootstrap: std::net::SocketAddr,
+    topic: &str,
+) -> Vec<(i32, i32)> {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     let md = pool
         .call(
             bootstrap,
             &MetadataRequest::default().with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(TopicName(sb(TOPIC)))),
+                MetadataRequestTopic::default().with_name(Some(TopicName(sb(topic)))),
             ])),
             9,
         )
@@ -245,35 +262,7 @@ async fn leaders(pool: &mut Pool, bootstrap: std::net::SocketAddr) -> Vec<i32> {
         .map(|p| (p.partition_index, p.leader_id.0))
         .collect();
     parts.sort_unstable();
-    parts.into_iter().map(|(_, l)| l).collect()
-}
-
-/// Waits (bounded) until the coordinator describes `tid` in `state`; returns the epoch.
-async fn await_state(
-    pool: &mut Pool,
-    coordinator: std::net::SocketAddr,
-    tid: &str,
-    state: &str,
-) -> i16 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        let req = DescribeTransactionsRequest::default()
-            .with_transactional_ids(vec![TransactionalId(sb(tid))]);
-        match pool.call(coordinator, &req, 0).await {
-            Ok(r) => {
-                if let Some(t) = r.transaction_states.first() {
-                    if t.error_code == 0 && t.transaction_state.as_str() == state {
-                        return t.producer_epoch;
-                    }
-                    last = format!("error {} state {}", t.error_code, t.transaction_state);
-                }
-            }
-            Err(e) => last = e,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{tid} did not reach {state} at {coordinator}: {last}");
+    parts
 }
 
 /// What [`two_transactions`] left behind.
@@ -295,7 +284,8 @@ struct TwoTransactions {
 /// kt-late hanging on kt-1.
 async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
     let mut pool = Pool::new("kafka-tools-test", Duration::from_secs(3));
-    let leaders = leaders(&mut pool, bootstrap).await;
+    let leaders = partition_leaders(&mut pool, bootstrap, TOPIC).await;
+    let leaders = leaders.into_iter().map(|(_, leader)| leader).collect();
     let open_node = coordinator_node(&mut pool, bootstrap, "kt-open").await;
     let late_node = coordinator_node(&mut pool, bootstrap, "kt-late").await;
     let within = Duration::from_secs(20);
@@ -324,7 +314,8 @@ async fn two_transactions(bootstrap: std::net::SocketAddr) -> TwoTransactions {
     late.end(false).await.expect("kt-late abort");
     // The ABORT marker is on kt-1 once the coordinator completes the abort; only then
     // does the late Produce open a transaction nobody will close.
-    await_state(&mut pool, late_coordinator, "kt-late", "CompleteAbort").await;
+    txn_testkit::requests::await_txn_state(&mut pool, late_coordinator, "kt-late", "CompleteAbort")
+        .await;
     let late_offset = late
         .produce(1, &["l-late".to_owned()], true)
         .await
@@ -368,16 +359,9 @@ fn scenario(mode: Mode) {
     let late_pid = late.0.to_string();
 
     // ----- list -----
+    // The columns are the ones our admin CLI prints (`our_cli`).
     let t = tool.run(&["list"]).table();
-    assert_eq!(
-        t.header,
-        [
-            "TransactionalId",
-            "Coordinator",
-            "ProducerId",
-            "TransactionState"
-        ]
-    );
+    assert_eq!(t.header, admin::LIST_COLUMNS);
     let row = t.row("TransactionalId", "kt-open");
     assert_eq!(row("Coordinator"), open_node.to_string());
     assert_eq!(row("ProducerId"), open_pid);
@@ -419,23 +403,9 @@ fn scenario(mode: Mode) {
     );
 
     // ----- describe -----
-    let t = tool
-        .run(&["describe", "--transactional-id", "kt-open"])
-        .table();
-    assert_eq!(
-        t.header,
-        [
-            "CoordinatorId",
-            "TransactionalId",
-            "ProducerId",
-            "ProducerEpoch",
-            "TransactionState",
-            "TransactionTimeoutMs",
-            "CurrentTransactionStartTimeMs",
-            "TransactionDurationMs",
-            "TopicPartitions"
-        ]
-    );
+    let describe_open = ["describe", "--transactional-id", "kt-open"];
+    let t = tool.run(&describe_open).table();
+    assert_eq!(t.header, admin::DESCRIBE_COLUMNS);
     let row = t.row("TransactionalId", "kt-open");
     assert_eq!(row("CoordinatorId"), open_node.to_string());
     assert_eq!(row("ProducerId"), open_pid);
@@ -446,9 +416,8 @@ fn scenario(mode: Mode) {
     assert!(row("TransactionDurationMs").parse::<i64>().is_ok(), "{t:?}");
 
     // ----- describe-producers -----
-    let t = tool
-        .run(&["describe-producers", "--topic", TOPIC, "--partition", "0"])
-        .table();
+    let producers_on_0 = ["describe-producers", "--topic", TOPIC, "--partition", "0"];
+    let t = tool.run(&producers_on_0).table();
     assert_eq!(
         t.header,
         [
@@ -470,29 +439,9 @@ fn scenario(mode: Mode) {
     );
 
     // ----- find-hanging -----
-    let hanging_header = [
-        "Topic",
-        "Partition",
-        "ProducerId",
-        "ProducerEpoch",
-        "CoordinatorEpoch",
-        "StartOffset",
-        "LastTimestamp",
-        "Duration(min)",
-    ];
-    // --max-transaction-timeout 0: every open transaction is a candidate; the tool then asks
-    // the coordinators (ListTransactions by producer id, DescribeTransactions) and keeps the
-    // ones on partitions the coordinator does not have in the transaction.
-    let t = tool
-        .run(&[
-            "find-hanging",
-            "--topic",
-            TOPIC,
-            "--max-transaction-timeout",
-            "0",
-        ])
-        .table();
-    assert_eq!(t.header, hanging_header);
+    // every open transaction on the topic is a candidate (see HANGING_ON_TOPIC)
+    let t = tool.run(&HANGING_ON_TOPIC).table();
+    assert_eq!(t.header, admin::HANGING_COLUMNS);
     assert_eq!(t.rows.len(), 1, "only kt-late's transaction hangs: {t:?}");
     let row = t.row("ProducerId", &late_pid);
     assert_eq!(row("Partition"), "1");
@@ -501,20 +450,22 @@ fn scenario(mode: Mode) {
     let t = tool
         .run(&["find-hanging", "--broker-id", &leaders[1].to_string()])
         .table();
-    assert_eq!(t.header, hanging_header);
+    assert_eq!(t.header, admin::HANGING_COLUMNS);
     assert_eq!(t.rows.len(), 1, "only kt-late's transaction hangs: {t:?}");
     assert_eq!(t.row("ProducerId", &late_pid)("Partition"), "1");
 
     // ----- abort (partition level) -----
-    let run = tool.run(&[
+    let late_offset = late_offset.to_string();
+    let abort_late = [
         "abort",
         "--topic",
         TOPIC,
         "--partition",
         "1",
         "--start-offset",
-        &late_offset.to_string(),
-    ]);
+        &late_offset,
+    ];
+    let run = tool.run(&abort_late);
     assert_eq!(run.code, Some(0), "abort: {run:?}");
     let t = tool
         .run(&["describe-producers", "--topic", TOPIC, "--partition", "1"])
@@ -523,26 +474,10 @@ fn scenario(mode: Mode) {
         t.row("ProducerId", &late_pid)("CurrentTransactionStartOffset"),
         "None"
     );
-    let t = tool
-        .run(&[
-            "find-hanging",
-            "--topic",
-            TOPIC,
-            "--max-transaction-timeout",
-            "0",
-        ])
-        .table();
+    let t = tool.run(&HANGING_ON_TOPIC).table();
     assert!(t.rows.is_empty(), "nothing hangs after the abort: {t:?}");
     // an offset where no transaction starts is refused with exit 1
-    let run = tool.run(&[
-        "abort",
-        "--topic",
-        TOPIC,
-        "--partition",
-        "1",
-        "--start-offset",
-        &late_offset.to_string(),
-    ]);
+    let run = tool.run(&abort_late);
     assert_eq!(run.code, Some(1), "abort of nothing: {run:?}");
     assert!(
         run.stderr
@@ -560,19 +495,18 @@ fn scenario(mode: Mode) {
             .expect("discover");
         // The fence's InitProducerId is answered once the abort is complete: Empty, with
         // the epoch the fence bumped.
-        let epoch = await_state(&mut pool, view.coordinator, "kt-open", "Empty").await;
+        let epoch =
+            txn_testkit::requests::await_txn_state(&mut pool, view.coordinator, "kt-open", "Empty")
+                .await
+                .producer_epoch;
         assert!(epoch > open.1, "the epoch was bumped: {epoch} > {}", open.1);
         view.coordinator
     });
-    let t = tool
-        .run(&["describe", "--transactional-id", "kt-open"])
-        .table();
+    let t = tool.run(&describe_open).table();
     let row = t.row("TransactionalId", "kt-open");
     assert_eq!(row("TransactionState"), "Empty");
     assert_eq!(row("TopicPartitions"), "");
-    let t = tool
-        .run(&["describe-producers", "--topic", TOPIC, "--partition", "0"])
-        .table();
+    let t = tool.run(&producers_on_0).table();
     assert_eq!(
         t.row("ProducerId", &open_pid)("CurrentTransactionStartOffset"),
         "None",
@@ -652,24 +586,7 @@ async fn refbroker_answers_describe_producers_and_list_transactions() {
     );
 
     // which partitions node 1 leads
-    let leaders = {
-        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-        let md = pool
-            .call(
-                addr,
-                &MetadataRequest::default().with_topics(Some(vec![
-                    MetadataRequestTopic::default().with_name(Some(TopicName(sb("dp")))),
-                ])),
-                9,
-            )
-            .await
-            .expect("metadata");
-        md.topics[0]
-            .partitions
-            .iter()
-            .map(|p| (p.partition_index, p.leader_id.0))
-            .collect::<Vec<_>>()
-    };
+    let leaders = partition_leaders(&mut pool, addr, "dp").await;
     let mine = leaders
         .iter()
         .find(|(_, l)| *l == 1)
@@ -809,15 +726,7 @@ fn our_cli(mode: Mode) {
     // list: Kafka's columns; the coordinator's node id
     let (code, out, err) = run(&["list"]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(
-        cells(&out, 0),
-        [
-            "TransactionalId",
-            "Coordinator",
-            "ProducerId",
-            "TransactionState"
-        ]
-    );
+    assert_eq!(cells(&out, 0), admin::LIST_COLUMNS);
     let open_row = out
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
@@ -855,32 +764,16 @@ fn our_cli(mode: Mode) {
 
     // find-hanging, Kafka's question (with --topic or --broker-id): kt-late's transaction on
     // kt-1 only (kt-open's is in its coordinator's transaction)
-    let hanging_header = [
-        "Topic",
-        "Partition",
-        "ProducerId",
-        "ProducerEpoch",
-        "CoordinatorEpoch",
-        "StartOffset",
-        "LastTimestamp",
-        "Duration(min)",
-    ];
     let broker = tt.leaders[1].to_string();
     let start = tt.late_offset.to_string();
     for args in [
-        &[
-            "find-hanging",
-            "--topic",
-            TOPIC,
-            "--max-transaction-timeout",
-            "0",
-        ][..],
+        &HANGING_ON_TOPIC[..],
         // the default 15 minutes; the records carry a 2023 timestamp
         &["find-hanging", "--broker-id", &broker][..],
     ] {
         let (code, out, err) = run(args);
         assert_eq!(code, Some(0), "{args:?}: {out}{err}");
-        assert_eq!(cells(&out, 0), hanging_header, "{out}");
+        assert_eq!(cells(&out, 0), admin::HANGING_COLUMNS, "{out}");
         assert_eq!(out.lines().count(), 2, "{args:?}: only kt-late's: {out}");
         let row = cells(&out, 1);
         assert_eq!(
@@ -958,13 +851,7 @@ fn our_cli(mode: Mode) {
         );
         addr
     });
-    let (code, out, err) = run(&[
-        "find-hanging",
-        "--topic",
-        TOPIC,
-        "--max-transaction-timeout",
-        "0",
-    ]);
+    let (code, out, err) = run(&HANGING_ON_TOPIC);
     assert_eq!(code, Some(0), "{out}{err}");
     assert_eq!(
         out.lines().count(),

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use tokio::net::TcpStream;
 use txn_testkit::client::Versions;
 use txn_testkit::wire::{self, Conn, free_port, sb};
-use txn_tests::refbroker::process::BrokerProcess;
+use txn_tests::refbroker::process::{BrokerProcess, embedded_cluster_args};
 use txn_tests::txn_steps::{
     Committed, add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes,
     stable_read, until_not_retriable,
@@ -47,24 +47,9 @@ fn start_cluster() -> (Vec<BrokerProcess>, Vec<tempfile::TempDir>, [u16; 2]) {
     let cluster = format!("1=127.0.0.1:{},2=127.0.0.1:{}", ports[0], ports[1]);
     let brokers: Vec<BrokerProcess> = (0..2)
         .map(|i| {
-            let args: Vec<String> = [
-                "--listen".to_owned(),
-                format!("127.0.0.1:{}", ports[i]),
-                "--data-dir".to_owned(),
-                dirs[i].path().to_str().expect("utf-8").to_owned(),
-                "--topics".to_owned(),
-                "t:3".to_owned(),
-                "--embedded-coordinator".to_owned(),
-                "--node-id".to_owned(),
-                (i + 1).to_string(),
-                "--cluster".to_owned(),
-                cluster.clone(),
-                "--offsets-partitions".to_owned(),
-                "4".to_owned(),
-                "--set".to_owned(),
-                "transaction.state.log.num.partitions=4".to_owned(),
-            ]
-            .to_vec();
+            let dir = dirs[i].path().to_str().expect("utf-8");
+            let mut args = embedded_cluster_args(i + 1, &cluster, dir);
+            args.extend(["--listen".to_owned(), format!("127.0.0.1:{}", ports[i])]);
             BrokerProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_refbroker")), &args)
         })
         .collect();

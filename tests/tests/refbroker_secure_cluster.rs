@@ -17,7 +17,7 @@ use coordinator::server::outgoing::ClientSecurity;
 use kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
 use markers::wire::{BoxedConnection, Connector};
 use txn_testkit::wire::{free_port, record_batch, sb};
-use txn_tests::refbroker::process::BrokerProcess;
+use txn_tests::refbroker::process::{BrokerProcess, embedded_cluster_args};
 use txn_tests::txn_steps::{
     add_partitions, coordinator_port, end_txn, init_producer, leaders_on_both_nodes, stable_read,
 };
@@ -56,22 +56,9 @@ async fn a_transaction_spanning_two_sasl_ssl_brokers_commits() {
     let cluster = format!("1=127.0.0.1:{},2=127.0.0.1:{}", ports[0], ports[1]);
     let _brokers: Vec<BrokerProcess> = (0..2)
         .map(|i| {
-            let mut args: Vec<String> = [
-                "--data-dir".to_owned(),
-                dir.path().join(format!("b{i}")).display().to_string(),
-                "--topics".to_owned(),
-                "t:3".to_owned(),
-                "--embedded-coordinator".to_owned(),
-                "--node-id".to_owned(),
-                (i + 1).to_string(),
-                "--cluster".to_owned(),
-                cluster.clone(),
-                "--offsets-partitions".to_owned(),
-                "4".to_owned(),
-            ]
-            .to_vec();
+            let data_dir = dir.path().join(format!("b{i}")).display().to_string();
+            let mut args = embedded_cluster_args(i + 1, &cluster, &data_dir);
             for kv in [
-                "transaction.state.log.num.partitions=4".to_owned(),
                 format!("listeners=SASL_SSL://127.0.0.1:{}", ports[i]),
                 format!("ssl.keystore.location={}", keystore.display()),
                 format!("ssl.truststore.location={}", ca.display()),

@@ -835,20 +835,7 @@ async fn idempotent_init(addr: std::net::SocketAddr) -> i16 {
 
 /// The ACLs the broker describes (every binding), as `resource:operation` strings.
 async fn described_acls(addr: std::net::SocketAddr) -> Vec<String> {
-    use kafka_protocol::messages::DescribeAclsRequest;
-    let r = call(
-        addr,
-        &DescribeAclsRequest::default()
-            .with_resource_type_filter(1)
-            .with_resource_name_filter(None)
-            .with_principal_filter(None)
-            .with_host_filter(None)
-            .with_pattern_type_filter(1)
-            .with_operation(1)
-            .with_permission_type(1),
-        1,
-    )
-    .await;
+    let r = call(addr, &txn_testkit::requests::describe_all_acls_req(), 1).await;
     assert_eq!(r.error_code, 0, "{r:?}");
     let mut out: Vec<String> = r
         .resources

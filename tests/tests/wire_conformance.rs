@@ -54,9 +54,36 @@ async fn init_ok(pool: &mut Pool, at: SocketAddr, id: &str, timeout_ms: i32) -> 
     panic!("InitProducerId({id}) kept being retriable");
 }
 
-/// The answer, or a panic with the servers' logs.
-fn must<T>(mode: Mode, cluster: &Cluster, r: Result<T, String>) -> T {
-    r.unwrap_or_else(|e| panic!("{mode:?}: {e}\n{}", cluster.logs()))
+/// One mode's cluster and a pool of connections to the coordinator of "x", the id every
+/// check uses.
+struct Probe {
+    mode: Mode,
+    cluster: Cluster,
+    pool: Pool,
+    at: SocketAddr,
+}
+
+impl Probe {
+    /// The answer to `req` (sent as `version`), or a panic with the servers' logs.
+    async fn ask<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> R::Response {
+        let r = self.pool.call(self.at, req, version).await;
+        r.unwrap_or_else(|e| panic!("{:?}: {e}\n{}", self.mode, self.cluster.logs()))
+    }
+
+    /// The partition errors of AddPartitionsToTxn (v0-3, sent as `version`) of `parts` to
+    /// x's transaction as producer `pid` at `epoch`.
+    async fn add(
+        &mut self,
+        (pid, epoch): (i64, i16),
+        parts: &[(&str, i32)],
+        version: i16,
+    ) -> Vec<(String, i32, i16)> {
+        add_errors(&self.ask(&add_req_v3("x", pid, epoch, parts), version).await)
+    }
 }
 
 /// Kafka's answers to the error paths of the transaction APIs and to the broker-side
@@ -67,65 +94,39 @@ async fn error_paths_match_kafka(mode: Mode) {
     let mut pool = Pool::new("wire-conformance", Duration::from_secs(10));
     let at = coordinator_of(&cluster, "x").await;
     let (pid, epoch) = init_ok(&mut pool, at, "x", 10_000).await;
+    let mut x = Probe {
+        mode,
+        cluster,
+        pool,
+        at,
+    };
+    let t0 = [("t", 0)];
 
     // Empty id -> INVALID_REQUEST; timeout above the max -> INVALID_TRANSACTION_TIMEOUT.
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &init_req(Some(""), 1000), 1).await,
-    );
+    let r = x.ask(&init_req(Some(""), 1000), 1).await;
     assert_eq!(r.error_code, INVALID_REQUEST, "{mode:?}");
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &init_req(Some("x"), 100_001), 4).await,
-    );
+    let r = x.ask(&init_req(Some("x"), 100_001), 4).await;
     assert_eq!(r.error_code, INVALID_TRANSACTION_TIMEOUT, "{mode:?}");
     // EndTxn with nothing open: INVALID_TXN_STATE.
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &end_req("x", pid, epoch, true), 1).await,
-    );
+    let r = x.ask(&end_req("x", pid, epoch, true), 1).await;
     assert_eq!(r.error_code, INVALID_TXN_STATE, "{mode:?}");
     // Wrong epoch on AddPartitionsToTxn v0 (PRODUCER_FENCED mapped for old versions).
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &add_req_v3("x", pid, epoch + 1, &[("t", 0)]), 0)
-            .await,
-    );
     assert_eq!(
-        add_errors(&r),
+        x.add((pid, epoch + 1), &t0, 0).await,
         [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
         "{mode:?}"
     );
     // Wrong producer id: INVALID_PRODUCER_ID_MAPPING.
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &add_req_v3("x", pid + 12345, epoch, &[("t", 0)]), 3)
-            .await,
-    );
     assert_eq!(
-        add_errors(&r),
+        x.add((pid + 12345, epoch), &t0, 3).await,
         [("t".into(), 0, INVALID_PRODUCER_ID_MAPPING)],
         "{mode:?}"
     );
     // A topic no broker has, and a partition beyond a topic's count: UNKNOWN_TOPIC_OR_PARTITION
     // for them, OPERATION_NOT_ATTEMPTED for the rest of the transaction; nothing is added.
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(
-            at,
-            &add_req_v3("x", pid, epoch, &[("t", 0), ("nope", 0), ("t", 7)]),
-            3,
-        )
-        .await,
-    );
     assert_eq!(
-        add_errors(&r),
+        x.add((pid, epoch), &[("t", 0), ("nope", 0), ("t", 7)], 3)
+            .await,
         [
             ("nope".into(), 0, UNKNOWN_TOPIC_OR_PARTITION),
             ("t".into(), 0, OPERATION_NOT_ATTEMPTED),
@@ -133,11 +134,7 @@ async fn error_paths_match_kafka(mode: Mode) {
         ],
         "{mode:?}"
     );
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &end_req("x", pid, epoch, false), 1).await,
-    );
+    let r = x.ask(&end_req("x", pid, epoch, false), 1).await;
     assert_eq!(
         r.error_code, INVALID_TXN_STATE,
         "{mode:?}: the refused add opened nothing"
@@ -145,50 +142,32 @@ async fn error_paths_match_kafka(mode: Mode) {
     // Unknown id: DescribeTransactions says TRANSACTIONAL_ID_NOT_FOUND.
     let describe = km::DescribeTransactionsRequest::default()
         .with_transactional_ids(vec![km::TransactionalId(s("never"))]);
-    let r = must(mode, &cluster, pool.call(at, &describe, 0).await);
+    let r = x.ask(&describe, 0).await;
     assert_eq!(
         r.transaction_states[0].error_code, TRANSACTIONAL_ID_NOT_FOUND,
         "{mode:?}"
     );
     // A second InitProducerId bumps the epoch; the old epoch is fenced: PRODUCER_FENCED from
     // v2 on, INVALID_PRODUCER_EPOCH below.
-    let (pid2, epoch2) = init_ok(&mut pool, at, "x", 10_000).await;
+    let (pid2, epoch2) = init_ok(&mut x.pool, at, "x", 10_000).await;
     assert_eq!((pid2, epoch2), (pid, epoch + 1), "{mode:?}");
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &add_req_v3("x", pid, epoch, &[("t", 0)]), 3)
-            .await,
-    );
     assert_eq!(
-        add_errors(&r),
+        x.add((pid, epoch), &t0, 3).await,
         [("t".into(), 0, PRODUCER_FENCED)],
         "{mode:?}"
     );
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &add_req_v3("x", pid, epoch, &[("t", 0)]), 1)
-            .await,
-    );
     assert_eq!(
-        add_errors(&r),
+        x.add((pid, epoch), &t0, 1).await,
         [("t".into(), 0, INVALID_PRODUCER_EPOCH)],
         "{mode:?}"
     );
     // EndTxn v5 (TV2) on an open transaction returns the next producer id and epoch.
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &add_req_v3("x", pid2, epoch2, &[("t", 0)]), 3)
-            .await,
+    assert_eq!(
+        x.add((pid2, epoch2), &t0, 3).await,
+        [("t".into(), 0, NONE)],
+        "{mode:?}"
     );
-    assert_eq!(add_errors(&r), [("t".into(), 0, NONE)], "{mode:?}");
-    let r = must(
-        mode,
-        &cluster,
-        pool.call(at, &end_req("x", pid2, epoch2, false), 5).await,
-    );
+    let r = x.ask(&end_req("x", pid2, epoch2, false), 5).await;
     assert_eq!(r.error_code, NONE, "{mode:?}");
     assert_eq!(
         (r.producer_id.0, r.producer_epoch),

@@ -28,6 +28,15 @@ mod crash_record;
 
 const P: LogPartition = LogPartition(0);
 
+/// Appends one upsert of `id` (record `r`) to [`P`] at coordinator epoch `epoch`.
+fn upsert_one(log: &SledTxnLog, epoch: i32, id: &str, r: TxnRecord) -> Result<(), LogError> {
+    block_on(log.append(
+        P,
+        CoordinatorEpoch(epoch),
+        vec![LogEntry::upsert(tid(id), r)],
+    ))
+}
+
 /// What one child printed before it was killed.
 #[derive(Default)]
 struct ChildLog {
@@ -200,46 +209,27 @@ fn fencing_holds_after_reopen() {
     {
         let log = SledTxnLog::open_path(dir.path()).unwrap();
         block_on(log.claim(P, CoordinatorEpoch(3))).unwrap();
-        block_on(log.append(
-            P,
-            CoordinatorEpoch(3),
-            vec![LogEntry::upsert(tid("a"), record(1, TxnState::Empty, 0))],
-        ))
-        .unwrap();
+        upsert_one(&log, 3, "a", record(1, TxnState::Empty, 0)).unwrap();
     }
     {
+        let fenced_by_3 = |e: &LogError| {
+            matches!(
+                e,
+                LogError::Fenced {
+                    current: CoordinatorEpoch(3),
+                    ..
+                }
+            )
+        };
         let log = SledTxnLog::open_path(dir.path()).unwrap();
         let err = block_on(log.claim(P, CoordinatorEpoch(2))).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LogError::Fenced {
-                    current: CoordinatorEpoch(3),
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(fenced_by_3(&err), "{err:?}");
         let err = block_on(log.append(P, CoordinatorEpoch(2), vec![LogEntry::tombstone(tid("a"))]))
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LogError::Fenced {
-                    current: CoordinatorEpoch(3),
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(fenced_by_3(&err), "{err:?}");
         let err = block_on(log.append(P, CoordinatorEpoch(4), Vec::new())).unwrap_err();
         assert!(matches!(err, LogError::NotClaimed { .. }), "{err:?}");
-        block_on(log.append(
-            P,
-            CoordinatorEpoch(3),
-            vec![LogEntry::upsert(tid("b"), record(2, TxnState::Empty, 0))],
-        ))
-        .unwrap();
+        upsert_one(&log, 3, "b", record(2, TxnState::Empty, 0)).unwrap();
         block_on(log.claim(P, CoordinatorEpoch(4))).unwrap();
     }
     let log = SledTxnLog::open_path(dir.path()).unwrap();
@@ -480,12 +470,7 @@ fn failed_fsync_poisons_the_log() {
         let log = SledTxnLog::open_path(dir.path()).unwrap();
         block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
         log.fail_next_sync();
-        let err = block_on(log.append(
-            P,
-            CoordinatorEpoch(1),
-            vec![LogEntry::upsert(tid("x"), record(1, TxnState::Empty, 0))],
-        ))
-        .unwrap_err();
+        let err = upsert_one(&log, 1, "x", record(1, TxnState::Empty, 0)).unwrap_err();
         assert!(matches!(err, LogError::Io(_)), "{err:?}");
         assert!(log.is_poisoned());
         let poisoned = |r: Result<(), LogError>| matches!(r, Err(LogError::Poisoned { .. }));
@@ -514,15 +499,7 @@ fn group_commit_respects_max_batch_and_counts() {
     let log = SledTxnLog::open(config).unwrap();
     block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
     for i in 0..5 {
-        block_on(log.append(
-            P,
-            CoordinatorEpoch(1),
-            vec![LogEntry::upsert(
-                tid(&format!("s{i}")),
-                record(i, TxnState::Empty, 0),
-            )],
-        ))
-        .unwrap();
+        upsert_one(&log, 1, &format!("s{i}"), record(i, TxnState::Empty, 0)).unwrap();
     }
     let s = log.stats();
     assert_eq!((s.batches, s.requests, s.rejected), (6, 6, 0));
@@ -560,12 +537,7 @@ fn os_buffered_mode_round_trips() {
     {
         let log = SledTxnLog::open(config.clone()).unwrap();
         block_on(log.claim(P, CoordinatorEpoch(1))).unwrap();
-        block_on(log.append(
-            P,
-            CoordinatorEpoch(1),
-            vec![LogEntry::upsert(tid("a"), record(1, TxnState::Empty, 0))],
-        ))
-        .unwrap();
+        upsert_one(&log, 1, "a", record(1, TxnState::Empty, 0)).unwrap();
         assert_eq!(log.stats().syncs, 0);
     }
     let log = SledTxnLog::open(config).unwrap();
@@ -617,15 +589,7 @@ fn new_files_are_found_without_listing_every_batch() {
     age_dirs(dir.path());
     let at_open = log.stats();
     for i in 0..200 {
-        block_on(log.append(
-            P,
-            CoordinatorEpoch(1),
-            vec![LogEntry::upsert(
-                tid(&format!("s{i}")),
-                record(i, TxnState::Ongoing, 1),
-            )],
-        ))
-        .unwrap();
+        upsert_one(&log, 1, &format!("s{i}"), record(i, TxnState::Ongoing, 1)).unwrap();
     }
     let s = log.stats();
     eprintln!("at open {at_open:?}, after 200 appends {s:?}");
@@ -637,15 +601,7 @@ fn new_files_are_found_without_listing_every_batch() {
     assert_eq!(s.new_files, at_open.new_files, "{s:?}");
 
     // A value above sled's blob threshold becomes a new file under blobs/.
-    block_on(log.append(
-        P,
-        CoordinatorEpoch(1),
-        vec![LogEntry::upsert(
-            tid("big"),
-            record(7, TxnState::Ongoing, 40_000),
-        )],
-    ))
-    .unwrap();
+    upsert_one(&log, 1, "big", record(7, TxnState::Ongoing, 40_000)).unwrap();
     let after = log.stats();
     let blobs = std::fs::read_dir(dir.path().join("blobs")).map_or(0, Iterator::count);
     assert!(blobs >= 1, "sled wrote a blob file");

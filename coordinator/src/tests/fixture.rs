@@ -76,6 +76,19 @@ pub(crate) fn t1_result(code: ErrorCode) -> Vec<(TopicPartition, ErrorCode)> {
     vec![(tp("topic1", 0), code)]
 }
 
+/// The marker request for Kafka's fixture transaction: id "known", producer 10 at `epoch`,
+/// coordinator epoch `ce`, `result` on [`t1`].
+pub(crate) fn known_markers(epoch: i16, ce: i32, result: TxnResult) -> Ev {
+    Ev::Markers {
+        id: "known".into(),
+        pid: 10,
+        epoch,
+        ce,
+        result,
+        parts: t1(),
+    }
+}
+
 /// A record in the shape of Kafka's test fixtures (prev/next/last -1, TV0).
 pub(crate) fn rec(pid: i64, epoch: i16, state: TxnState, parts: &[TopicPartition]) -> TxnRecord {
     let ongoing = !parts.is_empty();

@@ -119,14 +119,7 @@ fn end_txn_tv2_commit_sequence_prepare_reply_markers_complete() {
                     producer_epoch: ProducerEpoch(2)
                 })
             ),
-            Ev::Markers {
-                id: "known".into(),
-                pid: 10,
-                epoch: 2,
-                ce: 0,
-                result: TxnResult::Commit,
-                parts: vec![tp("topic1", 0)]
-            },
+            known_markers(2, 0, TxnResult::Commit),
         ]
     );
     let evs = fx.markers_done(&evs);

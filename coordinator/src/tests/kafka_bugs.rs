@@ -43,14 +43,7 @@ fn kafka_19367_fence_of_an_open_tv2_transaction_bumps_the_epoch_once() {
     );
     let all = fx.settle(evs);
     assert_eq!(init_reply(&all, to).0, ErrorCode::CONCURRENT_TRANSACTIONS);
-    assert!(all.contains(&Ev::Markers {
-        id: "known".into(),
-        pid: 10,
-        epoch: 6,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t1(),
-    }));
+    assert!(all.contains(&known_markers(6, 0, TxnResult::Abort)));
     assert_eq!(
         appended_epochs(&all),
         vec![6, 6],
@@ -102,14 +95,7 @@ fn assert_fence_rotated(fx: &mut Fx, evs: Vec<Ev>) -> Vec<Ev> {
         (TxnState::PrepareAbort, 10, 32767, 0, -1)
     );
     let all = fx.settle(evs);
-    assert!(all.contains(&Ev::Markers {
-        id: "known".into(),
-        pid: 10,
-        epoch: 32767,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t1(),
-    }));
+    assert!(all.contains(&known_markers(32767, 0, TxnResult::Abort)));
     assert_eq!(appended_epochs(&all), vec![32767, 0]);
     let r = fx.record("known").expect("present");
     assert_eq!(
@@ -242,17 +228,7 @@ fn kafka_20310_rotation_survives_failovers_before_and_after_completion() {
     let evs = fx.effects();
     assert_eq!(end_reply(&fx.ack(&evs), to), (ErrorCode::NONE, 0, 0));
     let redriven = fx.reload(1);
-    assert_eq!(
-        redriven,
-        vec![Ev::Markers {
-            id: "known".into(),
-            pid: 10,
-            epoch: 32767,
-            ce: 1,
-            result: TxnResult::Commit,
-            parts: t1(),
-        }]
-    );
+    assert_eq!(redriven, vec![known_markers(32767, 1, TxnResult::Commit)]);
     let _ = fx.settle(redriven);
     assert_committed_after_rotation(&fx);
     assert!(fx.reload(2).is_empty());

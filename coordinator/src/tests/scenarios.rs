@@ -224,14 +224,7 @@ fn s11_ongoing_is_fenced_and_aborted() {
         init_reply(&evs, to),
         (ErrorCode::CONCURRENT_TRANSACTIONS, -1, -1)
     );
-    assert!(evs.contains(&Ev::Markers {
-        id: "known".into(),
-        pid: 10,
-        epoch: 2,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t1()
-    }));
+    assert!(evs.contains(&known_markers(2, 0, TxnResult::Abort)));
     assert_eq!(fx.eng().metrics().producers_fenced, 1);
 }
 
@@ -754,14 +747,7 @@ fn s46_s47_end_txn_happy_paths() {
         } else {
             TxnResult::Abort
         };
-        assert!(evs.contains(&Ev::Markers {
-            id: "known".into(),
-            pid: 10,
-            epoch,
-            ce: 0,
-            result,
-            parts: t1()
-        }));
+        assert!(evs.contains(&known_markers(epoch, 0, result)));
         let _ = fx.settle(evs);
         let done = if commit {
             TxnState::CompleteCommit
@@ -1081,14 +1067,7 @@ fn s63_ongoing_times_out_and_is_aborted_with_bumped_epoch() {
         vec![Ev::Append(IoId(1), vec![("known".into(), Some(want))])]
     );
     let evs = fx.ack(&evs);
-    assert!(evs.contains(&Ev::Markers {
-        id: "known".into(),
-        pid: 10,
-        epoch: 2,
-        ce: 0,
-        result: TxnResult::Abort,
-        parts: t1()
-    }));
+    assert!(evs.contains(&known_markers(2, 0, TxnResult::Abort)));
     assert_eq!(fx.eng().metrics().transactions_timed_out, 1);
 }
 

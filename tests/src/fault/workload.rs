@@ -665,38 +665,47 @@ async fn w3_source(
     Ok(())
 }
 
-/// Fetches the committed offset of transformer `process`'s input `partition` (retried until
-/// `deadline`: `None` then), records it as a check against `allowed` when that is known, and
-/// makes it the only allowed offset.
-async fn w3_resume(
-    g: &mut GroupOffsets,
-    h: &History,
+/// W3 transformer `process`'s input `partition` as its group commits it: the offsets the
+/// group may hold for it (`None`: unknown, after a zombie commit that got no definite answer;
+/// -1 is "nothing committed").
+struct W3Input {
+    group: GroupOffsets,
     process: u32,
     partition: i32,
-    allowed: &mut Option<Vec<i64>>,
-    after_txn: Option<usize>,
-    deadline: Instant,
-) -> Option<i64> {
-    while Instant::now() < deadline {
-        match g.committed(W3_INPUT, partition).await {
-            Ok(observed) => {
-                if let Some(allowed) = allowed.take() {
-                    h.w3_offset_check(OffsetCheck {
-                        process,
-                        partition,
-                        allowed,
-                        observed,
-                        after_txn,
-                        at_ms: 0,
-                    });
+    allowed: Option<Vec<i64>>,
+}
+
+impl W3Input {
+    /// Fetches the committed offset (retried until `deadline`: `None` then), records it as a
+    /// check against the allowed offsets when those are known, and makes it the only allowed
+    /// offset.
+    async fn resume(
+        &mut self,
+        h: &History,
+        after_txn: Option<usize>,
+        deadline: Instant,
+    ) -> Option<i64> {
+        while Instant::now() < deadline {
+            match self.group.committed(W3_INPUT, self.partition).await {
+                Ok(observed) => {
+                    if let Some(allowed) = self.allowed.take() {
+                        h.w3_offset_check(OffsetCheck {
+                            process: self.process,
+                            partition: self.partition,
+                            allowed,
+                            observed,
+                            after_txn,
+                            at_ms: 0,
+                        });
+                    }
+                    self.allowed = Some(vec![observed]);
+                    return Some(observed);
                 }
-                *allowed = Some(vec![observed]);
-                return Some(observed);
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
+        None
     }
-    None
 }
 
 /// W3 transformer `k`: owns input partition `k`. A fresh instance initializes (fencing its
@@ -720,14 +729,17 @@ async fn w3_transformer(
         p.op_budget = OP_BUDGET;
         p
     };
-    let Some(mut group) = v.group(&tid, deadline).await else {
+    let Some(group) = v.group(&tid, deadline).await else {
         return Ok(());
+    };
+    let mut input = W3Input {
+        group,
+        process,
+        partition: part,
+        allowed: Some(vec![-1]),
     };
     let mut fetcher = Fetcher::new(v.input.clone(), &format!("{tid}-consumer"));
     let mut p = new_instance();
-    // The offsets the group may hold for `part` (`None`: unknown, after a zombie commit that
-    // got no definite answer); -1 is "nothing committed".
-    let mut allowed: Option<Vec<i64>> = Some(vec![-1]);
     let mut last_txn: Option<usize> = None;
     let mut position = 0i64;
     let (mut need_init, mut need_resume) = (true, true);
@@ -744,16 +756,7 @@ async fn w3_transformer(
             need_resume = true;
         }
         if need_resume {
-            let resumed = w3_resume(
-                &mut group,
-                &h,
-                process,
-                part,
-                &mut allowed,
-                last_txn,
-                deadline,
-            );
-            let Some(committed) = resumed.await else {
+            let Some(committed) = input.resume(&h, last_txn, deadline).await else {
                 break;
             };
             position = committed.max(0);
@@ -825,16 +828,7 @@ async fn w3_transformer(
                 break;
             }
             need_init = false;
-            let resumed = w3_resume(
-                &mut group,
-                &h,
-                process,
-                part,
-                &mut allowed,
-                last_txn,
-                deadline,
-            );
-            let Some(committed) = resumed.await else {
+            let Some(committed) = input.resume(&h, last_txn, deadline).await else {
                 h.w3_complete_transform(id, Outcome::Aborted, "crashed");
                 break;
             };
@@ -842,14 +836,14 @@ async fn w3_transformer(
             match zombie.end(true).await {
                 Ok(()) => {
                     h.w3_complete_transform(id, Outcome::Committed, "zombie commit accepted");
-                    allowed = None;
+                    input.allowed = None;
                 }
                 Err(e) if e.is_definite() => {
                     h.w3_complete_transform(id, Outcome::Aborted, format!("zombie: {e}"));
                 }
                 Err(e) => {
                     h.w3_complete_transform(id, Outcome::Indeterminate, format!("zombie: {e}"));
-                    allowed = None;
+                    input.allowed = None;
                 }
             }
             continue;
@@ -864,7 +858,7 @@ async fn w3_transformer(
                 }
                 if commit {
                     h.w3_complete_transform(id, Outcome::Committed, "");
-                    allowed = Some(vec![to]);
+                    input.allowed = Some(vec![to]);
                     position = to;
                 } else {
                     // An abort on purpose: resume from (and check) the committed offset.
@@ -880,7 +874,7 @@ async fn w3_transformer(
                 // Never abort after an unanswered commit: re-initialize; either offset may
                 // be the committed one.
                 h.w3_complete_transform(id, Outcome::Indeterminate, e.to_string());
-                if let Some(a) = allowed.as_mut() {
+                if let Some(a) = input.allowed.as_mut() {
                     a.push(to);
                 }
                 need_init = true;
@@ -903,6 +897,18 @@ async fn send_in_txn(
 ) -> Result<(), ClientError> {
     p.add_partitions(&[partition]).await?;
     record_writes(&values);
+    produce_recorded(p, h, tid, partition, values).await
+}
+
+/// The Produce of `values` to `partition` with `p`'s producer id and epoch, recorded as
+/// accepted when the broker acknowledged it.
+async fn produce_recorded(
+    p: &mut TxnProducer,
+    h: &History,
+    tid: &str,
+    partition: i32,
+    values: Vec<String>,
+) -> Result<(), ClientError> {
     let (pid, epoch) = p.pid_epoch();
     let t0 = h.now_ms();
     p.produce(partition, &values, true).await?;
@@ -1068,20 +1074,11 @@ async fn w5_vanishing(
         let part = i32::try_from(rng.below(partitions)).unwrap_or(0);
         let id = h.invoke_txn(process, &tid, pid, epoch);
         let values = vec![format!("w5-{k}-a")];
-        if p.add_partitions(&[part]).await.is_ok() {
-            h.add_writes(id, part, &values);
-            let t0 = h.now_ms();
-            if p.produce(part, &values, true).await.is_ok() {
-                h.accepted(Accepted {
-                    tid: tid.clone(),
-                    pid,
-                    epoch,
-                    partition: part,
-                    values,
-                    invoke_ms: t0,
-                });
-            }
-        }
+        // Whether it got in or not, the producer vanishes with the transaction open.
+        let _ = send_in_txn(&mut p, &h, &tid, part, values, |v| {
+            h.add_writes(id, part, v)
+        })
+        .await;
         p.drop_connections();
         h.complete_txn(id, Outcome::Aborted, "producer vanished");
         // Let the reaper abort it, then a successor takes the id over.
@@ -1094,17 +1091,8 @@ async fn w5_vanishing(
         let zid = h.invoke_txn(process, &tid, pid, epoch);
         let zvalues = vec![format!("w5-{k}-zombie")];
         h.add_writes(zid, part, &zvalues);
-        let t0 = h.now_ms();
-        if p.produce(part, &zvalues, true).await.is_ok() {
-            h.accepted(Accepted {
-                tid: tid.clone(),
-                pid,
-                epoch,
-                partition: part,
-                values: zvalues,
-                invoke_ms: t0,
-            });
-        }
+        // Refused or accepted, the history judges what the zombie got in.
+        let _ = produce_recorded(&mut p, &h, &tid, part, zvalues).await;
         h.complete_txn(zid, Outcome::Aborted, "zombie write");
         tokio::time::sleep(every / 2).await;
     }

@@ -9,6 +9,30 @@ use std::time::Duration;
 use anyhow::Context;
 use txn_testkit::process::StdoutLines;
 
+/// The arguments of node `node` (1-based) of a cluster of refbrokers with embedded
+/// coordinators, `cluster` naming every node (`1=host:port,2=host:port`): data in `data_dir`,
+/// topic `t` with three partitions, four offsets partitions and four transaction log
+/// partitions. The listener is the caller's to add (`--listen` or a `listeners=` setting).
+pub fn embedded_cluster_args(node: usize, cluster: &str, data_dir: &str) -> Vec<String> {
+    [
+        "--data-dir",
+        data_dir,
+        "--topics",
+        "t:3",
+        "--embedded-coordinator",
+        "--node-id",
+        &node.to_string(),
+        "--cluster",
+        cluster,
+        "--offsets-partitions",
+        "4",
+        "--set",
+        "transaction.state.log.num.partitions=4",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// A running `refbroker` process (killed when dropped).
 #[derive(Debug)]
 pub struct BrokerProcess {

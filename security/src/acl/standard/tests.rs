@@ -50,6 +50,15 @@ fn authorizer(acls: &[AclBinding]) -> StandardAuthorizer {
     authorizer_with(config, acls)
 }
 
+/// An authorizer with `allow.everyone.if.no.acl.found=true` (and no super users) over `acls`.
+fn open_authorizer(acls: &[AclBinding]) -> StandardAuthorizer {
+    let config = StandardAuthorizerConfig {
+        allow_everyone_if_no_acl_found: true,
+        ..Default::default()
+    };
+    authorizer_with(config, acls)
+}
+
 fn ctx(user: &str, host: &str) -> RequestContext {
     RequestContext::new(Principal::user(user), host)
 }
@@ -185,13 +194,7 @@ fn no_acl_found_default_applies_only_to_resources_without_any_acl() {
         Allow,
     )];
     let closed = authorizer(&acls);
-    let open = authorizer_with(
-        StandardAuthorizerConfig {
-            allow_everyone_if_no_acl_found: true,
-            ..Default::default()
-        },
-        &acls,
-    );
+    let open = open_authorizer(&acls);
     // topic1 has an ACL (for someone else): denied either way.
     assert_eq!(check(&closed, "Bob", H1, Read, Topic, "topic1"), Denied);
     assert_eq!(check(&open, "Bob", H1, Read, Topic, "topic1"), Denied);
@@ -203,26 +206,15 @@ fn no_acl_found_default_applies_only_to_resources_without_any_acl() {
     // Nor does any group.
     assert_eq!(check(&open, "Bob", H1, Read, Group, "g"), Allowed);
     // Without any ACL at all.
-    let empty_open = authorizer_with(
-        StandardAuthorizerConfig {
-            allow_everyone_if_no_acl_found: true,
-            ..Default::default()
-        },
-        &[],
-    );
+    let empty_open = open_authorizer(&[]);
     assert_eq!(check(&empty_open, "alice", H1, Read, Topic, "t"), Allowed);
     assert_eq!(
         check(&authorizer(&[]), "alice", H1, Read, Topic, "t"),
         Denied
     );
     // A wildcard or prefixed ACL is an ACL on the resource too.
-    let open_prefixed = authorizer_with(
-        StandardAuthorizerConfig {
-            allow_everyone_if_no_acl_found: true,
-            ..Default::default()
-        },
-        &[acl(Topic, "top", Prefixed, "User:Alice", "*", Read, Allow)],
-    );
+    let open_prefixed =
+        open_authorizer(&[acl(Topic, "top", Prefixed, "User:Alice", "*", Read, Allow)]);
     assert_eq!(
         check(&open_prefixed, "Bob", H1, Read, Topic, "topic2"),
         Denied
@@ -996,13 +988,7 @@ fn by_type_with_all_principal_ace() {
 
 #[test]
 fn by_type_no_acl_found_override() {
-    let a = authorizer_with(
-        StandardAuthorizerConfig {
-            allow_everyone_if_no_acl_found: true,
-            ..Default::default()
-        },
-        &[],
-    );
+    let a = open_authorizer(&[]);
     assert_eq!(by_type(&a, "alice", H1, Read, Topic), Allowed);
     assert_eq!(by_type(&a, "alice", H1, Write, Topic), Allowed);
 }
@@ -1044,19 +1030,9 @@ fn by_type_quirks_of_kafkas_default_method() {
     assert_eq!(by_type(&a, "alice", H1, Describe, Topic), Allowed);
     // allow.everyone.if.no.acl.found allows when no ACL covers `hardcode`, even if every
     // ACL of the type denies the caller.
-    let open = StandardAuthorizerConfig {
-        allow_everyone_if_no_acl_found: true,
-        ..Default::default()
-    };
-    let a = authorizer_with(
-        open.clone(),
-        &[acl(Topic, "foo", Literal, "User:alice", "*", Write, Deny)],
-    );
+    let a = open_authorizer(&[acl(Topic, "foo", Literal, "User:alice", "*", Write, Deny)]);
     assert_eq!(by_type(&a, "alice", H1, Write, Topic), Allowed);
-    let a = authorizer_with(
-        open,
-        &[acl(Topic, "*", Literal, "User:alice", "*", Write, Deny)],
-    );
+    let a = open_authorizer(&[acl(Topic, "*", Literal, "User:alice", "*", Write, Deny)]);
     assert_eq!(by_type(&a, "alice", H1, Write, Topic), Denied);
     // A DENY on the literal `*` settles it even with an ALLOW on `*` too.
     let a = authorizer(&[
