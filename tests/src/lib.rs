@@ -2,6 +2,7 @@
 //! broker.
 #![forbid(unsafe_code)]
 
+pub mod e2e;
 pub mod etcd;
 pub mod fault;
 pub mod kafka_tool;

@@ -5,14 +5,12 @@
 //! Runs real clients (librdkafka through confluent-kafka, and kafka-python) from
 //! `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::checks::{Outcomes, ev};
-use e2e::{Cluster, ClusterSpec, Mode, TopicReader, args, run};
+use txn_tests::e2e::checks::{Outcomes, ev};
+use txn_tests::e2e::{self, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "basic";
 const PARTITIONS: &str = "0,1,2,3";
@@ -98,4 +96,15 @@ e2e::scenario_tests! {
     basic_kafka_python_embedded: Embedded, "kp.py";
     basic_librdkafka_standalone: Standalone, "lr.py";
     basic_kafka_python_standalone: Standalone, "kp.py";
+}
+
+/// The compatibility notes land where cargo puts integration tests' scratch files, named after
+/// this test file, although the harness is in the library and finds both at run time.
+#[test]
+fn compat_notes_go_to_cargo_target_tmpdir() {
+    assert_eq!(
+        e2e::compat::dir(),
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compat")
+    );
+    assert_eq!(e2e::compat::test_crate_name(), env!("CARGO_CRATE_NAME"));
 }

@@ -8,12 +8,10 @@
 //!
 //! Runs librdkafka from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::time::Duration;
 
-use e2e::checks::{Stream, commits_after, ev};
-use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
+use txn_tests::e2e::checks::{Stream, commits_after, ev};
+use txn_tests::e2e::{self, Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "crash";
 const PARTITIONS: &str = "0,1,2";

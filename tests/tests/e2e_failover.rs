@@ -27,14 +27,14 @@
 //!
 //! Runs the clients from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::checks::{Stream, commits_after, ev};
-use e2e::{Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, TopicReader, args, run};
+use txn_tests::e2e::checks::{Stream, commits_after, ev};
+use txn_tests::e2e::{
+    self, Client, Cluster, ClusterSpec, ETCD_LEASE_MS, Mode, TopicReader, args, run,
+};
 use txn_tests::refbroker::{Cluster as Placement, NodeAddr};
 
 const TOPIC: &str = "failover";

@@ -5,13 +5,11 @@
 //!
 //! Runs real clients from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::time::Duration;
 
-use e2e::Json;
-use e2e::checks::{Expect, Must, ev, values};
-use e2e::{Cluster, ClusterSpec, Mode, TopicReader, args, run};
+use txn_tests::e2e::Json;
+use txn_tests::e2e::checks::{Expect, Must, ev, values};
+use txn_tests::e2e::{self, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "fence";
 const PARTITIONS: &str = "0,1,2";

@@ -19,15 +19,13 @@
 //! Needs the Kafka jars that `scripts/test` resolves with Maven (`TXN_TEST_KAFKA_CLASSPATH`);
 //! without them the tests print that they were skipped.
 
-mod e2e;
-
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::checks::{
+use txn_tests::e2e::checks::{
     Expect, Expected, Must, ReadResult, assert_clean, ev, int, offsets, seeded_inputs, values,
 };
-use e2e::{Client, Cluster, ClusterSpec, Mode, args};
+use txn_tests::e2e::{self, Client, Cluster, ClusterSpec, Mode, args};
 
 const PARTITIONS: &str = "0,1,2";
 const PER_PARTITION: usize = 12;

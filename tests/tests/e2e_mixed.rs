@@ -7,12 +7,10 @@
 //!
 //! Runs real clients from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::time::Duration;
 
-use e2e::checks::{Expect, Outcomes, ReadResult, assert_clean};
-use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args};
+use txn_tests::e2e::checks::{Expect, Outcomes, ReadResult, assert_clean};
+use txn_tests::e2e::{self, Client, Cluster, ClusterSpec, Mode, TopicReader, args};
 
 const TOPIC: &str = "mixed";
 const PARTITIONS: &str = "0,1,2,3";

@@ -6,13 +6,11 @@
 //!
 //! Runs librdkafka and kafka-python from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::time::Duration;
 
-use e2e::Json;
-use e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
-use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
+use txn_tests::e2e::Json;
+use txn_tests::e2e::checks::{Expect, Must, ReadResult, assert_clean, ev, values};
+use txn_tests::e2e::{self, Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const TOPIC: &str = "stall";
 const PARTITIONS: &str = "0,1,2";

@@ -7,12 +7,10 @@
 //!
 //! Runs librdkafka from `TXN_TEST_PYTHON`; skipped with a notice when it is not set.
 
-mod e2e;
-
 use std::time::Duration;
 
-use e2e::checks::{Expect, Expected, Must, ev, offsets, seeded_inputs, values};
-use e2e::{Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
+use txn_tests::e2e::checks::{Expect, Expected, Must, ev, offsets, seeded_inputs, values};
+use txn_tests::e2e::{self, Client, Cluster, ClusterSpec, Mode, TopicReader, args, run};
 
 const PARTITIONS: &str = "0,1,2";
 const PER_PARTITION: usize = 10;

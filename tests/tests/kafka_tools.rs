@@ -21,14 +21,11 @@
 //!   `transaction.partition.verification.enable=false` (the refused case is
 //!   `fault_hanging_txn`).
 
-mod e2e;
-
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::{Cluster, ClusterSpec, Mode};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, DescribeProducersRequest, FindCoordinatorRequest,
     ListTransactionsRequest, MetadataRequest, TopicName,
@@ -37,6 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use txn_log::TxnVersion;
 use txn_testkit::client::{Features, Versions};
 use txn_testkit::pool::Pool;
+use txn_tests::e2e::{self, Cluster, ClusterSpec, Mode};
 use txn_tests::fault::client::{ClusterView, TxnProducer};
 use txn_tests::refbroker::process::BrokerProcess;
 

@@ -31,17 +31,16 @@
 //! with rcgen. Needs `TXN_TEST_PYTHON` (and `TXN_TEST_KAFKA_CLASSPATH` for Java); without them
 //! the tests say they skipped.
 
-mod e2e;
 mod pki;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use e2e::Json;
-use e2e::{Client, args, daemon_bin, free_port, refbroker_bin};
 use rcgen::DnType;
 use txn_testkit::process::StdoutLines;
+use txn_tests::e2e::Json;
+use txn_tests::e2e::{self, Client, args, daemon_bin, free_port, refbroker_bin};
 use txn_tests::etcd::EtcdCluster;
 use txn_tests::refbroker::process::BrokerProcess;
 

@@ -4,16 +4,14 @@
 //! around them (the broker-side partition check, version handling) from drifting apart.
 //! Error codes are Apache Kafka's for the same requests.
 
-mod e2e;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
 use kafka_protocol::messages as km;
 use txn_testkit::pool::Pool;
 use txn_testkit::requests::{add_errors, add_req_v3, end_req, init_req};
 use txn_testkit::wire::sb as s;
+use txn_tests::e2e::{Cluster, ClusterSpec, Mode, find_coordinator};
 
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

@@ -1,13 +1,15 @@
 //! Process harness for the end-to-end tests: starts refbroker processes and the
 //! `txn-coordinator` daemon on free loopback ports, runs the Python client programs of
 //! `tests/e2e/`, and kills everything it started when dropped (also on panic).
-#![allow(dead_code)]
+//!
+//! Part of the library so that it is compiled once, not once per integration-test file that
+//! uses it (`use txn_tests::e2e`).
 
-pub(crate) mod checks;
-pub(crate) mod compat;
+pub mod checks;
+pub mod compat;
 
 /// One event line of a client program (a JSON object).
-pub(crate) use serde_json::Value as Json;
+pub use serde_json::Value as Json;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -21,28 +23,29 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{ApiVersionsRequest, FindCoordinatorRequest};
 use txn_testkit::blocking;
 use txn_testkit::process::StdoutLines;
-pub(crate) use txn_testkit::wire::free_port;
+pub use txn_testkit::wire::free_port;
 use txn_testkit::wire::sb;
-use txn_tests::etcd::EtcdCluster;
+
+use crate::etcd::EtcdCluster;
 
 /// How long a process gets to answer ApiVersions after it was started.
 const STARTUP: Duration = Duration::from_secs(30);
 
 /// Coordinator nodes of a cluster on etcd: daemons (standalone) or brokers (embedded).
-pub(crate) const ETCD_COORDINATORS: usize = 3;
+const ETCD_COORDINATORS: usize = 3;
 
 /// The first node id of the standalone daemons of a cluster on etcd.
-pub(crate) const ETCD_DAEMON_NODE_ID: usize = 1001;
+const ETCD_DAEMON_NODE_ID: usize = 1001;
 
 /// The etcd lease of a coordinator on etcd unless the spec sets `etcd.lease.ttl.ms`.
-pub(crate) const ETCD_LEASE_MS: u64 = 2000;
+pub const ETCD_LEASE_MS: u64 = 2000;
 
 /// How long the coordinators of a cluster on etcd get to spread the log partitions.
 const ETCD_SPREAD: Duration = Duration::from_secs(60);
 
 /// Which side hosts the transaction coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// Every broker runs with `--embedded-coordinator`.
     Embedded,
     /// A standalone `txn-coordinator serve` daemon; brokers point at it with `--coordinator`.
@@ -51,7 +54,7 @@ pub(crate) enum Mode {
 
 impl Mode {
     /// A short name for values and logs.
-    pub(crate) fn tag(self) -> &'static str {
+    pub fn tag(self) -> &'static str {
         match self {
             Self::Embedded => "emb",
             Self::Standalone => "std",
@@ -60,7 +63,7 @@ impl Mode {
 }
 
 /// The Python interpreter with the Kafka clients, or `None` (and a printed skip notice).
-pub(crate) fn python_or_skip(test: &str) -> Option<PathBuf> {
+pub fn python_or_skip(test: &str) -> Option<PathBuf> {
     match std::env::var_os("TXN_TEST_PYTHON") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ => {
@@ -74,19 +77,17 @@ pub(crate) fn python_or_skip(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// The refbroker binary of this package.
-pub(crate) fn refbroker_bin() -> PathBuf {
+/// The refbroker binary of this package, in the test's profile directory: cargo builds a
+/// package's binaries before running its integration tests.
+pub fn refbroker_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_REFBROKER_BIN") {
         return PathBuf::from(p);
     }
-    match option_env!("CARGO_BIN_EXE_refbroker") {
-        Some(p) => PathBuf::from(p),
-        None => profile_dir().join("refbroker"),
-    }
+    profile_dir().join("refbroker")
 }
 
 /// The daemon binary of the coordinator package, next to this test's profile directory.
-pub(crate) fn daemon_bin() -> PathBuf {
+pub fn daemon_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TXN_COORDINATOR_BIN") {
         return PathBuf::from(p);
     }
@@ -101,21 +102,21 @@ fn profile_dir() -> PathBuf {
 }
 
 /// The directory of the Python client programs.
-pub(crate) fn scripts_dir() -> PathBuf {
+fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e")
 }
 
 /// The Java client program's directory (`tests/java`).
-pub(crate) fn java_dir() -> PathBuf {
+fn java_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("java")
 }
 
 /// The environment variable holding the classpath of Kafka's jars (kafka-tools and
 /// kafka-clients 4.1.x), which `scripts/test` resolves with Maven from `tests/java/pom.xml`.
-pub(crate) const KAFKA_CLASSPATH_VAR: &str = "TXN_TEST_KAFKA_CLASSPATH";
+const KAFKA_CLASSPATH_VAR: &str = "TXN_TEST_KAFKA_CLASSPATH";
 
 /// The classpath of Kafka's jars, or `None` with a printed skip notice.
-pub(crate) fn kafka_classpath_or_skip(test: &str) -> Option<String> {
+pub fn kafka_classpath_or_skip(test: &str) -> Option<String> {
     match std::env::var(KAFKA_CLASSPATH_VAR) {
         Ok(cp) if !cp.trim().is_empty() => Some(cp),
         _ => {
@@ -131,14 +132,14 @@ pub(crate) fn kafka_classpath_or_skip(test: &str) -> Option<String> {
 }
 
 /// Sends ApiVersions v0 and reads the answer: true if `addr` speaks Kafka with error 0.
-pub(crate) fn answers_api_versions(addr: SocketAddr) -> bool {
+fn answers_api_versions(addr: SocketAddr) -> bool {
     let request = ApiVersionsRequest::default();
     blocking::call(addr, "e2e-probe", &request, 0, Duration::from_secs(2))
         .is_ok_and(|r| r.error_code == 0)
 }
 
 /// The last `n` lines of a log file, for failure messages.
-pub(crate) fn tail(path: &Path, n: usize) -> String {
+pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
@@ -148,12 +149,12 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
 /// One server process (a broker or the daemon) that can be killed and restarted with the same
 /// arguments.
 #[derive(Debug)]
-pub(crate) struct Server {
+pub struct Server {
     name: String,
     program: PathBuf,
     args: Vec<String>,
     /// Where it listens.
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -200,7 +201,7 @@ impl Server {
     }
 
     /// Whether the process is still alive.
-    pub(crate) fn running(&mut self) -> bool {
+    fn running(&mut self) -> bool {
         match &mut self.child {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
@@ -239,7 +240,7 @@ impl Server {
     }
 
     /// SIGKILLs the process and reaps it.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -251,7 +252,7 @@ impl Server {
 
     /// Starts the process again with the same arguments (same port, same data dir) and waits
     /// until it answers; retries while the port is still held (bounded).
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.kill();
         let mut last = String::new();
         for _ in 0..5 {
@@ -268,13 +269,8 @@ impl Server {
         panic!("restart of {} failed: {last}", self.name);
     }
 
-    /// The server's log path.
-    pub(crate) fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     /// The server's name (`broker2`, `daemon-1002`, ...).
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.name
     }
 }
@@ -287,26 +283,26 @@ impl Drop for Server {
 
 /// What to start.
 #[derive(Debug, Clone)]
-pub(crate) struct ClusterSpec {
+pub struct ClusterSpec {
     /// Where the coordinator lives.
-    pub(crate) mode: Mode,
+    pub mode: Mode,
     /// Number of brokers (node ids 1..=n).
-    pub(crate) brokers: usize,
+    pub brokers: usize,
     /// `NAME:PARTITIONS` topic specs.
-    pub(crate) topics: Vec<String>,
+    pub topics: Vec<String>,
     /// Coordinator settings (`KEY=VALUE`), passed as `--set` to whichever process hosts it.
-    pub(crate) settings: Vec<String>,
+    pub settings: Vec<String>,
     /// Broker-only settings (`KEY=VALUE`), passed as `--set` to every refbroker in both modes
     /// (e.g. `transaction.partition.verification.enable=false`).
-    pub(crate) broker_settings: Vec<String>,
+    pub broker_settings: Vec<String>,
     /// A coordinator cluster on etcd (`on_etcd`): a 3-member etcd and 3 coordinator nodes
     /// sharing the transaction log there.
-    pub(crate) etcd: bool,
+    pub etcd: bool,
 }
 
 impl ClusterSpec {
     /// Two brokers in `mode` with the given topics and the default settings.
-    pub(crate) fn new(mode: Mode, topics: &[&str]) -> Self {
+    pub fn new(mode: Mode, topics: &[&str]) -> Self {
         Self {
             mode,
             brokers: 2,
@@ -318,7 +314,7 @@ impl ClusterSpec {
     }
 
     /// Adds a broker setting (every refbroker, both modes).
-    pub(crate) fn broker_set(mut self, kv: &str) -> Self {
+    pub fn broker_set(mut self, kv: &str) -> Self {
         self.broker_settings.push(kv.to_owned());
         self
     }
@@ -328,7 +324,7 @@ impl ClusterSpec {
     /// with `--coordinator D1,D2,D3`. Embedded: three brokers (node ids 1..=3), each with
     /// `--embedded-coordinator` on the shared log. Both with
     /// `etcd.lease.ttl.ms=ETCD_LEASE_MS` unless a setting names it.
-    pub(crate) fn on_etcd(mut self) -> Self {
+    pub fn on_etcd(mut self) -> Self {
         self.etcd = true;
         if self.mode == Mode::Embedded {
             self.brokers = ETCD_COORDINATORS;
@@ -337,7 +333,7 @@ impl ClusterSpec {
     }
 
     /// Adds a coordinator setting.
-    pub(crate) fn set(mut self, kv: &str) -> Self {
+    pub fn set(mut self, kv: &str) -> Self {
         self.settings.push(kv.to_owned());
         self
     }
@@ -346,15 +342,15 @@ impl ClusterSpec {
 /// Running brokers and, in standalone mode, the daemon. Everything is killed on drop; on a
 /// panic the tails of all logs are printed first.
 #[derive(Debug)]
-pub(crate) struct Cluster {
+pub struct Cluster {
     /// The spec it was started from.
-    pub(crate) spec: ClusterSpec,
+    pub spec: ClusterSpec,
     /// Brokers, index i is node id i + 1.
-    pub(crate) brokers: Vec<Server>,
+    pub brokers: Vec<Server>,
     /// The standalone daemon.
-    pub(crate) daemon: Option<Server>,
+    pub daemon: Option<Server>,
     /// The standalone daemons of a cluster on etcd, index i is node id 1001 + i.
-    pub(crate) daemons: Vec<Server>,
+    pub daemons: Vec<Server>,
     /// The etcd members of a cluster on etcd (dropped after the servers).
     etcd: Option<EtcdCluster>,
     dir: tempfile::TempDir,
@@ -362,7 +358,7 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     /// Starts the cluster; retries with fresh ports if a process could not start (bounded).
-    pub(crate) fn start(spec: ClusterSpec) -> Self {
+    pub fn start(spec: ClusterSpec) -> Self {
         let mut last = String::new();
         for attempt in 0..3 {
             match Self::try_start(&spec) {
@@ -547,7 +543,7 @@ impl Cluster {
 
     /// The coordinator of `txn_id` as the first running broker that answers FindCoordinator
     /// names it.
-    pub(crate) fn find_owner(&mut self, txn_id: &str) -> Result<SocketAddr, String> {
+    pub fn find_owner(&mut self, txn_id: &str) -> Result<SocketAddr, String> {
         let mut last = "no broker is running".to_owned();
         for b in &mut self.brokers {
             if !b.running() {
@@ -562,7 +558,7 @@ impl Cluster {
     }
 
     /// The server (broker or daemon) listening on `addr`.
-    pub(crate) fn server_at(&mut self, addr: SocketAddr) -> Option<&mut Server> {
+    pub fn server_at(&mut self, addr: SocketAddr) -> Option<&mut Server> {
         self.brokers
             .iter_mut()
             .chain(self.daemons.iter_mut())
@@ -571,7 +567,7 @@ impl Cluster {
     }
 
     /// `host:port,host:port` of all brokers.
-    pub(crate) fn bootstrap(&self) -> String {
+    pub fn bootstrap(&self) -> String {
         self.brokers
             .iter()
             .map(|b| b.addr.to_string())
@@ -580,13 +576,13 @@ impl Cluster {
     }
 
     /// The scratch directory (client logs go here too).
-    pub(crate) fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// The process hosting the transaction coordinator: the daemon, or in embedded mode the
     /// broker that answers FindCoordinator(TRANSACTION) for `txn_id`.
-    pub(crate) fn coordinator_host(&mut self, txn_id: &str) -> &mut Server {
+    pub fn coordinator_host(&mut self, txn_id: &str) -> &mut Server {
         if self.spec.etcd {
             let addr = self
                 .find_owner(txn_id)
@@ -609,7 +605,7 @@ impl Cluster {
     }
 
     /// Tails of every server log.
-    pub(crate) fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         let mut out = String::new();
         for s in self
             .brokers
@@ -772,7 +768,7 @@ fn refbroker_servers(
 }
 
 /// FindCoordinator v1 (key_type 1) against `broker`: the coordinator's address.
-pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAddr, String> {
+pub fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAddr, String> {
     let request = FindCoordinatorRequest::default()
         .with_key(sb(key))
         .with_key_type(1);
@@ -787,25 +783,19 @@ pub(crate) fn find_coordinator(broker: SocketAddr, key: &str) -> Result<SocketAd
 
 /// A running client program: its JSON events are read from its stdout as it prints them.
 #[derive(Debug)]
-pub(crate) struct Client {
+pub struct Client {
     name: String,
     child: Option<Child>,
     stdout: StdoutLines,
     /// Every event seen so far, in order.
-    pub(crate) events: Vec<Json>,
+    pub events: Vec<Json>,
     stderr: PathBuf,
 }
 
 impl Client {
     /// Starts `python <script> <args>` in the scripts directory; stderr goes to a file in
     /// `dir`.
-    pub(crate) fn spawn(
-        python: &Path,
-        dir: &Path,
-        name: &str,
-        script: &str,
-        args: &[String],
-    ) -> Self {
+    pub fn spawn(python: &Path, dir: &Path, name: &str, script: &str, args: &[String]) -> Self {
         match script {
             "lr.py" => compat::used("librdkafka"),
             "kp.py" => compat::used("kafka-python"),
@@ -822,9 +812,9 @@ impl Client {
 
     /// Starts the Java client program `tests/java/TxnClient.java` (single-file source launch)
     /// with Kafka's jars on `classpath`; stderr goes to a file in `dir`.
-    pub(crate) fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
+    pub fn spawn_java(classpath: &str, dir: &Path, name: &str, args: &[String]) -> Self {
         compat::used("java");
-        let mut cmd = txn_tests::kafka_tool::java(classpath);
+        let mut cmd = crate::kafka_tool::java(classpath);
         cmd.arg(java_dir().join("TxnClient.java")).args(args);
         Self::spawn_command(dir, name, cmd)
     }
@@ -877,7 +867,7 @@ impl Client {
 
     /// Waits (bounded) for the next event with `ev == name`; panics if the program ends or
     /// the bound passes first.
-    pub(crate) fn wait_event(&mut self, name: &str, within: Duration) -> Json {
+    pub fn wait_event(&mut self, name: &str, within: Duration) -> Json {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -906,7 +896,7 @@ impl Client {
     }
 
     /// Waits (bounded) for the program to exit with status 0 and returns all its events.
-    pub(crate) fn finish(mut self, within: Duration) -> Vec<Json> {
+    pub fn finish(mut self, within: Duration) -> Vec<Json> {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -945,7 +935,7 @@ impl Client {
     }
 
     /// SIGKILLs the program (the events read so far stay in `events`).
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -968,7 +958,7 @@ impl Drop for Client {
 }
 
 /// Runs a client program to its end (bounded) and returns its events.
-pub(crate) fn run(
+pub fn run(
     python: &Path,
     dir: &Path,
     name: &str,
@@ -980,7 +970,7 @@ pub(crate) fn run(
 }
 
 /// `["--k", "v", ...]` from pairs.
-pub(crate) fn args(pairs: &[(&str, &str)]) -> Vec<String> {
+pub fn args(pairs: &[(&str, &str)]) -> Vec<String> {
     let mut out = Vec::new();
     for (k, v) in pairs {
         out.push((*k).to_owned());
@@ -992,7 +982,7 @@ pub(crate) fn args(pairs: &[(&str, &str)]) -> Vec<String> {
 }
 
 /// One topic's partitions as a scenario reads them back with a client script.
-pub(crate) struct TopicReader<'a> {
+pub struct TopicReader<'a> {
     python: &'a Path,
     dir: &'a Path,
     script: &'a str,
@@ -1003,7 +993,7 @@ pub(crate) struct TopicReader<'a> {
 
 impl<'a> TopicReader<'a> {
     /// `topic`'s `partitions` on the cluster at `bootstrap`, read with `script`.
-    pub(crate) fn new(
+    pub fn new(
         python: &'a Path,
         dir: &'a Path,
         script: &'a str,
@@ -1023,7 +1013,7 @@ impl<'a> TopicReader<'a> {
 
     /// Reads the partitions from the beginning with the script's `consume` at `isolation`
     /// until every partition is at its end and at least `min` records were read (bounded).
-    pub(crate) fn read(&self, isolation: &str, min: usize) -> checks::ReadResult {
+    pub fn read(&self, isolation: &str, min: usize) -> checks::ReadResult {
         let events = run(
             self.python,
             self.dir,
@@ -1045,7 +1035,7 @@ impl<'a> TopicReader<'a> {
 
     /// Reads at `isolation` (as `read`, for `expect`'s present records) and asserts the read
     /// holds to `expect`, reported as `what`; returns the read.
-    pub(crate) fn assert_reads(
+    pub fn assert_reads(
         &self,
         isolation: &str,
         what: &str,
@@ -1059,7 +1049,7 @@ impl<'a> TopicReader<'a> {
 
 /// The `#[test]` cases of a scenario file, each `name: Mode, "script";` calling the file's
 /// `scenario(Mode, &str)`.
-#[allow(unused_macros)] // not every scenario file has the matrix
+#[macro_export]
 macro_rules! scenario_tests {
     ($($name:ident: $mode:ident, $script:literal;)+) => {
         $(
@@ -1070,5 +1060,4 @@ macro_rules! scenario_tests {
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use scenario_tests;
+pub use crate::scenario_tests;

@@ -2,35 +2,35 @@
 //! reads, lost writes, duplicates, inconsistent offsets, order, and all-or-nothing visibility
 //! of transactions whose outcome the client does not know.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::Json;
 
 /// One record a consumer read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record {
+pub struct Record {
     /// Partition.
-    pub(crate) partition: i64,
+    pub partition: i64,
     /// Offset.
-    pub(crate) offset: i64,
+    pub offset: i64,
     /// Value.
-    pub(crate) value: String,
+    pub value: String,
 }
 
 /// What a `consume` run read.
 #[derive(Debug, Clone)]
-pub(crate) struct ReadResult {
+pub struct ReadResult {
     /// Records in the order they were delivered.
-    pub(crate) records: Vec<Record>,
+    pub records: Vec<Record>,
     /// Whether every partition reached its end (LSO for read_committed).
-    pub(crate) eof: bool,
+    pub eof: bool,
     /// Whether the reader stopped at its deadline.
-    pub(crate) timed_out: bool,
+    pub timed_out: bool,
 }
 
 impl ReadResult {
     /// From a `consume` run's events.
-    pub(crate) fn from_events(events: &[Json]) -> Self {
+    pub fn from_events(events: &[Json]) -> Self {
         let mut records = Vec::new();
         let mut eof = false;
         let mut timed_out = true;
@@ -54,27 +54,22 @@ impl ReadResult {
             timed_out,
         }
     }
-
-    /// The set of values read.
-    pub(crate) fn values(&self) -> BTreeSet<String> {
-        self.records.iter().map(|r| r.value.clone()).collect()
-    }
 }
 
 /// The event name.
-pub(crate) fn ev(e: &Json) -> &str {
+pub fn ev(e: &Json) -> &str {
     e.get("ev").and_then(Json::as_str).unwrap_or("")
 }
 
 /// An integer field (panics with the event if missing).
-pub(crate) fn int(e: &Json, k: &str) -> i64 {
+pub fn int(e: &Json, k: &str) -> i64 {
     e.get(k)
         .and_then(Json::as_i64)
         .unwrap_or_else(|| panic!("event without integer {k}: {e:?}"))
 }
 
 /// A string field (panics with the event if missing).
-pub(crate) fn string(e: &Json, k: &str) -> String {
+fn string(e: &Json, k: &str) -> String {
     e.get(k)
         .and_then(Json::as_str)
         .unwrap_or_else(|| panic!("event without string {k}: {e:?}"))
@@ -82,7 +77,7 @@ pub(crate) fn string(e: &Json, k: &str) -> String {
 }
 
 /// `[[partition, value, offset?], ...]` of field `k`.
-pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
+pub fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
     e.get(k)
         .and_then(Json::as_array)
         .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
@@ -105,7 +100,7 @@ pub(crate) fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
 }
 
 /// `[[partition, offset], ...]` of field `k`, by partition.
-pub(crate) fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
+pub fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
     e.get(k)
         .and_then(Json::as_array)
         .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
@@ -120,7 +115,7 @@ pub(crate) fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
 }
 
 /// The end offset of each partition after the acknowledged `values` (all must have offsets).
-pub(crate) fn end_offsets(values: &[(i64, String, Option<i64>)]) -> BTreeMap<i64, i64> {
+fn end_offsets(values: &[(i64, String, Option<i64>)]) -> BTreeMap<i64, i64> {
     let mut end: BTreeMap<i64, i64> = BTreeMap::new();
     for (p, v, o) in values {
         let o = o.unwrap_or_else(|| panic!("{v} not acknowledged"));
@@ -133,10 +128,10 @@ pub(crate) fn end_offsets(values: &[(i64, String, Option<i64>)]) -> BTreeMap<i64
 /// The values a seeding program reported in its `seeded` event, `per_partition` on each of
 /// `partitions` partitions, each acknowledged at an offset, and the end offset of each partition
 /// after them.
-pub(crate) type Seeded = (Vec<(i64, String, Option<i64>)>, BTreeMap<i64, i64>);
+pub type Seeded = (Vec<(i64, String, Option<i64>)>, BTreeMap<i64, i64>);
 
 /// The [`Seeded`] inputs of a seeding program's `events`.
-pub(crate) fn seeded_inputs(events: &[Json], partitions: usize, per_partition: usize) -> Seeded {
+pub fn seeded_inputs(events: &[Json], partitions: usize, per_partition: usize) -> Seeded {
     let seeded = events
         .iter()
         .find(|e| ev(e) == "seeded")
@@ -149,7 +144,7 @@ pub(crate) fn seeded_inputs(events: &[Json], partitions: usize, per_partition: u
 
 /// What a value's visibility must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Must {
+pub enum Must {
     /// Acknowledged committed: must be read, exactly once.
     Present,
     /// Aborted, fenced or timed out: must never be read.
@@ -160,27 +155,27 @@ pub(crate) enum Must {
 
 /// One written value and what must hold for it.
 #[derive(Debug, Clone)]
-pub(crate) struct Expected {
+pub struct Expected {
     /// The transaction it belongs to (for all-or-nothing).
-    pub(crate) txn: String,
+    pub txn: String,
     /// Partition it was written to.
-    pub(crate) partition: i64,
+    pub partition: i64,
     /// Offset the producer's acknowledgement gave, if any.
-    pub(crate) offset: Option<i64>,
+    pub offset: Option<i64>,
     /// Visibility rule.
-    pub(crate) must: Must,
+    pub must: Must,
 }
 
 /// The expected history: values in production order.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Expect {
+pub struct Expect {
     order: Vec<String>,
     by_value: BTreeMap<String, Expected>,
 }
 
 impl Expect {
     /// Adds one value (in production order).
-    pub(crate) fn add(&mut self, value: &str, e: Expected) {
+    pub fn add(&mut self, value: &str, e: Expected) {
         assert!(
             self.by_value.insert(value.to_owned(), e).is_none(),
             "value {value} written twice: the client programs must use unique values"
@@ -189,7 +184,7 @@ impl Expect {
     }
 
     /// Adds every value of a transaction.
-    pub(crate) fn add_txn(&mut self, txn: &str, vals: &[(i64, String, Option<i64>)], must: Must) {
+    pub fn add_txn(&mut self, txn: &str, vals: &[(i64, String, Option<i64>)], must: Must) {
         for (p, v, o) in vals {
             self.add(
                 v,
@@ -204,7 +199,7 @@ impl Expect {
     }
 
     /// The values that must be present.
-    pub(crate) fn present(&self) -> usize {
+    pub fn present(&self) -> usize {
         self.by_value
             .values()
             .filter(|e| e.must == Must::Present)
@@ -212,7 +207,7 @@ impl Expect {
     }
 
     /// Checks a read against the history; returns every violation found.
-    pub(crate) fn check(&self, what: &str, read: &ReadResult) -> Vec<String> {
+    pub fn check(&self, what: &str, read: &ReadResult) -> Vec<String> {
         let mut bad = Vec::new();
         if !read.eof || read.timed_out {
             bad.push(format!(
@@ -318,7 +313,7 @@ impl Expect {
 }
 
 /// Panics with every violation and the read, if there are any.
-pub(crate) fn assert_clean(violations: &[String], read: &ReadResult) {
+pub fn assert_clean(violations: &[String], read: &ReadResult) {
     if !violations.is_empty() {
         let records: Vec<String> = read
             .records
@@ -333,72 +328,19 @@ pub(crate) fn assert_clean(violations: &[String], read: &ReadResult) {
     }
 }
 
-#[test]
-fn checker_flags_each_anomaly() {
-    let mut x = Expect::default();
-    let c = |p, o| Expected {
-        txn: "t0".into(),
-        partition: p,
-        offset: Some(o),
-        must: Must::Present,
-    };
-    x.add("a", c(0, 0));
-    x.add("b", c(0, 1));
-    x.add(
-        "z",
-        Expected {
-            txn: "t1".into(),
-            partition: 0,
-            offset: Some(2),
-            must: Must::Absent,
-        },
-    );
-    let rec = |p, o, v: &str| Record {
-        partition: p,
-        offset: o,
-        value: v.into(),
-    };
-    let ok = ReadResult {
-        records: vec![rec(0, 0, "a"), rec(0, 1, "b")],
-        eof: true,
-        timed_out: false,
-    };
-    assert!(x.check("ok", &ok).is_empty());
-    let bad = ReadResult {
-        records: vec![rec(0, 1, "b"), rec(0, 1, "b"), rec(0, 2, "z")],
-        eof: true,
-        timed_out: false,
-    };
-    let v = x.check("bad", &bad).join("\n");
-    assert!(v.contains("lost write"), "{v}");
-    assert!(v.contains("duplicate"), "{v}");
-    assert!(v.contains("aborted read"), "{v}");
-    assert!(v.contains("went backwards"), "{v}");
-    let stuck = ReadResult {
-        records: vec![rec(0, 0, "a")],
-        eof: false,
-        timed_out: true,
-    };
-    assert!(
-        x.check("stuck", &stuck)
-            .join("\n")
-            .contains("did not reach the end")
-    );
-}
-
 /// What a producer's `commit` and `abort` events say its topic must hold.
-pub(crate) struct Outcomes {
+pub struct Outcomes {
     /// For read_committed: committed records present, aborted ones absent.
-    pub(crate) committed: Expect,
+    pub committed: Expect,
     /// For read_uncommitted: every record present.
-    pub(crate) all: Expect,
+    pub all: Expect,
     /// `C` or `A` per transaction ended, in order.
-    pub(crate) sequence: String,
+    pub sequence: String,
 }
 
 impl Outcomes {
     /// The outcomes of `events`, each transaction named by `txn` of its event.
-    pub(crate) fn of(events: &[Json], txn: impl Fn(&Json) -> String) -> Self {
+    pub fn of(events: &[Json], txn: impl Fn(&Json) -> String) -> Self {
         let mut out = Self {
             committed: Expect::default(),
             all: Expect::default(),
@@ -422,24 +364,24 @@ impl Outcomes {
 /// What the events of a producer stream (`txns` of lr.py or kp.py) promise about the topic:
 /// each transaction named by its event and first value (`commit-<value>`), and how many ended
 /// each way.
-pub(crate) struct Stream {
+pub struct Stream {
     /// Committed transactions present, aborted and abandoned ones absent, ambiguous ones whole
     /// or absent.
-    pub(crate) expect: Expect,
+    pub expect: Expect,
     /// Transactions whose commit succeeded.
-    pub(crate) commits: usize,
+    pub commits: usize,
     /// Transactions the producer aborted.
-    pub(crate) aborts: usize,
+    pub aborts: usize,
     /// kp.py: a transaction left without asking for its commit; the next instance's
     /// InitProducerId aborts it.
-    pub(crate) abandoned: usize,
+    pub abandoned: usize,
     /// kp.py: a commit that may have been sent: all or nothing.
-    pub(crate) ambiguous: usize,
+    pub ambiguous: usize,
 }
 
 impl Stream {
     /// The promises of `events`.
-    pub(crate) fn of<'a>(events: impl IntoIterator<Item = &'a Json>) -> Self {
+    pub fn of<'a>(events: impl IntoIterator<Item = &'a Json>) -> Self {
         let mut stream = Self {
             expect: Expect::default(),
             commits: 0,
@@ -465,11 +407,69 @@ impl Stream {
 }
 
 /// The times (`t`, s since the Unix epoch) of the commits in `events` after `after`.
-pub(crate) fn commits_after(events: &[Json], after: f64) -> Vec<f64> {
+pub fn commits_after(events: &[Json], after: f64) -> Vec<f64> {
     events
         .iter()
         .filter(|e| ev(e) == "commit")
         .filter_map(|e| e.get("t").and_then(Json::as_f64))
         .filter(|t| *t > after)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Expect, Expected, Must, ReadResult, Record};
+
+    #[test]
+    fn checker_flags_each_anomaly() {
+        let mut x = Expect::default();
+        let c = |p, o| Expected {
+            txn: "t0".into(),
+            partition: p,
+            offset: Some(o),
+            must: Must::Present,
+        };
+        x.add("a", c(0, 0));
+        x.add("b", c(0, 1));
+        x.add(
+            "z",
+            Expected {
+                txn: "t1".into(),
+                partition: 0,
+                offset: Some(2),
+                must: Must::Absent,
+            },
+        );
+        let rec = |p, o, v: &str| Record {
+            partition: p,
+            offset: o,
+            value: v.into(),
+        };
+        let ok = ReadResult {
+            records: vec![rec(0, 0, "a"), rec(0, 1, "b")],
+            eof: true,
+            timed_out: false,
+        };
+        assert!(x.check("ok", &ok).is_empty());
+        let bad = ReadResult {
+            records: vec![rec(0, 1, "b"), rec(0, 1, "b"), rec(0, 2, "z")],
+            eof: true,
+            timed_out: false,
+        };
+        let v = x.check("bad", &bad).join("\n");
+        assert!(v.contains("lost write"), "{v}");
+        assert!(v.contains("duplicate"), "{v}");
+        assert!(v.contains("aborted read"), "{v}");
+        assert!(v.contains("went backwards"), "{v}");
+        let stuck = ReadResult {
+            records: vec![rec(0, 0, "a")],
+            eof: false,
+            timed_out: true,
+        };
+        assert!(
+            x.check("stuck", &stuck)
+                .join("\n")
+                .contains("did not reach the end")
+        );
+    }
 }
