@@ -76,11 +76,16 @@ fn string(e: &Json, k: &str) -> String {
         .to_owned()
 }
 
-/// `[[partition, value, offset?], ...]` of field `k`.
-pub fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
+/// The array field `k` of event `e` (a panic naming the event if it has none).
+fn array<'a>(e: &'a Json, k: &str) -> &'a [Json] {
     e.get(k)
         .and_then(Json::as_array)
         .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
+}
+
+/// `[[partition, value, offset?], ...]` of field `k`.
+pub fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
+    array(e, k)
         .iter()
         .map(|t| {
             let t = t
@@ -101,9 +106,7 @@ pub fn values(e: &Json, k: &str) -> Vec<(i64, String, Option<i64>)> {
 
 /// `[[partition, offset], ...]` of field `k`, by partition.
 pub fn offsets(e: &Json, k: &str) -> BTreeMap<i64, i64> {
-    e.get(k)
-        .and_then(Json::as_array)
-        .unwrap_or_else(|| panic!("event without array {k}: {e:?}"))
+    array(e, k)
         .iter()
         .map(|pair| {
             let pair = pair
