@@ -138,7 +138,24 @@ async fn list_over_sasl_ssl_with_command_config() {
         started.elapsed()
     );
 
-    // No --command-config against the SASL_SSL listener: a failed exit too.
+    // No --command-config against the SASL_SSL listener: a failed exit too, which says the
+    // server speaks TLS (not that a 352518912-byte frame is too large).
     let (st, out, err) = run_admin("list", &bootstrap, &[]);
     assert!(!st.success(), "{out}{err}");
+    assert!(err.contains("speaks TLS"), "{err}");
+    assert!(!err.contains("352518912"), "{err}");
+
+    // A comma-separated --bootstrap-server, as Kafka's tools take it: an address that does not
+    // answer is passed over for the next.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let list = format!("{dead_addr},{bootstrap}");
+    let (st, out, err) = run_admin("list", &list, &["--command-config", &alice_arg]);
+    assert!(st.success(), "{out}{err}");
+    assert!(out.contains("visible-1"), "{out}");
+    // None answers: every address is named.
+    let (st, out, err) = run_admin("list", &dead_addr.to_string(), &[]);
+    assert!(!st.success(), "{out}{err}");
+    assert!(err.contains(&dead_addr.to_string()), "{err}");
 }

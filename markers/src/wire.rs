@@ -37,6 +37,20 @@ pub enum FrameError {
     /// The peer closed the stream in the middle of a frame.
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    /// Where a frame's length should be, the peer sent the header of a TLS record (a
+    /// handshake or an alert): one side speaks TLS and the other does not. A client without
+    /// TLS reads a TLS listener's alert this way; a listener without TLS, a client's hello.
+    #[error(
+        "the peer speaks TLS on a connection without it (a TLS record where a Kafka frame \
+         should start): use TLS on both sides (security.protocol SSL or SASL_SSL) or on neither"
+    )]
+    Tls,
+}
+
+/// Whether a frame prefix that announced an impossible length is the header of a TLS record:
+/// content type handshake (22) or alert (21), then protocol major version 3.
+fn is_tls_record(prefix: [u8; 4]) -> bool {
+    matches!(prefix, [21 | 22, 3, ..])
 }
 
 /// Reads one frame. `Ok(None)` on a clean end of stream before any byte of a frame.
@@ -58,18 +72,16 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         read += n;
     }
     let len = i32::from_be_bytes(len_buf);
-    let Ok(len_usize) = usize::try_from(len) else {
-        return Err(FrameError::TooLarge {
-            len: i64::from(len),
-            max: max_bytes,
-        });
+    let len_usize = match usize::try_from(len) {
+        Ok(n) if n <= max_bytes => n,
+        _ if is_tls_record(len_buf) => return Err(FrameError::Tls),
+        _ => {
+            return Err(FrameError::TooLarge {
+                len: i64::from(len),
+                max: max_bytes,
+            });
+        }
     };
-    if len_usize > max_bytes {
-        return Err(FrameError::TooLarge {
-            len: i64::from(len),
-            max: max_bytes,
-        });
-    }
     let mut body = BytesMut::zeroed(len_usize);
     match reader.read_exact(&mut body).await {
         Ok(_) => Ok(Some(body.freeze())),
@@ -723,6 +735,29 @@ mod tests {
         ));
         let mut empty: &[u8] = &[];
         assert!(matches!(read_frame(&mut empty, 1024).await, Ok(None)));
+    }
+
+    /// A TLS listener's alert read by a client without TLS (`15 03 03 00 02 ..`: the 352518912
+    /// bytes a length prefix would make of it), and a client's hello read by a listener
+    /// without TLS, are named as TLS; another impossible length stays one.
+    #[tokio::test]
+    async fn a_tls_record_where_a_frame_starts_is_named() {
+        let mut alert: &[u8] = &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46];
+        let err = read_frame(&mut alert, DEFAULT_MAX_FRAME_BYTES)
+            .await
+            .expect_err("not a frame");
+        assert!(matches!(err, FrameError::Tls), "{err:?}");
+        assert!(err.to_string().contains("speaks TLS"), "{err}");
+        let mut hello: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
+        assert!(matches!(
+            read_frame(&mut hello, DEFAULT_MAX_FRAME_BYTES).await,
+            Err(FrameError::Tls)
+        ));
+        let mut other: &[u8] = &[0x7e, 0x03, 0x03, 0x00];
+        assert!(matches!(
+            read_frame(&mut other, DEFAULT_MAX_FRAME_BYTES).await,
+            Err(FrameError::TooLarge { .. })
+        ));
     }
 
     /// A writer that records each `poll_write` call.

@@ -139,6 +139,38 @@ fn early_complete_mutant_is_found() {
     );
 }
 
+/// A participant that refuses markers for good while the faults last, with
+/// INVALID_PRODUCER_EPOCH (its producer state is at a newer epoch) or
+/// TRANSACTION_COORDINATOR_FENCED (while the log still says the coordinator epoch is ours):
+/// the coordinators hold those transactions decided, keep serving every other id (no unload:
+/// before, a refusal unloaded the log partition), and deliver them again once it is fixed.
+/// Every invariant holds, with and without the other faults.
+#[test]
+fn a_refusing_participant_holds_only_the_refused_transactions() {
+    for code in [
+        txn_log::ErrorCode::INVALID_PRODUCER_EPOCH,
+        txn_log::ErrorCode::TRANSACTION_COORDINATOR_FENCED,
+    ] {
+        let flags = format!(" --refuse-markers {}", code.code());
+        let only = seeds(MUTANT_BUDGET, 2, 1, |seed| Options {
+            refusing_participant: Some(code),
+            faults: false,
+            ..Options::new(seed)
+        });
+        assert_clean(&only, &format!("{flags} --no-faults"));
+        assert!(
+            only.faults > MUTANT_BUDGET,
+            "markers were refused: {}",
+            describe(&only, &flags)
+        );
+        let with_faults = seeds(MUTANT_BUDGET, 2, 1, |seed| Options {
+            refusing_participant: Some(code),
+            ..Options::new(seed)
+        });
+        assert_clean(&with_faults, &flags);
+    }
+}
+
 fn tv(tv: TvMix) -> impl Fn(u64) -> Options + Sync {
     move |seed| Options {
         tv,

@@ -222,7 +222,8 @@ enum AclCommand {
 
 #[derive(Debug, Args)]
 struct Target {
-    /// The coordinator to ask.
+    /// The coordinator to ask: HOST:PORT, or a comma-separated list of them (the first that
+    /// answers is used).
     #[arg(long = "bootstrap-server", default_value = server::DEFAULT_LISTEN)]
     bootstrap_server: String,
     /// Client security, as Kafka's tools take it: a properties file with security.protocol,

@@ -127,7 +127,7 @@ async fn open(connector: &dyn Connector, addr: &str) -> anyhow::Result<BoxedConn
         .map_err(|_| {
             anyhow::anyhow!("connecting to {addr}: no connection within {CONNECT_TIMEOUT:?}")
         })?
-        .map_err(anyhow::Error::new)
+        .with_context(|| format!("connecting to {addr}"))
 }
 
 /// Parses a Java properties file as Kafka's tools read `--command-config`: `key=value` (or
@@ -219,11 +219,30 @@ pub fn command_config(path: &Path) -> anyhow::Result<(ClientSecurity, Vec<String
 }
 
 impl AdminClient {
-    /// Connects to `addr` (`HOST:PORT`) with `security` (for every connection the commands
-    /// open).
-    pub async fn connect(addr: &str, security: ClientSecurity) -> anyhow::Result<Self> {
+    /// Connects to the first of `bootstrap` (`HOST:PORT`, or a comma-separated list of them,
+    /// as Kafka's tools take `--bootstrap-server`) that answers, with `security` (for every
+    /// connection the commands open). Fails naming every address tried.
+    pub async fn connect(bootstrap: &str, security: ClientSecurity) -> anyhow::Result<Self> {
         let connector = security.connector();
-        let conn = open(connector.as_ref(), addr).await?;
+        let mut failures = Vec::new();
+        let mut opened = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            match open(connector.as_ref(), addr).await {
+                Ok(conn) => {
+                    opened = Some((addr, conn));
+                    break;
+                }
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        let Some((addr, conn)) = opened else {
+            anyhow::ensure!(!failures.is_empty(), "--bootstrap-server is empty");
+            anyhow::bail!("{}", failures.join("; "));
+        };
         let mut me = vec![addr.to_owned()];
         if let Ok(resolved) = tokio::net::lookup_host(addr).await {
             me.extend(resolved.map(|a| a.to_string()));

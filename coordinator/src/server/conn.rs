@@ -77,6 +77,15 @@ pub(crate) async fn serve_connection<S>(
                     );
                     break;
                 }
+                Err(FrameError::Tls) => {
+                    ctx.metrics.connections_rejected.inc();
+                    tracing::warn!(
+                        "a TLS client on a listener without TLS (its hello where a Kafka frame \
+                         starts); closing connection: give the client security.protocol \
+                         PLAINTEXT or SASL_PLAINTEXT, or the listener SSL"
+                    );
+                    break;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "connection read failed");
                     break;

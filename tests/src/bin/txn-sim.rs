@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! txn-sim [--seeds N] [--seed S] [--threads N] [--tv 1|2|mixed] [--hold-tv1-end-txn]
-//!         [--hold-tv1-produce] [--mutant early-complete] [--no-faults] [--verbose]
+//!         [--hold-tv1-produce] [--refuse-markers CODE] [--mutant early-complete] [--no-faults]
+//!         [--verbose]
 //! ```
 //!
 //! Runs seeds `S..S+N` (S defaults to `TXN_SIM_SEED`, else the clock), prints seeds per
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
+use txn_log::ErrorCode;
 use txn_tests::sim::{Mutant, Options, RunResult, SEED_ENV, TvMix, run, run_seeds};
 
 /// Transaction versions of the clients.
@@ -66,6 +68,10 @@ struct Args {
     /// TV1: a late produce lands after the abort marker).
     #[arg(long)]
     hold_tv1_produce: bool,
+    /// Partition 0's leader refuses half its markers with this Kafka error code (47
+    /// INVALID_PRODUCER_EPOCH, 52 TRANSACTION_COORDINATOR_FENCED) until the world heals.
+    #[arg(long, value_name = "CODE")]
+    refuse_markers: Option<i16>,
     /// Put a bug back.
     #[arg(long, value_enum)]
     mutant: Option<MutantArg>,
@@ -88,6 +94,7 @@ impl Args {
         o.hold_tv1_end_txn = self.hold_tv1_end_txn;
         o.hold_tv1_produce = self.hold_tv1_produce;
         o.faults = !self.no_faults;
+        o.refusing_participant = self.refuse_markers.map(ErrorCode::from);
         o.mutant = self.mutant.map(|m| match m {
             MutantArg::EarlyComplete => Mutant::EarlyComplete,
         });
@@ -106,6 +113,9 @@ impl Args {
         }
         if self.hold_tv1_produce {
             f.push_str(" --hold-tv1-produce");
+        }
+        if let Some(code) = self.refuse_markers {
+            f.push_str(&format!(" --refuse-markers {code}"));
         }
         if self.mutant.is_some() {
             f.push_str(" --mutant early-complete");

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use coordinator::{
-    AddPartitionsToTxnResponse, Config, EndTxnResponse, Engine, InitProducerIdResponse, IoId,
-    MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator, Request, RequestId, Response,
-    TxnMarkerRequest,
+    AddPartitionsToTxnResponse, Config, EndTxnResponse, Engine, InitProducerIdRequest,
+    InitProducerIdResponse, IoId, MarkerCompletion, MarkerOutcome, Millis, ProducerIdAllocator,
+    Request, RequestId, Response, TxnMarkerRequest,
 };
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use markers::apply::{ApplyError, markers_of, response_of};
@@ -94,6 +94,16 @@ pub struct Options {
     /// which the simulated partitions do not do; TV2 clients' produce requests are held either
     /// way (the bumped epoch of the abort marker fences them).
     pub hold_tv1_produce: bool,
+    /// A participant that refuses markers for good until the world heals: while the faults
+    /// last, the leader of partition 0 answers half the markers it is sent with this code
+    /// (INVALID_PRODUCER_EPOCH: it holds the producer id at a newer epoch;
+    /// TRANSACTION_COORDINATOR_FENCED: it saw a newer coordinator epoch, while the log still
+    /// says the epoch is ours) and writes nothing. The coordinators hold those transactions
+    /// decided and serve every other id; clients' InitProducerId deliver them again. When the
+    /// world heals the participant is fixed, and the operator force-terminates every id still
+    /// held (an InitProducerId for it every 500 ms until the run ends, as
+    /// `txn-coordinator force-terminate` retries).
+    pub refusing_participant: Option<ErrorCode>,
     /// A bug put back.
     pub mutant: Option<Mutant>,
 }
@@ -117,6 +127,7 @@ impl Options {
             fault_level: 1 + shape.below(3),
             hold_tv1_end_txn: false,
             hold_tv1_produce: false,
+            refusing_participant: None,
             mutant: None,
         }
     }
@@ -209,6 +220,8 @@ enum Ev {
         node: usize,
         lp: u32,
     },
+    /// The operator force-terminates the transactions held refused.
+    ForceTerminateRefused,
 }
 
 /// An append handed to the log, waiting to be durable.
@@ -834,6 +847,37 @@ impl World {
         }
     }
 
+    /// An InitProducerId for every transactional id a coordinator holds refused (what
+    /// `txn-coordinator force-terminate` sends; its answer goes nowhere).
+    fn force_terminate_refused(&mut self) {
+        let now = Millis(self.now as i64);
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].up {
+                continue;
+            }
+            let lps: Vec<u32> = self.nodes[n].engines.keys().copied().collect();
+            for lp in lps {
+                let node = &mut self.nodes[n];
+                let Some(engine) = node.engines.get_mut(&lp) else {
+                    continue;
+                };
+                let held: Vec<TransactionalId> =
+                    engine.refused().map(|(id, _)| id.clone()).collect();
+                for id in &held {
+                    let timeout = engine.record(id).map_or(60_000, |r| r.timeout_ms);
+                    let to = RequestId(node.next_request);
+                    node.next_request += 1;
+                    let request = InitProducerIdRequest::new_producer(4, id.as_str(), timeout);
+                    engine.handle_request(now, to, Request::InitProducerId(request));
+                }
+                if !held.is_empty() {
+                    self.fault("force-terminate", format!("force-terminate {held:?}"));
+                    self.drive(n, lp);
+                }
+            }
+        }
+    }
+
     fn tick(&mut self) {
         let now = self.now;
         for n in 0..self.nodes.len() {
@@ -969,7 +1013,19 @@ impl World {
         let now = self.now as i64;
         let results: Vec<Result<(), ApplyError>> = markers_of(&request, &versions)
             .into_iter()
-            .map(|(tp, marker)| self.apply_marker(tp.partition, &marker, now))
+            .map(|(tp, marker)| match self.refusal(tp.partition) {
+                Some(code) => {
+                    self.fault(
+                        "refused marker",
+                        format!(
+                            "partition {} refused the marker of producer {} with {code}",
+                            tp.partition, marker.producer_id.0
+                        ),
+                    );
+                    Err(ApplyError::Code(code))
+                }
+                None => self.apply_marker(tp.partition, &marker, now),
+            })
             .collect();
         let response = response_of(&request, &results);
         self.send(
@@ -983,6 +1039,13 @@ impl World {
             },
             None,
         );
+    }
+
+    /// The code the refusing participant answers a marker to partition `p` with now, if it
+    /// refuses it ([`Options::refusing_participant`]).
+    fn refusal(&mut self, p: i32) -> Option<ErrorCode> {
+        let code = self.o.refusing_participant?;
+        (p == 0 && self.now < FAULT_END_MS && self.rng.chance(0.5)).then_some(code)
     }
 
     /// Writes `marker` to partition `p` (a broker's `WriteTxnMarkers` for one partition).
@@ -1120,6 +1183,11 @@ impl World {
                 self.at(100, Ev::Fault);
             }
             Ev::Restart(n) => self.restart(n),
+            Ev::ForceTerminateRefused => {
+                // Until the run ends: a refusal sent before the heal may still be on its way.
+                self.force_terminate_refused();
+                self.at(500, Ev::ForceTerminateRefused);
+            }
             Ev::Unload { node, lp } => {
                 if self.owner[lp as usize] != node && self.nodes[node].engines.contains_key(&lp) {
                     if let Some(e) = self.nodes[node].engines.get_mut(&lp) {
@@ -1196,6 +1264,9 @@ impl World {
                 self.cut = None;
                 for n in 0..self.nodes.len() {
                     self.restart(n);
+                }
+                if self.o.refusing_participant.is_some() {
+                    self.at(0, Ev::ForceTerminateRefused);
                 }
             }
             self.events += 1;
