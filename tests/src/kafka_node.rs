@@ -206,7 +206,12 @@ impl KafkaNode {
             if let Ok(mut c) = wire::try_connect(self.addr, "kafka-node-probe").await
                 && let Ok(Ok(v)) = tokio::time::timeout(
                     Duration::from_secs(3),
-                    c.call(&ApiVersionsRequest::default(), 3),
+                    c.call(
+                        &ApiVersionsRequest::default()
+                            .with_client_software_name(wire::sb("kafka-node-probe"))
+                            .with_client_software_version(wire::sb("1")),
+                        3,
+                    ),
                 )
                 .await
                 && v.error_code == 0

@@ -28,11 +28,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Request;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
+use markers::participant::{DataBatch, RecordTimestamps};
 use txn_log::TransactionalId;
 use txn_testkit::client::topic_layout;
 use txn_testkit::pool::Pool;
 use txn_testkit::requests::{add_errors, add_req_v3, await_txn_state, end_req, init_req};
-use txn_testkit::wire::{free_port, produce, record_batch, sb};
+use txn_testkit::wire::{free_port, produce, sb};
 use txn_tests::e2e;
 use txn_tests::fault::process::{Proc, Spec};
 use txn_tests::kafka_node::{KafkaNode, KafkaNodeOptions};
@@ -53,6 +54,28 @@ const RETRIABLE: [i16; 4] = [14, 15, 16, 51];
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const PRODUCER_FENCED: i16 = 90;
+
+/// Evaluates `$attempt` (an error code; it may `.await`) until the code is not retriable, at
+/// most 100 times 100 ms apart: that code. (A macro, not `txn_steps::until_not_retriable`:
+/// a future holding an async closure is not `Send` for `tokio::spawn`.)
+macro_rules! retried {
+    ($what:expr, $attempt:expr) => {{
+        let mut attempts = 0;
+        loop {
+            let code: i16 = $attempt;
+            if !RETRIABLE.contains(&code) {
+                break code;
+            }
+            attempts += 1;
+            assert!(
+                attempts < 100,
+                "{}: still retriable after 100 attempts",
+                $what
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }};
+}
 
 /// What every case shares: the Kafka node and the directory of the logs.
 struct Ctx {
@@ -345,6 +368,9 @@ async fn daemon_killed_before_markers(ctx: Arc<Ctx>) {
     d.restart();
     let state = await_state(&d, "c4-txn", "CompleteCommit").await;
     assert_eq!(partitions_of(&state), Vec::<(String, i32)>::new());
+    // The restarted process sent them (its counters start at 0).
+    assert!(metric(&d, "txn_coordinator_marker_jobs_total").await >= 1.0);
+    assert!(metric(&d, "txn_coordinator_transactions_committed_total").await >= 1.0);
     for i in 0..2 {
         let view = stable_view(&ctx, "c4", i).await;
         assert_eq!(view.committed, [format!("k-{i}")], "c4-{i}");
@@ -397,11 +423,7 @@ async fn refused_marker(ctx: Arc<Ctx>) {
         &mut p.data,
         b,
         0,
-        record_batch(
-            Some((p.pid, p.epoch + 1, 0)),
-            false,
-            &["b-idempotent".to_owned()],
-        ),
+        batch((p.pid, p.epoch + 1, 0), false, &["b-idempotent"]),
         None,
     )
     .await;
@@ -483,27 +505,30 @@ async fn producer_ids(ctx: Arc<Ctx>) {
     const DAEMON_START: i64 = 1_000_000_000_000_000;
     let d = Daemon::start(&ctx, "c7", &[]);
     let mut pool = pool();
-    let kafka = call(&mut pool, ctx.kafka.addr(), &init_req(None, 60_000), 4).await;
-    assert_eq!(kafka.error_code, 0, "InitProducerId (idempotent) to Kafka");
+    // Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its controller granted a block of ids.
+    let mut kafka: km::InitProducerIdResponse;
+    let code = retried!("InitProducerId (idempotent) to Kafka", {
+        kafka = call(&mut pool, ctx.kafka.addr(), &init_req(None, 60_000), 4).await;
+        kafka.error_code
+    });
+    assert_eq!(code, 0, "InitProducerId (idempotent) to Kafka");
     let idempotent = call(&mut pool, d.addr, &init_req(None, 60_000), 4).await;
     assert_eq!(
         idempotent.error_code, 0,
         "InitProducerId (idempotent) to the daemon"
     );
     let txn = Producer::init(&ctx, &d, "c7-txn", 60_000).await;
-    for (what, pid) in [
-        ("transactional", txn.pid),
-        ("idempotent", idempotent.producer_id.0),
-    ] {
-        assert!(
-            pid >= DAEMON_START,
-            "the daemon's {what} producer id {pid} is below {DAEMON_START}"
-        );
-    }
+    let ids = format!(
+        "Kafka's idempotent producer id {}, the daemon's transactional {} and idempotent {}",
+        kafka.producer_id.0, txn.pid, idempotent.producer_id.0
+    );
+    assert!(
+        txn.pid >= DAEMON_START && idempotent.producer_id.0 >= DAEMON_START,
+        "{ids}: the daemon's are not from {DAEMON_START} up"
+    );
     assert!(
         (0..DAEMON_START / 1000).contains(&kafka.producer_id.0),
-        "Kafka's producer id {} is far below the daemon's",
-        kafka.producer_id.0
+        "{ids}: Kafka's is not far below the daemon's"
     );
 }
 
@@ -625,28 +650,6 @@ impl Drop for Stopped<'_> {
 // ---------------------------------------------------------------------------------------------
 // The client
 
-/// Evaluates `$attempt` (an error code; it may `.await`) until the code is not retriable, at
-/// most 100 times 100 ms apart: that code. (A macro, not `txn_steps::until_not_retriable`:
-/// a future holding an async closure is not `Send` for `tokio::spawn`.)
-macro_rules! retried {
-    ($what:expr, $attempt:expr) => {{
-        let mut attempts = 0;
-        loop {
-            let code: i16 = $attempt;
-            if !RETRIABLE.contains(&code) {
-                break code;
-            }
-            attempts += 1;
-            assert!(
-                attempts < 100,
-                "{}: still retriable after 100 attempts",
-                $what
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }};
-}
-
 fn pool() -> Pool {
     Pool::new("kafka-participant", Duration::from_secs(15))
 }
@@ -763,9 +766,8 @@ impl Producer {
     async fn produce(&mut self, topic: &str, partition: i32, values: &[&str]) -> i16 {
         let key = (topic.to_owned(), partition);
         let seq = self.sequences.get(&key).copied().unwrap_or(0);
-        let values: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
-        let batch: Bytes = record_batch(Some((self.pid, self.epoch, seq)), true, &values);
-        let (code, _) = produce(&mut self.data, topic, partition, batch, Some(&self.id)).await;
+        let records = batch((self.pid, self.epoch, seq), true, values);
+        let (code, _) = produce(&mut self.data, topic, partition, records, Some(&self.id)).await;
         if code == 0 {
             let n = i32::try_from(values.len()).expect("few values");
             self.sequences.insert(key, seq + n);
@@ -781,6 +783,30 @@ impl Producer {
             call(&mut self.coord, self.daemon, &req, 3).await.error_code
         )
     }
+}
+
+/// A v2 record batch of `values` by producer (id, epoch, base sequence), transactional or
+/// idempotent, stamped now: Kafka rolls a segment (and would delete it after the retention
+/// check) for records older than `log.roll.ms` (7 days).
+fn batch(producer: (i64, i16, i32), transactional: bool, values: &[&str]) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis();
+    DataBatch {
+        producer_id: txn_log::ProducerId(producer.0),
+        producer_epoch: txn_log::ProducerEpoch(producer.1),
+        base_sequence: producer.2,
+        transactional,
+        timestamps: RecordTimestamps::Ascending(i64::try_from(now).expect("ms fit i64")),
+        ..DataBatch::default()
+    }
+    .encode(
+        values
+            .iter()
+            .map(|v| (None, Some(Bytes::from((*v).to_owned())))),
+    )
+    .expect("encode a batch")
 }
 
 /// DescribeTransactions (v0) of `id` at the daemon.
@@ -976,21 +1002,16 @@ struct View {
     high_watermark: i64,
 }
 
-/// Fetches `topic`/`partition` read_committed from offset 0 until its last stable offset
-/// reaches a non-zero high watermark (bounded: no marker means it never does), then reads it.
+/// Fetches `topic`/`partition` read_committed until its last stable offset reaches a
+/// non-zero high watermark (bounded: no marker means it never does), then reads it whole.
 async fn stable_view(ctx: &Ctx, topic: &str, partition: i32) -> View {
     let mut pool = pool();
     let deadline = Instant::now() + WAIT;
     loop {
-        let (p, records) = fetch(&mut pool, ctx, topic, partition, true).await;
+        let (p, _) = fetch(&mut pool, ctx, topic, partition, 0, true).await;
         if p.last_stable_offset == p.high_watermark && p.high_watermark > 0 {
-            let aborted: Vec<(i64, i64)> = p
-                .aborted_transactions
-                .iter()
-                .flatten()
-                .map(|a| (a.producer_id.0, a.first_offset))
-                .collect();
-            let (_, all) = fetch(&mut pool, ctx, topic, partition, false).await;
+            let (records, aborted) = read_all(&mut pool, ctx, topic, partition, true).await;
+            let (all, _) = read_all(&mut pool, ctx, topic, partition, false).await;
             return View {
                 committed: read_committed(&records, &aborted),
                 uncommitted: all.iter().filter(|r| !r.control).map(value_of).collect(),
@@ -1009,13 +1030,47 @@ async fn stable_view(ctx: &Ctx, topic: &str, partition: i32) -> View {
     }
 }
 
-/// One Fetch (v11) of `topic`/`partition` from offset 0: the partition's answer and its
+/// Every record of `topic`/`partition` up to its last stable offset (`read_committed`) or
+/// high watermark, in as many fetches as it takes (Kafka answers a fetch from one log
+/// segment), and the aborted transactions (producer id, first offset) the fetches list.
+async fn read_all(
+    pool: &mut Pool,
+    ctx: &Ctx,
+    topic: &str,
+    partition: i32,
+    read_committed: bool,
+) -> (Vec<Record>, Vec<(i64, i64)>) {
+    let (mut records, mut aborted) = (Vec::<Record>::new(), Vec::new());
+    let mut offset = 0;
+    for _ in 0..1000 {
+        let (p, got) = fetch(pool, ctx, topic, partition, offset, read_committed).await;
+        for a in p.aborted_transactions.iter().flatten() {
+            if !aborted.contains(&(a.producer_id.0, a.first_offset)) {
+                aborted.push((a.producer_id.0, a.first_offset));
+            }
+        }
+        records.extend(got.into_iter().filter(|r| r.offset >= offset));
+        offset = records.last().map_or(offset, |r| r.offset + 1);
+        let end = if read_committed {
+            p.last_stable_offset
+        } else {
+            p.high_watermark
+        };
+        if offset >= end {
+            return (records, aborted);
+        }
+    }
+    panic!("{topic}-{partition}: no end after 1000 fetches (at offset {offset})")
+}
+
+/// One Fetch (v11) of `topic`/`partition` from `offset`: the partition's answer and its
 /// records.
 async fn fetch(
     pool: &mut Pool,
     ctx: &Ctx,
     topic: &str,
     partition: i32,
+    offset: i64,
     read_committed: bool,
 ) -> (km::fetch_response::PartitionData, Vec<Record>) {
     use km::fetch_request::{FetchPartition, FetchTopic};
@@ -1031,7 +1086,7 @@ async fn fetch(
                 .with_partitions(vec![
                     FetchPartition::default()
                         .with_partition(partition)
-                        .with_fetch_offset(0)
+                        .with_fetch_offset(offset)
                         .with_partition_max_bytes(1 << 20),
                 ]),
         ]);
