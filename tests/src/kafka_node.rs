@@ -11,12 +11,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
+use txn_log::sync::{AtomicBool, Mutex, Ordering};
 use txn_testkit::wire::{self, free_port};
 
 use crate::fault::process::signal;
@@ -235,8 +234,7 @@ impl KafkaNode {
     }
 
     fn exited(&self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.try_wait().ok().flatten()
+        self.child.lock().try_wait().ok().flatten()
     }
 
     /// The PLAINTEXT listener.
@@ -256,7 +254,7 @@ impl KafkaNode {
 
     /// The JVM's process id.
     pub fn pid(&self) -> u32 {
-        self.child.lock().unwrap_or_else(|e| e.into_inner()).id()
+        self.child.lock().id()
     }
 
     /// SIGSTOPs the JVM: the node stops answering, its connections stay open.
@@ -278,7 +276,7 @@ impl KafkaNode {
 impl Drop for KafkaNode {
     fn drop(&mut self) {
         let _ = self.resume();
-        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut child = self.child.lock();
         let _ = child.kill();
         let _ = child.wait();
     }
