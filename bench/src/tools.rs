@@ -123,7 +123,7 @@ pub(crate) async fn generate_ids(
         log.claim(LogPartition(p), CoordinatorEpoch(1)).await?;
     }
     let block = log
-        .allocate_block(u32::try_from(n).context("too many ids")?)
+        .allocate_block(u32::try_from(n).context("too many ids")?, ProducerId(0))
         .await?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?

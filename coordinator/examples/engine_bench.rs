@@ -35,7 +35,8 @@ fn run(label: &str, appends: Appends) {
     .expect("valid");
     let log = MemTxnLog::new();
     // The log hands out blocks after the one above.
-    log.allocate_block_sync(1000).expect("first block");
+    log.allocate_block_sync(1000, ProducerId(0))
+        .expect("first block");
     let mut d = EngineHarness::new(log, LogPartition(0), config, alloc)
         .with_appends(appends)
         .with_markers(Markers::AckAtOnce);

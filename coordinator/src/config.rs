@@ -10,6 +10,12 @@ use txn_log::{
 /// Name of Kafka's group-offsets topic, the partition AddOffsetsToTxn adds.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 
+/// The standalone daemon's default `producer.id.start`: 10^15. A Kafka cluster's controller
+/// hands out producer ids from 0 in blocks of 1000, and would need 10^12 blocks to get here; the
+/// value stays below 2^53, so clients that keep ids as JavaScript numbers still read them
+/// exactly.
+pub const STANDALONE_PRODUCER_ID_START: i64 = 1_000_000_000_000_000;
+
 /// Coordinator settings. Build with `Config { field: .., ..Config::default() }` and call
 /// [`Config::validate`] before handing it to an engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +39,13 @@ pub struct Config {
     pub offsets_topic_num_partitions: u32,
     /// Producer-id block size (Kafka's `PRODUCER_ID_BLOCK_SIZE`, 1000).
     pub producer_id_block_size: u32,
+    /// `producer.id.start` (not a Kafka setting; default 0, where Kafka's controller starts):
+    /// the lowest producer id this coordinator hands out. A coordinator in front of brokers
+    /// that allocate their own producer ids (Apache Kafka's idempotent producers) must keep
+    /// its ids out of theirs: two producers with one id fence each other on a partition, and
+    /// the transaction's markers are refused. The `txn-coordinator` daemon defaults to
+    /// [`STANDALONE_PRODUCER_ID_START`].
+    pub producer_id_start: i64,
     /// Maximum number of transactional ids the reaper or the expiry task examines per
     /// `handle_timeout` call; a longer scan continues at the next call (default 1000).
     pub cleanup_scan_max: usize,
@@ -65,6 +78,7 @@ impl Default for Config {
             transaction_version: TxnVersion::V2,
             offsets_topic_num_partitions: 50,
             producer_id_block_size: 1000,
+            producer_id_start: 0,
             cleanup_scan_max: 1000,
             expiry_batch_max: 500,
             complete_retry_backoff_ms: 50,
@@ -145,6 +159,12 @@ impl Config {
             if value <= 0 {
                 return Err(ConfigError::NotPositive { key, value });
             }
+        }
+        if self.producer_id_start < 0 {
+            return Err(ConfigError::Negative {
+                key: "producer.id.start",
+                value: self.producer_id_start,
+            });
         }
         if self.park_max_ms < 0 {
             return Err(ConfigError::Negative {

@@ -31,8 +31,6 @@ pub enum UnloadReason {
         /// The stored epoch.
         stored: CoordinatorEpoch,
     },
-    /// A participant answered TRANSACTION_COORDINATOR_FENCED to our markers.
-    MarkersFenced,
 }
 
 /// One thing to do, in order. The shell executes effects in the order polled.

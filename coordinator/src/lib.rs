@@ -49,7 +49,8 @@
 //! Markers: report each [`Effect::WriteMarkers`] once with [`Engine::handle_markers_done`],
 //! as a [`MarkerCompletion`] (`MarkerCompletion::of` the decision) with
 //! [`MarkerOutcome::Completed`] when every participant acknowledged (or was dropped as deleted)
-//! or [`MarkerOutcome::CoordinatorFenced`]; `Cancelled` and `Superseded` change nothing. Stale
+//! or [`MarkerOutcome::Refused`] (held decided, [`Engine::refused`]); `Cancelled` and
+//! `Superseded` change nothing. Stale
 //! reports are ignored; a report that arrives while
 //! the Complete* append is in flight is ignored; a failed Complete* append is retried by the
 //! engine itself. The state machine is described in `docs/state-machine.md`.
@@ -93,7 +94,8 @@ mod tests;
 
 // Public interface:
 pub use config::{
-    CONSUMER_OFFSETS_TOPIC, Config, ConfigError, consumer_offsets_partition_for, partition_for,
+    CONSUMER_OFFSETS_TOPIC, Config, ConfigError, STANDALONE_PRODUCER_ID_START,
+    consumer_offsets_partition_for, partition_for,
 };
 pub use effect::{Effect, IoId, Millis, RequestId, UnloadReason};
 pub use engine::{Engine, EngineMetrics, handle_unrouted, is_epoch_exhausted};

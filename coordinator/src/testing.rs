@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use txn_log::{
-    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, MemTxnLog,
+    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, MemTxnLog, ProducerId,
     TxnMarkerRequest, codec,
 };
 
@@ -321,7 +321,8 @@ impl EngineHarness {
     }
 
     fn allocate_producer_ids(&mut self, block_size: u32) {
-        match self.log.allocate_block_sync(block_size) {
+        let floor = ProducerId(self.engine.config().producer_id_start);
+        match self.log.allocate_block_sync(block_size, floor) {
             Ok((block, _)) => self.allocator.add_block(block).expect("a fresh block"),
             Err(_) => self.allocator.refill_failed(),
         }
@@ -564,7 +565,7 @@ mod tests {
 
     fn harness(appends: Appends) -> EngineHarness {
         let log = MemTxnLog::new();
-        let (block, _) = log.allocate_block_sync(100).expect("block");
+        let (block, _) = log.allocate_block_sync(100, ProducerId(0)).expect("block");
         let allocator = ProducerIdAllocator::with_block(block).expect("block");
         let config = Config {
             transaction_state_log_num_partitions: 1,

@@ -165,7 +165,9 @@ fn load_into_engine(partition: LogPartition, config: &Config, loaded: txn_log::L
         .collect();
     log.append_sync(partition, stored, entries)
         .expect("records written");
-    let (block, _) = log.allocate_block_sync(1000).expect("block");
+    let (block, _) = log
+        .allocate_block_sync(1000, txn_log::ProducerId(0))
+        .expect("block");
     let allocator = ProducerIdAllocator::with_block(block).expect("block");
     // Two-phase commit allowed, so that a record's KIP-939 state is exercised too.
     let config = Config {

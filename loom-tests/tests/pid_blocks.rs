@@ -19,7 +19,7 @@ const BLOCK: u32 = 2;
 
 /// The shell's refill: reserve a block in the log, wait until it is durable, add it.
 fn refill(alloc: &ProducerIdAllocator, log: &MemTxnLog) {
-    let Ok((block, ticket)) = log.allocate_block_sync(BLOCK) else {
+    let Ok((block, ticket)) = log.allocate_block_sync(BLOCK, ProducerId(0)) else {
         return alloc.refill_failed();
     };
     log.make_durable();

@@ -235,7 +235,7 @@ async fn s93_topic_deletion_drops_partitions() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn s101_fenced_response_stops_with_coordinator_fenced() {
+async fn s101_a_refused_partition_ends_the_decision_refused_after_the_others() {
     for code in [
         codes::TRANSACTION_COORDINATOR_FENCED,
         codes::INVALID_PRODUCER_EPOCH,
@@ -245,9 +245,20 @@ async fn s101_fenced_response_stops_with_coordinator_fenced() {
         let mut s = setup(brokers.transport(), config());
         s.submit(req("a", 1, 4, 0, &[tp("t", 0), tp("t", 1)])).await;
         let cs = completions(&mut s.rx, 1).await;
-        assert_eq!(cs[0].outcome, MarkerOutcome::CoordinatorFenced, "{code}");
+        assert_eq!(cs[0].outcome, MarkerOutcome::Refused, "{code}");
         assert_eq!(cs[0].log_partition, LogPartition(4));
-        assert_eq!(s.writer.stats().fenced, 1);
+        let refused: Vec<_> = cs[0]
+            .refused_partitions
+            .iter()
+            .map(|r| (&r.partition, r.error))
+            .collect();
+        assert_eq!(refused, vec![(&tp("t", 1), code)], "{code}");
+        assert_eq!(
+            brokers.received(1),
+            vec![(1, "t".into(), 0), (1, "t".into(), 1)],
+            "each partition sent once: t-1 is not retried"
+        );
+        assert_eq!(s.writer.stats().planner.refused, 1);
     }
 }
 

@@ -233,7 +233,12 @@ async fn tcp_fenced_response() {
         let (w, mut rx) = writer(b1.port());
         w.submit(req("a", 1, &[tp("t", 0)])).await.expect("submit");
         let c = rx.recv().await.expect("completion");
-        assert_eq!(c.outcome, MarkerOutcome::CoordinatorFenced);
+        assert_eq!(c.outcome, MarkerOutcome::Refused);
+        assert_eq!(c.refused_partitions.len(), 1);
+        assert_eq!(
+            c.refused_partitions[0].error,
+            codes::TRANSACTION_COORDINATOR_FENCED
+        );
         assert_eq!(c.log_partition, LogPartition(3));
     })
     .await;

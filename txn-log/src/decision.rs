@@ -3,8 +3,8 @@
 //! Both crates see them here, so nothing converts between copies on the way.
 
 use crate::{
-    CoordinatorEpoch, LogPartition, ProducerEpoch, ProducerId, TopicPartition, TransactionalId,
-    TxnResult, TxnVersion,
+    CoordinatorEpoch, ErrorCode, LogPartition, ProducerEpoch, ProducerId, TopicPartition,
+    TransactionalId, TxnResult, TxnVersion,
 };
 
 /// One decision to deliver: the markers of one transaction (Kafka's `TxnMarkerEntry` plus the
@@ -38,10 +38,13 @@ pub enum MarkerOutcome {
     /// gone) or does not support markers (`UNSUPPORTED_FOR_MESSAGE_FORMAT`). The engine appends
     /// `Complete*` now, retrying that append on retriable log errors.
     Completed,
-    /// A participant answered `INVALID_PRODUCER_EPOCH` or `TRANSACTION_COORDINATOR_FENCED`: a
-    /// newer coordinator owns this transaction. Stop and unload the log partition; no
-    /// `Complete*` append.
-    CoordinatorFenced,
+    /// Every partition is done except those whose participant refused the marker for good
+    /// (`INVALID_PRODUCER_EPOCH`: it holds the producer id at a newer epoch;
+    /// `TRANSACTION_COORDINATOR_FENCED`: it has seen a newer coordinator epoch for it), listed
+    /// in [`MarkerCompletion::refused_partitions`]. The participant's word decides nothing
+    /// about ownership: the engine keeps the transaction decided (no `Complete*` append),
+    /// reports it, and checks its ownership against the log when fenced by coordinator epoch.
+    Refused,
     /// The log partition was unloaded (`cancel_log_partition`); pending work was dropped and
     /// in-flight acknowledgements are ignored.
     Cancelled,
@@ -71,6 +74,17 @@ pub struct MarkerCompletion {
     pub outcome: MarkerOutcome,
     /// Partitions dropped without a marker because their topic is gone.
     pub dropped_partitions: Vec<TopicPartition>,
+    /// Partitions whose participant refused the marker ([`MarkerOutcome::Refused`]).
+    pub refused_partitions: Vec<RefusedMarker>,
+}
+
+/// One partition whose participant refused a decision's marker for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedMarker {
+    /// The participant partition.
+    pub partition: TopicPartition,
+    /// Its answer: `INVALID_PRODUCER_EPOCH` or `TRANSACTION_COORDINATOR_FENCED`.
+    pub error: ErrorCode,
 }
 
 impl MarkerCompletion {
@@ -85,6 +99,7 @@ impl MarkerCompletion {
             result: request.result,
             outcome,
             dropped_partitions: Vec::new(),
+            refused_partitions: Vec::new(),
         }
     }
 }

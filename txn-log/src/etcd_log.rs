@@ -562,7 +562,11 @@ impl TxnLog for EtcdTxnLog {
         )
     }
 
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<ProducerIdBlock, LogError> {
         if len == 0 {
             return Err(LogError::InvalidArgument(
                 "a producer id block needs at least one id".into(),
@@ -574,7 +578,8 @@ impl TxnLog for EtcdTxnLog {
             let next = match &found {
                 Some((v, _)) => codec::decode_next_producer_id(v)?,
                 None => 0,
-            };
+            }
+            .max(floor.0);
             let after = next
                 .checked_add(i64::from(len))
                 .ok_or_else(|| LogError::InvalidArgument("producer ids are exhausted".into()))?;

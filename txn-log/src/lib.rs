@@ -55,7 +55,7 @@ pub mod suite;
 pub mod sync;
 mod version;
 
-pub use decision::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
+pub use decision::{MarkerCompletion, MarkerOutcome, RefusedMarker, TxnMarkerRequest};
 pub use error::LogError;
 pub use error_code::ErrorCode;
 #[cfg(feature = "etcd")]

@@ -5,7 +5,10 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 
-use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerIdBlock};
+use crate::{
+    CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition, ProducerId,
+    ProducerIdBlock,
+};
 
 /// Durable storage for transaction metadata, partitioned like Kafka's `__transaction_state`.
 ///
@@ -35,7 +38,9 @@ use crate::{CoordinatorEpoch, LoadedPartition, LogEntry, LogError, LogPartition,
 ///    record, plus the stored coordinator epoch. A record that fails verification is reported as
 ///    `Corrupt` naming the partition and key; it is never skipped silently.
 /// 6. **Unique producer ids.** `allocate_block` never returns overlapping blocks, across restarts
-///    and crashes: the block is durable before it is returned.
+///    and crashes: the block is durable before it is returned. A block starts at the stored
+///    counter or at `floor`, whichever is higher, and the counter moves past it: a floor changed
+///    between calls (lowered, raised) never hands out an id twice.
 /// 7. **Fail-stop.** After a durability failure the implementation refuses further writes
 ///    (`Poisoned`) rather than retrying an fsync whose outcome is unknown.
 #[async_trait]
@@ -68,8 +73,13 @@ pub trait TxnLog: Send + Sync + 'static {
     /// Reads the live state of `partition`.
     async fn load(&self, partition: LogPartition) -> Result<LoadedPartition, LogError>;
 
-    /// Reserves `len` fresh producer ids. Durable on `Ok`.
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError>;
+    /// Reserves `len` fresh producer ids, none below `floor` (the deployment's
+    /// `producer.id.start`). Durable on `Ok`.
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<ProducerIdBlock, LogError>;
 }
 
 /// An append started by [`TxnLog::append`]: resolves once it is durable, or with the error

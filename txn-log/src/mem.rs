@@ -300,14 +300,18 @@ impl Inner {
         self.submit(Write::Append(p, batch), fault)
     }
 
-    fn allocate(&mut self, len: u32) -> Result<(ProducerIdBlock, Ticket), LogError> {
+    fn allocate(
+        &mut self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<(ProducerIdBlock, Ticket), LogError> {
         self.check_poisoned()?;
         if len == 0 {
             return Err(LogError::InvalidArgument(
                 "producer id block length must be positive".into(),
             ));
         }
-        let first = self.live.next_producer_id;
+        let first = self.live.next_producer_id.max(floor.0);
         let next = first
             .checked_add(i64::from(len))
             .ok_or_else(|| LogError::InvalidArgument("producer id space exhausted".into()))?;
@@ -477,8 +481,12 @@ impl MemTxnLog {
 
     /// `allocate_block` without waiting: reserves the block live, returns it with its
     /// [`Ticket`]. Do not hand out its ids before the ticket is durable.
-    pub fn allocate_block_sync(&self, len: u32) -> Result<(ProducerIdBlock, Ticket), LogError> {
-        self.inner.lock().allocate(len)
+    pub fn allocate_block_sync(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<(ProducerIdBlock, Ticket), LogError> {
+        self.inner.lock().allocate(len, floor)
     }
 
     /// `load`, synchronously (reads the live state).
@@ -566,8 +574,12 @@ impl TxnLog for MemTxnLog {
         self.load_sync(partition)
     }
 
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
-        let (block, ticket) = self.allocate_block_sync(len)?;
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<ProducerIdBlock, LogError> {
+        let (block, ticket) = self.allocate_block_sync(len, floor)?;
         self.wait_durable(ticket).await?;
         Ok(block)
     }
@@ -710,7 +722,7 @@ mod tests {
             Err(LogError::Poisoned { .. })
         ));
         assert!(matches!(
-            block_on(log.allocate_block(10)),
+            block_on(log.allocate_block(10, ProducerId(0))),
             Err(LogError::Poisoned { .. })
         ));
         log.crash();
@@ -731,9 +743,11 @@ mod tests {
         assert!(!log.is_poisoned());
         assert!(block_on(log.load(P)).unwrap().records.is_empty());
         log.fail_next(MemOp::AllocateBlock, Fault::Io);
-        assert!(block_on(log.allocate_block(5)).is_err());
+        assert!(block_on(log.allocate_block(5, ProducerId(0))).is_err());
         assert_eq!(
-            block_on(log.allocate_block(5)).unwrap().first,
+            block_on(log.allocate_block(5, ProducerId(0)))
+                .unwrap()
+                .first,
             ProducerId(0)
         );
     }

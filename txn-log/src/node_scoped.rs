@@ -70,8 +70,24 @@ impl TxnLog for NodeScopedLog {
         self.inner.load(partition).await
     }
 
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
-        let block = self.inner.allocate_block(len).await?;
+    /// `floor` is an id of the whole id space: a floor below this node's range is no floor
+    /// here, one above it leaves the node no ids (`InvalidArgument`).
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<ProducerIdBlock, LogError> {
+        let inner_floor = (floor.0 - self.base).max(0);
+        if inner_floor >= 1 << Self::NODE_SHIFT {
+            return Err(LogError::InvalidArgument(format!(
+                "producer id floor {} lies above this node's range",
+                floor.0
+            )));
+        }
+        let block = self
+            .inner
+            .allocate_block(len, ProducerId(inner_floor))
+            .await?;
         let end = block.first.0.saturating_add(i64::from(block.len));
         if block.first.0 < 0 || end > (1 << Self::NODE_SHIFT) {
             return Err(LogError::InvalidArgument(format!(
@@ -96,10 +112,17 @@ mod tests {
     fn blocks_of_two_nodes_never_overlap_and_the_rest_is_delegated() {
         let a = NodeScopedLog::new(Arc::new(MemTxnLog::new()), 1).expect("node 1");
         let b = NodeScopedLog::new(Arc::new(MemTxnLog::new()), 2).expect("node 2");
-        let ba = block_on(a.allocate_block(10)).expect("a");
-        let bb = block_on(b.allocate_block(10)).expect("b");
+        let ba = block_on(a.allocate_block(10, ProducerId(0))).expect("a");
+        let bb = block_on(b.allocate_block(10, ProducerId(0))).expect("b");
         assert_eq!(ba.first, ProducerId(1 << 40));
         assert_eq!(bb.first, ProducerId(2 << 40));
+        // A floor inside node 1's range moves its next block; one above it is refused.
+        let floor = ProducerId((1 << 40) + 500);
+        assert_eq!(
+            block_on(a.allocate_block(10, floor)).expect("a").first,
+            floor
+        );
+        assert!(block_on(b.allocate_block(10, ProducerId(3 << 40))).is_err());
         let p = LogPartition(0);
         block_on(a.claim(p, CoordinatorEpoch(3))).expect("claim");
         block_on(a.append(p, CoordinatorEpoch(3), Vec::new())).expect("append");

@@ -180,7 +180,7 @@ enum Op {
     Claim(LogPartition, CoordinatorEpoch),
     ClaimNext(LogPartition),
     Append(LogPartition, CoordinatorEpoch, Vec<LogEntry>),
-    Allocate(u32),
+    Allocate(u32, ProducerId),
 }
 
 #[derive(Debug)]
@@ -532,8 +532,12 @@ impl TxnLog for SledTxnLog {
         }
     }
 
-    async fn allocate_block(&self, len: u32) -> Result<ProducerIdBlock, LogError> {
-        match self.submit(Op::Allocate(len)).await? {
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: ProducerId,
+    ) -> Result<ProducerIdBlock, LogError> {
+        match self.submit(Op::Allocate(len, floor)).await? {
             Reply::Block(b) => Ok(b),
             _ => Err(LogError::from(std::io::Error::other(
                 "writer answered a block allocation without a block",
@@ -804,13 +808,13 @@ impl Writer {
                 }
                 Ok(Reply::Done)
             }
-            Op::Allocate(len) => {
+            Op::Allocate(len, floor) => {
                 if len == 0 {
                     return Err(LogError::InvalidArgument(
                         "producer id block length must be positive".into(),
                     ));
                 }
-                let first = *next_pid;
+                let first = (*next_pid).max(floor.0);
                 let next = first.checked_add(i64::from(len)).ok_or_else(|| {
                     LogError::InvalidArgument("producer id space exhausted".into())
                 })?;

@@ -69,6 +69,8 @@ pub async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
 type UnitCall<'a> = Pin<Box<dyn Future<Output = Result<(), LogError>> + Send + 'a>>;
 
 const P: LogPartition = LogPartition(7);
+/// The floor of a deployment that starts its producer ids at 0, as Kafka does.
+const NO_FLOOR: ProducerId = ProducerId(0);
 const E1: CoordinatorEpoch = CoordinatorEpoch(1);
 const E2: CoordinatorEpoch = CoordinatorEpoch(2);
 
@@ -89,6 +91,8 @@ pub async fn run_all<L: TxnLog, F: FnMut() -> L>(mut make: F) {
     many_concurrent_appenders_all_land(&make()).await;
     claim_fences_concurrent_appends_of_the_old_epoch(&make()).await;
     concurrent_next_claims_get_distinct_epochs(&make()).await;
+    empty_append_checks_the_fence(&make()).await;
+    blocks_start_at_the_floor_and_never_reuse_ids(&make()).await;
 }
 
 /// A claimed partition stores its epoch; appended records load back exactly, ordered by id.
@@ -158,6 +162,28 @@ pub async fn stale_append_is_fenced_and_writes_nothing<L: TxnLog + ?Sized>(log: 
     log.append(P, E2, vec![LogEntry::tombstone(tid("x"))])
         .await
         .expect("append as 2");
+}
+
+/// An empty batch writes nothing but checks the fence: `Ok` at the stored epoch, `Fenced`
+/// below it. The coordinator asks the log this way whether it still owns a partition.
+pub async fn empty_append_checks_the_fence<L: TxnLog + ?Sized>(log: &L) {
+    log.claim(P, E1).await.expect("claim 1");
+    log.append(P, E1, Vec::new())
+        .await
+        .expect("empty append as 1");
+    log.claim(P, E2).await.expect("claim 2");
+    let err = log
+        .append(P, E1, Vec::new())
+        .await
+        .expect_err("a stale empty append must fail");
+    assert!(
+        matches!(err, LogError::Fenced { partition, current } if partition == P && current == E2),
+        "{err:?}"
+    );
+    log.append(P, E2, Vec::new())
+        .await
+        .expect("empty append as 2");
+    assert!(log.load(P).await.expect("load").records.is_empty());
 }
 
 /// A lower claim is `Fenced`; an equal claim (re-claim) and a higher one succeed.
@@ -400,11 +426,16 @@ pub fn assert_disjoint(blocks: &[ProducerIdBlock]) {
 pub async fn producer_id_blocks_never_overlap<L: TxnLog + ?Sized>(log: &L) {
     let mut blocks = Vec::new();
     for len in [1u32, 1000, 7, 1] {
-        let b = log.allocate_block(len).await.expect("allocate");
+        let b = log.allocate_block(len, NO_FLOOR).await.expect("allocate");
         assert_eq!(b.len, len);
         blocks.push(b);
     }
-    let concurrent = join_all((1..=32u32).map(|i| log.allocate_block(i)).collect()).await;
+    let concurrent = join_all(
+        (1..=32u32)
+            .map(|i| log.allocate_block(i, NO_FLOOR))
+            .collect(),
+    )
+    .await;
     for (i, b) in (1..=32u32).zip(concurrent) {
         let b = b.expect("allocate");
         assert_eq!(b.len, i);
@@ -413,12 +444,33 @@ pub async fn producer_id_blocks_never_overlap<L: TxnLog + ?Sized>(log: &L) {
     assert_disjoint(&blocks);
 }
 
+/// A block starts at the floor when the counter is below it and at the counter otherwise; a
+/// floor lowered later never hands out an id twice.
+pub async fn blocks_start_at_the_floor_and_never_reuse_ids<L: TxnLog + ?Sized>(log: &L) {
+    let a = log.allocate_block(10, NO_FLOOR).await.expect("allocate");
+    let floor = ProducerId(1_000_000_000_000_000);
+    let b = log.allocate_block(10, floor).await.expect("allocate");
+    assert_eq!(b.first, floor);
+    let c = log.allocate_block(10, floor).await.expect("allocate");
+    assert_eq!(
+        c.first.0,
+        floor.0 + 10,
+        "the counter moved past the floor's block"
+    );
+    let d = log.allocate_block(10, NO_FLOOR).await.expect("allocate");
+    assert_eq!(d.first.0, floor.0 + 20, "a lower floor does not go back");
+    assert_disjoint(&[a, b, c, d]);
+}
+
 /// `allocate_block(0)` is `InvalidArgument` and does not disturb later blocks.
 pub async fn zero_length_block_is_invalid<L: TxnLog + ?Sized>(log: &L) {
-    let a = log.allocate_block(10).await.expect("allocate");
-    let err = log.allocate_block(0).await.expect_err("zero length");
+    let a = log.allocate_block(10, NO_FLOOR).await.expect("allocate");
+    let err = log
+        .allocate_block(0, NO_FLOOR)
+        .await
+        .expect_err("zero length");
     assert!(matches!(err, LogError::InvalidArgument(_)), "{err:?}");
-    let b = log.allocate_block(10).await.expect("allocate");
+    let b = log.allocate_block(10, NO_FLOOR).await.expect("allocate");
     assert_disjoint(&[a, b]);
 }
 

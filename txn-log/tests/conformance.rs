@@ -75,6 +75,8 @@ conformance!(
     zero_length_block_is_invalid,
     many_concurrent_appenders_all_land,
     claim_fences_concurrent_appends_of_the_old_epoch,
+    empty_append_checks_the_fence,
+    blocks_start_at_the_floor_and_never_reuse_ids,
 );
 
 /// `run_all` (the entry point for third-party implementations) passes on `MemTxnLog`.

@@ -176,7 +176,7 @@ fn acknowledged_writes_survive_sigkill_and_nothing_is_torn() {
             }
         }
         // Producer ids: the parent's next block lies above every block the child was given.
-        let next = block_on(log.allocate_block(10)).unwrap();
+        let next = block_on(log.allocate_block(10, ProducerId(0))).unwrap();
         for b in &out.blocks {
             assert!(
                 next.first.0 >= b.end(),
@@ -296,7 +296,7 @@ fn corruption_is_reported_with_the_key() {
             ],
         ))
         .unwrap();
-        block_on(log.allocate_block(10)).unwrap();
+        block_on(log.allocate_block(10, ProducerId(0))).unwrap();
     }
     let key = codec::record_key(p, &tid("victim"));
     let original = raw_get(dir.path(), &key);
@@ -452,9 +452,13 @@ fn producer_id_blocks_never_overlap_across_reopen() {
     for round in 0..5u32 {
         let log = SledTxnLog::open_path(dir.path()).unwrap();
         for len in [1, 50, 1000 + round] {
-            blocks.push(block_on(log.allocate_block(len)).unwrap());
+            blocks.push(block_on(log.allocate_block(len, ProducerId(0))).unwrap());
         }
-        let concurrent = block_on(join_all((0..10).map(|_| log.allocate_block(7)).collect()));
+        let concurrent = block_on(join_all(
+            (0..10)
+                .map(|_| log.allocate_block(7, ProducerId(0)))
+                .collect(),
+        ));
         blocks.extend(concurrent.into_iter().map(Result::unwrap));
     }
     assert_disjoint(&blocks);
@@ -481,7 +485,9 @@ fn failed_fsync_poisons_the_log() {
         ))));
         assert!(poisoned(block_on(log.claim(P, CoordinatorEpoch(2)))));
         assert!(poisoned(block_on(log.load(P)).map(|_| ())));
-        assert!(poisoned(block_on(log.allocate_block(1)).map(|_| ())));
+        assert!(poisoned(
+            block_on(log.allocate_block(1, ProducerId(0))).map(|_| ())
+        ));
         assert!(matches!(log.verify_all(), Err(LogError::Poisoned { .. })));
     }
     let log = SledTxnLog::open_path(dir.path()).unwrap();

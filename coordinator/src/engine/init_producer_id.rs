@@ -255,6 +255,9 @@ impl Engine {
         }
         match current.state() {
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                // A refused decision is delivered again: the producer restarting, or an
+                // operator's force-terminate once the participant is fixed.
+                self.redrive_refused(&id);
                 self.busy(&id, to, Request::InitProducerId(r), park_until)
             }
             TxnState::Ongoing if r.keep_prepared_txn => {

@@ -24,6 +24,7 @@ mod end_txn;
 mod init_producer_id;
 mod parking;
 mod queries;
+mod refused;
 mod state;
 
 use add_partitions::BatchReply;
@@ -61,6 +62,8 @@ pub struct EngineMetrics {
     pub requests_parked: u64,
     /// Parked requests that waited `txn.park.max.ms` and were answered CONCURRENT_TRANSACTIONS.
     pub parked_requests_timed_out: u64,
+    /// Partition markers a participant refused for good (each delivery of a decision counted).
+    pub markers_refused: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +156,8 @@ pub struct Engine {
     inflight: BTreeMap<IoId, Inflight>,
     batches: BTreeMap<RequestId, BatchReply>,
     markers: BTreeMap<TransactionalId, MarkerWork>,
+    /// Decided transactions whose markers a participant refused: held, not completed.
+    refused: BTreeMap<TransactionalId, refused::Refusal>,
     complete_retry: BTreeSet<TransactionalId>,
     complete_retry_at: Option<Millis>,
     /// Parked requests by id, in arrival order.
@@ -183,6 +188,7 @@ impl Engine {
             inflight: BTreeMap::new(),
             batches: BTreeMap::new(),
             markers: BTreeMap::new(),
+            refused: BTreeMap::new(),
             complete_retry: BTreeSet::new(),
             complete_retry_at: None,
             parked: BTreeMap::new(),
@@ -358,9 +364,9 @@ impl Engine {
     }
 
     /// The markers of a [`Effect::WriteMarkers`] finished. `Completed` appends CompleteCommit /
-    /// CompleteAbort; `CoordinatorFenced` unloads; `Cancelled` and `Superseded` change nothing.
-    /// Reports that do not match the current marker work (stale epoch, already completed) are
-    /// ignored.
+    /// CompleteAbort; `Refused` holds the transaction decided (see [`Engine::refused`]);
+    /// `Cancelled` and `Superseded` change nothing. Reports that do not match the current
+    /// marker work (stale epoch, already completed) are ignored.
     pub fn handle_markers_done(&mut self, now: Millis, done: MarkerCompletion) {
         self.now = now;
         let work = MarkerWork {
@@ -381,7 +387,9 @@ impl Engine {
                     self.start_complete(&done.transactional_id);
                 }
             }
-            MarkerOutcome::CoordinatorFenced => self.unload(UnloadReason::MarkersFenced),
+            MarkerOutcome::Refused => {
+                self.hold_refused(done.transactional_id, done.refused_partitions);
+            }
             MarkerOutcome::Cancelled | MarkerOutcome::Superseded => {}
         }
     }
@@ -637,6 +645,7 @@ impl Engine {
         self.drop_parked(code);
         self.txns.clear();
         self.markers.clear();
+        self.refused.clear();
         self.complete_retry.clear();
         self.complete_retry_at = None;
         self.reap_cursor = None;

@@ -25,10 +25,11 @@ pub(super) struct Parked {
 }
 
 impl Engine {
-    /// Whether `id`'s durable record is PrepareCommit/PrepareAbort: its markers or its
-    /// Complete* append are under way, so a request that meets it can wait for the end.
+    /// Whether `id`'s durable record is PrepareCommit/PrepareAbort and its markers or its
+    /// Complete* append are under way (not refused), so a request that meets it can wait for
+    /// the end.
     pub(super) fn completing(&self, id: &TransactionalId) -> bool {
-        self.txn(id).is_some_and(|t| t.state().is_prepare())
+        self.txn(id).is_some_and(|t| t.state().is_prepare()) && !self.is_refused(id)
     }
 
     /// Kafka's CONCURRENT_TRANSACTIONS for a request that met `id` busy; parked instead until
@@ -125,6 +126,14 @@ impl Engine {
             }
             self.metrics.parked_requests_timed_out += 1;
             self.dispatch(p.to, p.request, None);
+        }
+    }
+
+    /// Answers every parked request of `id` `code` and forgets them.
+    pub(super) fn answer_parked(&mut self, id: &TransactionalId, code: ErrorCode) {
+        for p in self.parked.remove(id).unwrap_or_default() {
+            self.park_deadlines.remove(&(p.until, p.to, id.clone()));
+            self.respond(p.to, p.request.error_response(code));
         }
     }
 

@@ -30,7 +30,12 @@ impl Engine {
             start_time_ms: t.start_ms().unwrap_or(-1),
             producer_id: t.producer().id,
             producer_epoch: t.producer().epoch,
-            partitions: t.partitions().into_iter().flatten().cloned().collect(),
+            // A held refused decision lists what still lacks its marker, as Kafka's
+            // topicPartitions shrink while markers are acknowledged.
+            partitions: match self.refused_partitions(&id) {
+                Some(refused) => refused.iter().map(|r| r.partition.clone()).collect(),
+                None => t.partitions().into_iter().flatten().cloned().collect(),
+            },
         }
     }
 

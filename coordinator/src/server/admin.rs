@@ -435,9 +435,12 @@ impl AdminClient {
 
     /// Aborts the open transaction of `id` by fencing its producer, as `Admin.fenceProducers`
     /// (KIP-618) does: InitProducerId with the id bumps the epoch and aborts what is open.
-    /// Waits until the id is idle again (the InitProducerId succeeds once the abort is
-    /// complete, markers included) and returns its final row; an error if it is not idle
-    /// within `timeout` (the abort is decided and goes on in the coordinator).
+    /// A transaction already decided (PrepareCommit/PrepareAbort) keeps its decision: the
+    /// InitProducerId delivers its markers again (a participant that refused them may have
+    /// been fixed) and fences the producer once it is complete. Waits until the id is idle
+    /// again (the InitProducerId succeeds once the transaction is complete, markers included)
+    /// and returns its final row; an error if it is not idle within `timeout` (the abort or the
+    /// delivery goes on in the coordinator).
     pub async fn abort_within(&mut self, id: &str, timeout: Duration) -> anyhow::Result<TxnRow> {
         let described = self.describe(&[id.to_owned()]).await?;
         let row = match described.into_iter().next() {
@@ -452,10 +455,11 @@ impl AdminClient {
             anyhow::bail!("{id} has no open transaction (state {})", row.state);
         }
         if matches!(row.state.as_str(), "PrepareCommit" | "PrepareAbort") {
-            anyhow::bail!(
-                "{id} is already decided ({}): its markers are being delivered and the decision \
-                 cannot change; check the brokers if it stays there (find-hanging)",
-                row.state
+            eprintln!(
+                "{id} is already decided ({}): the decision stands; its markers are delivered \
+                 again (to {}), then the producer is fenced",
+                row.state,
+                row.partitions.join(", ")
             );
         }
         // A two-phase-commit id (KIP-939) shows Kafka's "no timeout", i32::MAX, which an
@@ -492,8 +496,9 @@ impl AdminClient {
                         anyhow::bail!(
                             "gave up after {} ms: {id} is not idle yet (state {state}; the \
                              coordinator answers {}). The abort goes on in the coordinator; if \
-                             the state stays PrepareAbort, its markers are not being delivered: \
-                             check the brokers (find-hanging)",
+                             the state stays PrepareCommit/PrepareAbort, its markers are not \
+                             being delivered or a participant refuses them: describe shows the \
+                             partitions still without one, the coordinator's log says why",
                             timeout.as_millis(),
                             err_name(r.error_code)
                         );

@@ -91,7 +91,10 @@ impl LogBackend {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            engine: Config::default(),
+            engine: Config {
+                producer_id_start: crate::STANDALONE_PRODUCER_ID_START,
+                ..Config::default()
+            },
             socket_request_max_bytes: markers::wire::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
             request_timeout_ms: 30_000,
@@ -363,6 +366,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "producer.id.block.size",
         "1000",
         "producer ids reserved durably per block",
+    ),
+    (
+        "producer.id.start",
+        "1000000000000000",
+        "lowest producer id handed out; keeps the daemon's ids out of the brokers' own (Kafka's start at 0)",
     ),
     (
         "transaction.two.phase.commit.enable",
@@ -638,6 +646,7 @@ impl Settings {
                 e.offsets_topic_num_partitions = int(key, value, true)?
             }
             "producer.id.block.size" => e.producer_id_block_size = int(key, value, true)?,
+            "producer.id.start" => e.producer_id_start = int(key, value, false)?,
             "txn.park.max.ms" => e.park_max_ms = int(key, value, false)?,
             "transaction.two.phase.commit.enable" => {
                 e.transaction_two_phase_commit_enable = boolean(key, value)?;
@@ -810,6 +819,7 @@ impl Settings {
                     "transaction.version" => e.transaction_version.0.to_string(),
                     "offsets.topic.num.partitions" => e.offsets_topic_num_partitions.to_string(),
                     "producer.id.block.size" => e.producer_id_block_size.to_string(),
+                    "producer.id.start" => e.producer_id_start.to_string(),
                     "txn.park.max.ms" => e.park_max_ms.to_string(),
                     "transaction.two.phase.commit.enable" => {
                         e.transaction_two_phase_commit_enable.to_string()

@@ -26,7 +26,7 @@ impl Coordinator {
     /// slip in between. Errors:
     /// - `TRANSACTIONAL_ID_NOT_FOUND`: no record for the id; `INVALID_REQUEST`: not a valid id;
     /// - `NOT_COORDINATOR`: the id's log partition is not loaded here, or is unloaded while
-    ///   waiting (asked, fenced, log failed, markers fenced): the wait ends, it never hangs;
+    ///   waiting (asked, fenced, log failed): the wait ends, it never hangs;
     /// - `COORDINATOR_LOAD_IN_PROGRESS`: the partition was reloaded while waiting (the state
     ///   read again may already be a later transaction's); call again. A call made while the
     ///   partition loads waits for the load and is then answered as above;
@@ -250,19 +250,20 @@ mod tests {
         c.shutdown().await;
     }
 
-    /// A forced unload (the participants fenced the markers' coordinator epoch) ends the wait
-    /// too.
+    /// A refused decision is held, not completed: the waiter keeps waiting (the transaction has
+    /// not ended), and an unload still ends the wait.
     #[tokio::test]
-    async fn a_forced_unload_wakes_the_waiters() {
+    async fn a_refused_decision_keeps_the_waiters_waiting() {
         let h = held().await;
         let c = &h.c;
         prepared(c, true).await;
         let mut waiter = pin!(c.transaction_completed("app"));
         assert!(poll_once(waiter.as_mut()).is_pending());
-        assert_eq!(
-            h.sink.complete_held(MarkerOutcome::CoordinatorFenced).await,
-            1
-        );
+        assert_eq!(h.sink.complete_held(MarkerOutcome::Refused).await, 1);
+        // The driver handled the refusal before it answers this.
+        assert_eq!(state(c).await, Some(TxnState::PrepareCommit));
+        assert!(poll_once(waiter.as_mut()).is_pending());
+        c.unload_partition(P).await;
         assert_eq!(within(waiter).await, Err(ErrorCode::NOT_COORDINATOR));
         c.shutdown().await;
     }

@@ -106,6 +106,8 @@ pub(crate) struct Driver {
     /// only after 100-500 ms.
     held_for_load: VecDeque<(Request, oneshot::Sender<Response>, Millis)>,
     loaded_gauge: bool,
+    /// This partition's share of the `transactions_refused` gauge.
+    refused_gauge: i64,
     last_metrics: EngineMetrics,
     /// The armed timer and the deadline it was armed for ([`Driver::arm_timer`]).
     timer: Option<(Millis, BoxFuture<'static, ()>)>,
@@ -149,6 +151,7 @@ impl Driver {
             completion_checks: Vec::new(),
             held_for_load: VecDeque::new(),
             loaded_gauge: false,
+            refused_gauge: 0,
             last_metrics: EngineMetrics::default(),
             timer: None,
             shutdown: None,
@@ -221,6 +224,10 @@ impl Driver {
                 .partition_coordinator_epoch
                 .remove(&LogPartitionLabels::of(self.partition));
         }
+        self.shared
+            .metrics
+            .transactions_refused
+            .dec_by(self.refused_gauge);
         tracing::debug!("driver stopped");
     }
 
@@ -651,6 +658,14 @@ impl Driver {
                     }
                 }
             }
+        }
+        let refused = self.engine.refused().count() as i64;
+        if refused != self.refused_gauge {
+            self.shared
+                .metrics
+                .transactions_refused
+                .inc_by(refused - self.refused_gauge);
+            self.refused_gauge = refused;
         }
         if *self.engine.metrics() != self.last_metrics {
             let now = self.engine.metrics().clone();

@@ -119,6 +119,11 @@ pub struct Metrics {
     pub parked_requests_timed_out: Counter,
     /// Marker jobs submitted and not yet reported.
     pub markers_pending: Gauge,
+    /// Partition markers a participant refused for good (INVALID_PRODUCER_EPOCH,
+    /// TRANSACTION_COORDINATOR_FENCED).
+    pub markers_refused: Counter,
+    /// Decided transactions held because a participant refused their markers.
+    pub transactions_refused: Gauge,
     /// Marker request retries (as reported by the marker sink; a counter).
     pub marker_retries: MirroredCounter,
     /// Marker jobs submitted.
@@ -176,6 +181,8 @@ impl Metrics {
             requests_parked: Counter::default(),
             parked_requests_timed_out: Counter::default(),
             markers_pending: Gauge::default(),
+            markers_refused: Counter::default(),
+            transactions_refused: Gauge::default(),
             marker_retries: MirroredCounter::default(),
             marker_jobs: Counter::default(),
             marker_submissions_deferred: Counter::default(),
@@ -260,6 +267,16 @@ impl Metrics {
             "markers_pending",
             "Marker jobs submitted and not yet finished",
             self.markers_pending.clone(),
+        );
+        r.register(
+            "markers_refused",
+            "Partition markers a participant refused for good (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)",
+            self.markers_refused.clone(),
+        );
+        r.register(
+            "transactions_refused",
+            "Decided transactions held because a participant refused their markers (describe them; force-terminate once the participant is fixed)",
+            self.transactions_refused.clone(),
         );
         r.register(
             "marker_retries",
@@ -417,6 +434,7 @@ impl Metrics {
                 b.parked_requests_timed_out,
                 a.parked_requests_timed_out,
             ),
+            (&self.markers_refused, b.markers_refused, a.markers_refused),
         ];
         // Shared by every driver: a counter that did not move is not written.
         for (counter, was, is) in counters {

@@ -54,7 +54,7 @@ use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use txn_log::sync::Mutex;
-use txn_log::{CoordinatorEpoch, LogError, LogPartition, TransactionalId, TxnLog};
+use txn_log::{CoordinatorEpoch, LogError, LogPartition, ProducerId, TransactionalId, TxnLog};
 
 pub use builder::{BuildError, CoordinatorBuilder};
 pub use catalog::{CatalogUnavailable, EveryPartitionExists, PartitionCatalog};
@@ -140,7 +140,8 @@ impl Shared {
     fn refill_producer_ids(self: &Arc<Self>, block_size: u32) {
         let me = self.clone();
         tokio::spawn(async move {
-            match me.log.allocate_block(block_size).await {
+            let floor = ProducerId(me.config.producer_id_start);
+            match me.log.allocate_block(block_size, floor).await {
                 Ok(block) => {
                     tracing::info!(
                         first = block.first.0,
@@ -257,7 +258,7 @@ impl Coordinator {
     }
 
     /// Every later unload of a log partition: asked for ([`Coordinator::unload_partition`]), or
-    /// forced (fenced by a newer coordinator, the log unavailable, markers fenced). An owner
+    /// forced (fenced by a newer coordinator, the log unavailable). An owner
     /// that should keep the partition loads it again with a new epoch.
     pub fn subscribe_unloads(&self) -> tokio::sync::broadcast::Receiver<PartitionUnloaded> {
         self.shared.unloads.subscribe()

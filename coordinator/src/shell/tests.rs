@@ -602,8 +602,12 @@ impl TxnLog for GatedLoad {
         let _permit = self.gate.acquire().await.map_err(|_| LogError::Closed)?;
         self.inner.load(p).await
     }
-    async fn allocate_block(&self, len: u32) -> Result<txn_log::ProducerIdBlock, LogError> {
-        self.inner.allocate_block(len).await
+    async fn allocate_block(
+        &self,
+        len: u32,
+        floor: txn_log::ProducerId,
+    ) -> Result<txn_log::ProducerIdBlock, LogError> {
+        self.inner.allocate_block(len, floor).await
     }
 }
 

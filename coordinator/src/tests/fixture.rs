@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use txn_log::{
     CoordinatorEpoch, LogEntry, LogError, LogOp, LogPartition, MemTxnLog, ProducerEpoch,
-    ProducerId, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
+    ProducerId, RefusedMarker, TopicPartition, TransactionalId, TxnRecord, TxnResult, TxnState,
 };
 
 use crate::testing::{Appends, EngineHarness, Markers, ProducerIds};
@@ -140,7 +140,9 @@ impl Fx {
 
     pub(crate) fn with_config(config: Config, records: Vec<(&str, TxnRecord)>) -> Self {
         let log = MemTxnLog::new();
-        let (block, _) = log.allocate_block_sync(1000).expect("a block");
+        let (block, _) = log
+            .allocate_block_sync(1000, ProducerId(0))
+            .expect("a block");
         assert_eq!(block.first, ProducerId(0), "pids from 0");
         let alloc = ProducerIdAllocator::with_block(block).expect("valid");
         let epoch = CoordinatorEpoch(0);
@@ -347,6 +349,21 @@ impl Fx {
     /// Reports `outcome` for every WriteMarkers in `evs`, held or not (a request completed
     /// already, or one of the engine before a reload, makes a repeated or late completion).
     pub(crate) fn markers_finished(&mut self, evs: &[Ev], outcome: MarkerOutcome) -> Vec<Ev> {
+        self.report_markers(evs, outcome, &[])
+    }
+
+    /// Reports every WriteMarkers in `evs` as [`MarkerOutcome::Refused`] at `refused` (the
+    /// other partitions delivered).
+    pub(crate) fn markers_refused(&mut self, evs: &[Ev], refused: &[RefusedMarker]) -> Vec<Ev> {
+        self.report_markers(evs, MarkerOutcome::Refused, refused)
+    }
+
+    fn report_markers(
+        &mut self,
+        evs: &[Ev],
+        outcome: MarkerOutcome,
+        refused: &[RefusedMarker],
+    ) -> Vec<Ev> {
         for e in evs {
             if let Ev::Markers {
                 id,
@@ -366,6 +383,7 @@ impl Fx {
                     result: *result,
                     outcome,
                     dropped_partitions: Vec::new(),
+                    refused_partitions: refused.to_vec(),
                 });
             }
         }

@@ -267,9 +267,8 @@ fn kafka_20090_rotation_of_a_timeout_abort_survives_a_failover() {
 /// but the coordinator fails over before it records the completion. The new owner resends the
 /// same decision, at the same producer epoch and its own coordinator epoch. Kafka's partitions
 /// required a TV2 marker's epoch to be strictly greater than the producer's and rejected the
-/// resend with INVALID_PRODUCER_EPOCH, which the marker writer takes as "fenced" (here: unload
-/// the partition): the next owner resends and is rejected again, forever, and the transaction
-/// stays in PrepareCommit. The resend must be accepted as an idempotent retry and the
+/// resend with INVALID_PRODUCER_EPOCH, a refusal for good: the next owner resends and is
+/// rejected again, forever, and the transaction stays in PrepareCommit. The resend must be accepted as an idempotent retry and the
 /// CompleteCommit appended.
 #[cfg(feature = "embed")]
 #[test]
@@ -281,7 +280,7 @@ fn kafka_19999_markers_resent_after_a_failover_complete_the_transaction() {
 
     /// Writes the marker of `m` to `part` as a broker would, and returns what the marker
     /// writer reports to the engine for that answer (its planner takes INVALID_PRODUCER_EPOCH
-    /// and TRANSACTION_COORDINATOR_FENCED as a fence).
+    /// and TRANSACTION_COORDINATOR_FENCED as a refusal for good).
     fn write_marker(part: &mut PartitionState, m: &Ev) -> MarkerOutcome {
         let Ev::Markers {
             pid,
@@ -309,7 +308,7 @@ fn kafka_19999_markers_resent_after_a_failover_complete_the_transaction() {
             }
             Err(
                 MarkerError::InvalidProducerEpoch { .. } | MarkerError::CoordinatorFenced { .. },
-            ) => MarkerOutcome::CoordinatorFenced,
+            ) => MarkerOutcome::Refused,
             Err(e) => panic!("marker refused: {e:?}"),
         }
     }

@@ -8,5 +8,6 @@ mod handlers;
 mod kafka_bugs;
 mod model;
 mod parking;
+mod refused_markers;
 mod scenarios;
 mod two_phase_commit;

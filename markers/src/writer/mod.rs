@@ -14,7 +14,8 @@
 //! Contract with the engine: every submitted [`TxnMarkerRequest`] yields exactly one
 //! [`MarkerCompletion`]. On [`MarkerOutcome::Completed`] the engine appends `CompleteCommit` /
 //! `CompleteAbort` (and retries that append itself on a retriable log error); on
-//! [`MarkerOutcome::CoordinatorFenced`] it unloads the log partition; on
+//! [`MarkerOutcome::Refused`] (a participant refused a marker for good: every other partition
+//! has its marker) it keeps the transaction decided and reports it; on
 //! [`MarkerOutcome::Cancelled`] / [`MarkerOutcome::Superseded`] it does nothing (a newer owner
 //! or a newer decision takes over).
 
@@ -49,7 +50,7 @@ pub use transport::{
     WireTransportConfig, write_txn_markers_version,
 };
 
-pub use txn_log::{MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
+pub use txn_log::{MarkerCompletion, MarkerOutcome, RefusedMarker, TxnMarkerRequest};
 
 /// Where a broker can be reached.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

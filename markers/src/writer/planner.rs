@@ -16,7 +16,9 @@ use txn_log::{
     TxnVersion,
 };
 
-use super::{BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, TxnMarkerRequest};
+use super::{
+    BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, RefusedMarker, TxnMarkerRequest,
+};
 
 /// Milliseconds on the caller's monotonic clock.
 pub type Millis = u64;
@@ -62,8 +64,9 @@ enum Action {
     Unsupported,
     /// Retry after re-resolving the leader, with backoff.
     Retry,
-    /// The decision is fenced: stop it.
-    Fence,
+    /// Refused for good: no more markers of this decision to this partition; the others
+    /// go on (Kafka stops the whole transaction).
+    Refuse,
     /// Not in Kafka's table (Kafka throws `IllegalStateException`). Retried with backoff and
     /// counted, so a bug on the participant side is visible but never loses a marker.
     Unexpected,
@@ -79,7 +82,7 @@ fn classify(code: ErrorCode) -> Action {
         | codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND
         | codes::REQUEST_TIMED_OUT
         | codes::KAFKA_STORAGE_ERROR => Action::Retry,
-        codes::INVALID_PRODUCER_EPOCH | codes::TRANSACTION_COORDINATOR_FENCED => Action::Fence,
+        codes::INVALID_PRODUCER_EPOCH | codes::TRANSACTION_COORDINATOR_FENCED => Action::Refuse,
         _ => Action::Unexpected,
     }
 }
@@ -188,10 +191,13 @@ pub struct PlannerStats {
     pub requests_sent: u64,
     /// Requests that failed as a whole (disconnect, timeout).
     pub requests_failed: u64,
+    /// Partition markers refused for good (`INVALID_PRODUCER_EPOCH`,
+    /// `TRANSACTION_COORDINATOR_FENCED`).
+    pub markers_refused: u64,
     /// Completions by outcome.
     pub completed: u64,
-    /// Completions with [`MarkerOutcome::CoordinatorFenced`].
-    pub fenced: u64,
+    /// Completions with [`MarkerOutcome::Refused`].
+    pub refused: u64,
     /// Completions with [`MarkerOutcome::Cancelled`].
     pub cancelled: u64,
     /// Completions with [`MarkerOutcome::Superseded`].
@@ -221,6 +227,7 @@ struct Decision {
     request: TxnMarkerRequest,
     parts: BTreeMap<TopicPartition, Part>,
     dropped: Vec<TopicPartition>,
+    refused: Vec<RefusedMarker>,
 }
 
 #[derive(Debug)]
@@ -332,7 +339,7 @@ impl MarkerPlanner {
         let epoch = request.coordinator_epoch;
         match self.log_epochs.get(&lp) {
             Some(&seen) if seen > epoch => {
-                self.push_completion(&request, MarkerOutcome::Superseded, Vec::new());
+                self.push_completion(&request, MarkerOutcome::Superseded, Vec::new(), Vec::new());
                 return Ok(id);
             }
             Some(&seen) if seen < epoch => {
@@ -382,6 +389,7 @@ impl MarkerPlanner {
                 request: stored,
                 parts,
                 dropped: Vec::new(),
+                refused: Vec::new(),
             },
         );
         self.maybe_complete(id);
@@ -525,10 +533,9 @@ impl MarkerPlanner {
                             "unexpected WriteTxnMarkers answer; retrying the partition");
                         self.retry_part(now, d, &tp, Where::InFlight(broker, request_id));
                     }
-                    Action::Fence => {
-                        tracing::warn!(%tp, broker, code = ?code,
-                            "marker fenced; a newer coordinator owns the transaction");
-                        self.finish(d, MarkerOutcome::CoordinatorFenced);
+                    Action::Refuse => {
+                        let error = code.copied().unwrap_or(codes::INVALID_PRODUCER_EPOCH);
+                        self.refuse_part(d, tp, broker, error);
                     }
                 }
             }
@@ -742,13 +749,49 @@ impl MarkerPlanner {
         self.stats.markers_retried += 1;
     }
 
+    /// The participant of `tp` refused decision `d`'s marker for good: `tp` leaves the
+    /// decision, recorded with its error; the other partitions go on.
+    fn refuse_part(&mut self, d: DecisionId, tp: TopicPartition, broker: i32, error: ErrorCode) {
+        let Some(dec) = self.decisions.get_mut(&d) else {
+            return;
+        };
+        if dec.parts.remove(&tp).is_none() {
+            return;
+        }
+        self.pending_parts -= 1;
+        self.stats.markers_refused += 1;
+        let r = &dec.request;
+        tracing::warn!(
+            transactional_id = %r.transactional_id,
+            producer_id = r.producer_id.0,
+            producer_epoch = r.producer_epoch.0,
+            coordinator_epoch = r.coordinator_epoch.0,
+            result = ?r.result,
+            partition = %tp,
+            broker,
+            error = %error,
+            "a participant refused the transaction marker; the transaction stays decided and \
+             its other partitions get theirs (describe it, force-terminate it once the \
+             participant is fixed)"
+        );
+        dec.refused.push(RefusedMarker {
+            partition: tp,
+            error,
+        });
+        self.maybe_complete(d);
+    }
+
     fn maybe_complete(&mut self, d: DecisionId) {
-        if self
-            .decisions
-            .get(&d)
-            .is_some_and(|dec| dec.parts.is_empty())
-        {
-            self.finish(d, MarkerOutcome::Completed);
+        let Some(dec) = self.decisions.get(&d) else {
+            return;
+        };
+        if dec.parts.is_empty() {
+            let outcome = if dec.refused.is_empty() {
+                MarkerOutcome::Completed
+            } else {
+                MarkerOutcome::Refused
+            };
+            self.finish(d, outcome);
         }
     }
 
@@ -799,7 +842,7 @@ impl MarkerPlanner {
                 Where::InFlight(..) => {}
             }
         }
-        self.push_completion(&dec.request, outcome, dec.dropped);
+        self.push_completion(&dec.request, outcome, dec.dropped, dec.refused);
     }
 
     fn push_completion(
@@ -807,10 +850,11 @@ impl MarkerPlanner {
         r: &TxnMarkerRequest,
         outcome: MarkerOutcome,
         dropped: Vec<TopicPartition>,
+        refused: Vec<RefusedMarker>,
     ) {
         match outcome {
             MarkerOutcome::Completed => self.stats.completed += 1,
-            MarkerOutcome::CoordinatorFenced => self.stats.fenced += 1,
+            MarkerOutcome::Refused => self.stats.refused += 1,
             MarkerOutcome::Cancelled => self.stats.cancelled += 1,
             MarkerOutcome::Superseded => self.stats.superseded += 1,
         }
@@ -823,6 +867,7 @@ impl MarkerPlanner {
             result: r.result,
             outcome,
             dropped_partitions: dropped,
+            refused_partitions: refused,
         });
     }
 }

@@ -11,7 +11,8 @@ use txn_log::{
 
 use super::planner::{Effect, Lookup, MarkerPlanner, Millis, PlannerConfig, RequestId, codes};
 use super::{
-    BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, TxnMarkerRequest, build_response,
+    BrokerEndpoint, LeaderLookup, MarkerCompletion, MarkerOutcome, RefusedMarker, TxnMarkerRequest,
+    build_response,
 };
 
 fn tp(topic: &str, p: i32) -> TopicPartition {
@@ -425,7 +426,7 @@ fn s100_single_completion_when_a_response_races_a_resubmit() {
 enum Expect {
     Complete,
     Retry,
-    Fenced,
+    Refused,
 }
 
 /// S101: every row of the response table.
@@ -439,8 +440,8 @@ fn s101_response_errors_follow_the_table() {
         (codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND, Expect::Retry),
         (codes::REQUEST_TIMED_OUT, Expect::Retry),
         (codes::KAFKA_STORAGE_ERROR, Expect::Retry),
-        (codes::INVALID_PRODUCER_EPOCH, Expect::Fenced),
-        (codes::TRANSACTION_COORDINATOR_FENCED, Expect::Fenced),
+        (codes::INVALID_PRODUCER_EPOCH, Expect::Refused),
+        (codes::TRANSACTION_COORDINATOR_FENCED, Expect::Refused),
         (codes::UNSUPPORTED_FOR_MESSAGE_FORMAT, Expect::Complete),
         (codes::UNSUPPORTED_VERSION, Expect::Complete),
         // Kafka: IllegalStateException. Here: retried and counted.
@@ -469,12 +470,21 @@ fn s101_response_errors_follow_the_table() {
                     "{code}"
                 );
             }
-            Expect::Fenced => {
+            Expect::Refused => {
                 assert_eq!(
                     h.outcomes(),
-                    vec![(s("txnId1"), 0, MarkerOutcome::CoordinatorFenced)],
+                    vec![(s("txnId1"), 0, MarkerOutcome::Refused)],
                     "{code}"
                 );
+                assert_eq!(
+                    h.completions[0].refused_partitions,
+                    vec![RefusedMarker {
+                        partition: tp("topic1", 0),
+                        error: code
+                    }],
+                    "{code}"
+                );
+                assert_eq!(h.p.stats().markers_refused, 1, "{code}");
                 assert!(h.p.is_idle(), "{code}");
             }
             Expect::Retry => {
@@ -560,19 +570,34 @@ fn leader_move_goes_to_the_new_leader() {
     );
 }
 
+/// A refusal ends delivery to that one partition only: the decision's other partitions still
+/// get their markers (a retried one included), and the decision finishes `Refused` once they
+/// all have.
 #[test]
-fn fence_stops_the_decision_everywhere_and_ignores_its_other_answers() {
+fn a_refusal_stops_only_its_partition_and_the_others_are_delivered() {
     let mut h = Harness::new();
     h.submit(req("txnId1", 0, 0, 0, &[tp("topic1", 0), tp("topic1", 1)]));
     let sends = h.route(tmcmt);
     let b1 = sends.iter().find(|s| s.node == 1).expect("b1");
     let b2 = sends.iter().find(|s| s.node == 2).expect("b2");
-    h.respond(b1, codes::TRANSACTION_COORDINATOR_FENCED);
-    h.respond(b2, codes::NONE);
+    h.respond(b1, codes::INVALID_PRODUCER_EPOCH);
+    assert!(h.outcomes().is_empty(), "topic1-1 is still owed its marker");
+    h.respond(b2, codes::NOT_LEADER_OR_FOLLOWER);
+    assert!(h.outcomes().is_empty(), "topic1-1 is retried, not given up");
+    h.advance();
+    let again = h.route(tmcmt);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].node, 2, "only topic1-1 is sent again");
+    h.respond(&again[0], codes::NONE);
+    assert_eq!(h.outcomes(), vec![(s("txnId1"), 0, MarkerOutcome::Refused)]);
     assert_eq!(
-        h.outcomes(),
-        vec![(s("txnId1"), 0, MarkerOutcome::CoordinatorFenced)]
+        h.completions[0].refused_partitions,
+        vec![RefusedMarker {
+            partition: tp("topic1", 0),
+            error: codes::INVALID_PRODUCER_EPOCH
+        }]
     );
+    assert_eq!(h.p.stats().refused, 1);
     assert!(h.p.is_idle());
 }
 

@@ -61,6 +61,11 @@ pub(crate) fn coordinator_settings(
         }
     }
     s.engine.offsets_topic_num_partitions = u32::try_from(config.offsets_partitions)?;
+    // The broker hands out every producer id of its node itself (idempotent producers too),
+    // from its node's range (`NodeScopedLog`): no other allocator to keep clear of.
+    if !config.settings.contains_key("producer.id.start") {
+        s.engine.producer_id_start = 0;
+    }
     Ok(s.validate()?)
 }
 

@@ -265,7 +265,7 @@ struct World {
 
 fn pid_block(log: &MemTxnLog) -> txn_log::ProducerIdBlock {
     let (block, _) = log
-        .allocate_block_sync(1000)
+        .allocate_block_sync(1000, ProducerId(0))
         .expect("the mem log allocates");
     log.make_durable();
     block
@@ -617,7 +617,7 @@ impl World {
                     coordinator::Effect::NeedProducerIds { block_size } => {
                         let (block, _) = self
                             .log
-                            .allocate_block_sync(block_size)
+                            .allocate_block_sync(block_size, ProducerId(0))
                             .expect("the mem log allocates");
                         // Durable before use; acknowledged appends follow at the next flush.
                         self.log.make_durable();

@@ -16,7 +16,9 @@
 //! check that nothing is torn.
 
 use txn_log::mem::block_on;
-use txn_log::{CoordinatorEpoch, LogEntry, LogPartition, SledTxnLog, TransactionalId, TxnLog};
+use txn_log::{
+    CoordinatorEpoch, LogEntry, LogPartition, ProducerId, SledTxnLog, TransactionalId, TxnLog,
+};
 
 #[path = "crash_writer/record.rs"]
 mod record;
@@ -63,7 +65,7 @@ fn main() {
                     block_on(log.append(LogPartition(0), epoch, batch)).expect("append");
                     println!("ack {cycle} {w} {seq}");
                     if seq % 16 == 0 {
-                        let b = block_on(log.allocate_block(100)).expect("allocate");
+                        let b = block_on(log.allocate_block(100, ProducerId(0))).expect("allocate");
                         println!("block {} {}", b.first.0, b.len);
                     }
                 }
