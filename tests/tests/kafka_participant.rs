@@ -2,8 +2,8 @@
 //! node (`txn_tests::kafka_node`, the jars of `TXN_TEST_KAFKA_CLASSPATH`) formatted with
 //! `transaction.version` 1 and run with `transaction.partition.verification.enable=false`;
 //! `txn-coordinator serve --bootstrap-servers <that node>` coordinates, and writes its
-//! WriteTxnMarkers to it. The test drives both sides request by request: InitProducerId,
-//! AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (TV1 versions) to the daemon; transactional
+//! WriteTxnMarkers to it. The test drives both sides request by request: FindCoordinator,
+//! InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (TV1 versions) to the daemon; transactional
 //! Produce, TxnOffsetCommit, Fetch (read_committed), ListOffsets and OffsetFetch to Kafka.
 //!
 //! One Kafka node serves every case (it takes 10-20 s to start); each case runs its own daemon
@@ -693,11 +693,24 @@ struct Producer {
 
 impl Producer {
     /// InitProducerId (v4) for `id` with `timeout_ms`, retried while retriable.
+    /// The coordinator is the one the daemon names (FindCoordinator v3), asserted to be itself.
     async fn init(ctx: &Ctx, d: &Daemon, id: &str, timeout_ms: i32) -> Self {
         let mut coord = pool();
+        let find = km::FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_key(sb(id));
+        let mut at: String;
+        let code = retried!("FindCoordinator", {
+            let r = call(&mut coord, d.addr, &find, 3).await;
+            at = format!("{}:{}", r.host, r.port);
+            r.error_code
+        });
+        assert_eq!(code, 0, "FindCoordinator({id})");
+        let at: SocketAddr = at.parse().expect("the coordinator's address");
+        assert_eq!(at, d.addr, "the daemon coordinates {id}");
         let mut got: (i64, i16);
         let code = retried!("InitProducerId", {
-            let r = call(&mut coord, d.addr, &init_req(Some(id), timeout_ms), 4).await;
+            let r = call(&mut coord, at, &init_req(Some(id), timeout_ms), 4).await;
             got = (r.producer_id.0, r.producer_epoch);
             r.error_code
         });
@@ -706,7 +719,7 @@ impl Producer {
             id: id.to_owned(),
             pid: got.0,
             epoch: got.1,
-            daemon: d.addr,
+            daemon: at,
             coord,
             data: txn_testkit::wire::connect(ctx.kafka.addr(), "kafka-participant").await,
             sequences: HashMap::new(),
