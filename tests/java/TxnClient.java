@@ -1,4 +1,4 @@
-// Apache Kafka's Java client (kafka-clients 4.1.x) as the suite drives it: seed a topic,
+// Apache Kafka's Java client (kafka-clients 4.4.x) as the suite drives it: seed a topic,
 // consume-transform-produce with sendOffsetsToTransaction, read a topic back. Run as a
 // single-file program with the jars that scripts/test resolves from tests/java/pom.xml:
 //

@@ -31,9 +31,10 @@ pub const ACLS: Tool = Tool {
     name: "kafka-acls.sh",
 };
 
-/// `kafka-configs.sh`.
+/// `kafka-configs.sh` (in the kafka-tools jar since Kafka 4.4; `kafka.admin.ConfigCommand` in
+/// the core jar before).
 pub const CONFIGS: Tool = Tool {
-    main_class: "kafka.admin.ConfigCommand",
+    main_class: "org.apache.kafka.tools.ConfigCommand",
     name: "kafka-configs.sh",
 };
 

@@ -5,6 +5,7 @@
 pub mod e2e;
 pub mod etcd;
 pub mod fault;
+pub mod kafka_node;
 pub mod kafka_tool;
 pub mod refbroker;
 pub mod sim;

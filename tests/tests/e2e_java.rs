@@ -1,4 +1,4 @@
-//! Apache Kafka's Java client (kafka-clients 4.1.x, `tests/java/TxnClient.java`) through
+//! Apache Kafka's Java client (kafka-clients 4.4.x, `tests/java/TxnClient.java`) through
 //! refbroker and our coordinator, in standalone and embedded mode: consume-transform-produce
 //! with `sendOffsetsToTransaction`, every third transaction aborted and its input read again,
 //! and a zombie. The first transformer holds each transaction open for a while; a second one

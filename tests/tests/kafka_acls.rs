@@ -1,5 +1,5 @@
 //! Apache Kafka's own `kafka-acls.sh` (`org.apache.kafka.tools.AclCommand`, in the
-//! `kafka-tools` 4.1 jar `tests/java/pom.xml` resolves) against the daemon with Kafka's standard
+//! `kafka-tools` 4.4 jar `tests/java/pom.xml` resolves) against the daemon with Kafka's standard
 //! authorizer: `--add` (a prefixed ALLOW, a literal DENY), `--list`, `--remove --force`, each
 //! checked through the daemon's answers to InitProducerId of `User:ANONYMOUS` (PLAINTEXT).
 //! The administrator's rights (ALTER and DESCRIBE on the cluster) are bootstrapped offline with

@@ -1,5 +1,5 @@
-//! Apache Kafka's own `kafka-configs.sh` (`kafka.admin.ConfigCommand`, in the `kafka_2.13` 4.1
-//! jar `tests/java/pom.xml` resolves) managing SCRAM users on the daemon: `--alter
+//! Apache Kafka's own `kafka-configs.sh` (`org.apache.kafka.tools.ConfigCommand`, in the
+//! `kafka-tools` 4.4 jar `tests/java/pom.xml` resolves) managing SCRAM users on the daemon: `--alter
 //! --add-config 'SCRAM-SHA-256=[iterations=4096,password=...]'`, `--describe`, `--alter
 //! --delete-config SCRAM-SHA-256`, each followed by a SCRAM-SHA-256 login on the daemon's
 //! SASL_PLAINTEXT listener (through the daemon's own SASL client connector,

@@ -1,109 +1,24 @@
-//! The same requests to Apache Kafka 4.1.1 (a KRaft single node run from the jars of
-//! `TXN_TEST_KAFKA_CLASSPATH`) and to refbroker with its embedded coordinator get the same
+//! The same requests to Apache Kafka 4.4.0 (a KRaft single node run from the jars of
+//! `TXN_TEST_KAFKA_CLASSPATH`, `txn_tests::kafka_node`) and to refbroker with its embedded coordinator get the same
 //! answers: ListTransactions v2 (KIP-1152) with transactional-id patterns, over the same
 //! transactional ids. Skipped (and passing) without `TXN_TEST_KAFKA_CLASSPATH`, as the Kafka
 //! tool tests; with it any difference fails.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    ApiVersionsRequest, FindCoordinatorRequest, InitProducerIdRequest, ListTransactionsRequest,
-    ProducerId, TransactionalId,
+    FindCoordinatorRequest, InitProducerIdRequest, ListTransactionsRequest, ProducerId,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use txn_testkit::wire::{self, Conn, free_port};
+use txn_testkit::wire::{self, Conn};
+use txn_tests::kafka_node::{KafkaNode, KafkaNodeOptions};
 use txn_tests::refbroker::process::BrokerProcess;
 
 fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
-}
-
-/// Apache Kafka, killed on drop.
-struct Kafka {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Kafka {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Formats and starts a combined broker and controller in `dir`; returns once it answers
-/// ApiVersions (bounded: 120 s).
-async fn start_kafka(classpath: &str, dir: &Path) -> Kafka {
-    let (port, controller) = (free_port(), free_port());
-    let logs = dir.join("logs");
-    let props = dir.join("server.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "process.roles=broker,controller\nnode.id=1\n\
-             controller.quorum.voters=1@127.0.0.1:{controller}\n\
-             listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
-             controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n\
-             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
-             log.dirs={}\noffsets.topic.replication.factor=1\n\
-             transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
-             transaction.state.log.num.partitions=1\n",
-            logs.display()
-        ),
-    )
-    .expect("server.properties");
-    let java = |args: &[&str]| {
-        Command::new("java")
-            .arg("-cp")
-            .arg(classpath)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .output()
-            .expect("run java")
-    };
-    let uuid = java(&["kafka.tools.StorageTool", "random-uuid"]);
-    let uuid = String::from_utf8_lossy(&uuid.stdout)
-        .lines()
-        .last()
-        .expect("a cluster id")
-        .trim()
-        .to_owned();
-    let props_s = props.to_str().expect("utf-8 path");
-    let format = java(&[
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        &uuid,
-        "-c",
-        props_s,
-    ]);
-    assert!(format.status.success(), "kafka-storage format failed");
-    let child = Command::new("java")
-        .args(["-Xmx512m", "-cp", classpath, "kafka.Kafka", props_s])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start Kafka");
-    let kafka = Kafka {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    };
-    for _ in 0..240 {
-        if let Ok(mut c) = wire::try_connect(kafka.addr, "differential").await
-            && c.call(&ApiVersionsRequest::default(), 3).await.is_ok()
-        {
-            return kafka;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    panic!("Apache Kafka did not answer within 120 s");
 }
 
 async fn connect(addr: SocketAddr) -> Conn {
@@ -206,7 +121,9 @@ async fn list_transactions_v2_patterns_answer_as_kafka_does() {
         return;
     };
     let kafka_dir = tempfile::tempdir().expect("dir");
-    let kafka = start_kafka(&classpath, kafka_dir.path()).await;
+    let kafka = KafkaNode::start(&classpath, kafka_dir.path(), &KafkaNodeOptions::default())
+        .await
+        .expect("Apache Kafka starts");
     let ours_dir = tempfile::tempdir().expect("dir");
     let args: Vec<String> = [
         "--listen",
@@ -230,23 +147,23 @@ async fn list_transactions_v2_patterns_answer_as_kafka_does() {
     .expect("refbroker starts");
 
     for id in IDS {
-        init(kafka.addr, id).await;
+        init(kafka.addr(), id).await;
         init(ours.addr(), id).await;
     }
     // The reference itself, so that agreeing on nothing cannot pass.
-    assert_eq!(list(kafka.addr, ".*").await, (0, sorted(&IDS)));
+    assert_eq!(list(kafka.addr(), ".*").await, (0, sorted(&IDS)));
     assert_eq!(
-        list(kafka.addr, "orders-.*").await,
+        list(kafka.addr(), "orders-.*").await,
         (0, sorted(&["orders-1", "orders-22"]))
     );
     assert_eq!(
-        list(kafka.addr, "(").await.0,
+        list(kafka.addr(), "(").await.0,
         128,
         "INVALID_REGULAR_EXPRESSION"
     );
     let mut differences = Vec::new();
     for pattern in PATTERNS {
-        let theirs = list(kafka.addr, pattern).await;
+        let theirs = list(kafka.addr(), pattern).await;
         let mine = list(ours.addr(), pattern).await;
         if theirs != mine {
             differences.push(format!(

@@ -1,5 +1,5 @@
 //! Apache Kafka's own `kafka-transactions.sh` (`org.apache.kafka.tools.TransactionsCommand`,
-//! Maven artifact `org.apache.kafka:kafka-tools` 4.1.x) against refbroker and the coordinator,
+//! Maven artifact `org.apache.kafka:kafka-tools` 4.4.x) against refbroker and the coordinator,
 //! in standalone mode (daemon + brokers) and embedded mode (the coordinator inside the
 //! brokers): `list` (also with `--duration-filter` and `--transactional-id-pattern`), `describe`, `describe-producers`,
 //! `find-hanging` (by `--topic` and by `--broker-id`), `abort` (the partition-level ABORT
@@ -391,8 +391,8 @@ fn scenario(mode: Mode) {
         .run(&["list", "--transactional-id-pattern", "kt"])
         .table();
     assert!(t.rows.is_empty(), "a prefix is not a whole-id match: {t:?}");
-    // Kafka's Admin client 4.1 maps INVALID_REGULAR_EXPRESSION to no exception of its own: the
-    // tool reports the failed request and exits 1.
+    // Kafka's Admin client (4.1 and 4.4) maps INVALID_REGULAR_EXPRESSION to no exception of its
+    // own: the tool reports the failed request and exits 1.
     let run = tool.run(&["list", "--transactional-id-pattern", "kt-(open"]);
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(

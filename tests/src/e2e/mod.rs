@@ -112,7 +112,7 @@ fn java_dir() -> PathBuf {
 }
 
 /// The environment variable holding the classpath of Kafka's jars (kafka-tools and
-/// kafka-clients 4.1.x), which `scripts/test` resolves with Maven from `tests/java/pom.xml`.
+/// kafka-clients 4.4.x), which `scripts/test` resolves with Maven from `tests/java/pom.xml`.
 const KAFKA_CLASSPATH_VAR: &str = "TXN_TEST_KAFKA_CLASSPATH";
 
 /// The classpath of Kafka's jars, or `None` with a printed skip notice.
