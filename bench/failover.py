@@ -21,6 +21,10 @@ scenario, in bash, which also owns every server process). Subcommands:
               kind p50/p99/max over faults of the longest first gap (last commit before the fault
               to first after) of the victim's producers and of all producers, and of the worst
               gap until the next fault; a table on stdout and JSON lines.
+    timeline  where each victim's commit gap went, from the librdkafka debug logs (--debug
+              eos,protocol,broker) and the daemon logs: per fault, the request each victim had
+              in flight, its requests to the coordinator, long waits, timeouts and refusals; and
+              the other producers whose Produce waited (a fault should not touch them).
     verify    consumes the topic read_committed and checks exactly-once against the .values files.
 
 The commit lines of the Java variant (bench/java/FailoverProducer.java, `commit j<i> <epoch-ms>`)
@@ -29,10 +33,12 @@ have the same form, so `report` and `wait-commits` read them too.
 
 import argparse
 import bisect
+import datetime
 import glob
 import json
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -439,6 +445,159 @@ def report(args):
                 fh.write(json.dumps(f) + "\n")
 
 
+# --- timeline --------------------------------------------------------------------------------
+
+LOG_LINE = re.compile(r"^%\d\|(\d+\.\d+)\|(\w+)\|[^|]*\| \[thrd:[^\]]*\]: (.*)$")
+LOG_SENT = re.compile(r"(\S+): Sent (\w+)Request \(v\d+.*CorrId (\d+)\)")
+LOG_RECV = re.compile(r"(\S+): Received (\w+)Response \(v\d+.*CorrId (\d+), rtt ([\d.]+)ms\)")
+LOG_TIMEOUT = re.compile(r"(\S+): Timed out (\w+)Request in flight \(after (\d+)ms")
+TXN_APIS = ("EndTxn", "AddPartitionsToTxn", "AddOffsetsToTxn", "FindCoordinator", "InitProducerId")
+
+
+def log_window(path, a, b):
+    """(epoch s, facility, message) of the librdkafka debug lines of `path` from a to b."""
+    out = []
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            m = LOG_LINE.match(line)
+            if not m:
+                continue
+            t = float(m.group(1))
+            if t > b:
+                break
+            if t >= a:
+                out.append((t, m.group(2), m.group(3)))
+    return out
+
+
+def producer_timeline(lines, t0):
+    """What a producer's librdkafka log says between two commits around a fault at t0:
+    (the requests in flight at t0, the longest wait for a Produce answer or timeout from t0 on
+    in s, notes). The notes are, from t0 on, the coordinator requests sent, every answer that
+    took over 0.5 s, timeouts, refused requests and coordinator changes."""
+    inflight, notes, at_fault, produce_wait = {}, [], None, 0.0
+    for t, fac, msg in lines:
+        if at_fault is None and t > t0:
+            at_fault = sorted({api for _, api in inflight.values()})
+        rel = "%+6.2f" % (t - t0)
+        m = LOG_SENT.search(msg)
+        if m:
+            inflight[(m.group(1), m.group(3))] = (t, m.group(2))
+            if t > t0 and m.group(2) in TXN_APIS:
+                notes.append("%s sent %s to %s" % (rel, m.group(2), m.group(1)))
+            continue
+        m = LOG_RECV.search(msg)
+        if m:
+            sent = inflight.pop((m.group(1), m.group(3)), None)
+            waited = float(m.group(4)) / 1000
+            if m.group(2) == "Produce" and sent and t > t0:
+                produce_wait = max(produce_wait, waited)
+            if waited > 0.5:
+                notes.append("%s %s answered by %s after %.2f s" % (rel, m.group(2), m.group(1), waited))
+            continue
+        m = LOG_TIMEOUT.search(msg)
+        if m:
+            waited = int(m.group(3)) / 1000
+            if m.group(2) == "Produce":
+                produce_wait = max(produce_wait, waited)
+            notes.append("%s %s to %s timed out after %.2f s" % (rel, m.group(2), m.group(1), waited))
+        elif t > t0 and (fac == "REQERR" or (fac == "ENDTXN" and "NO_ERROR" not in msg)
+                         or (fac == "TXNCOORD" and ("response" in msg or "unknown" in msg))):
+            notes.append("%s %s" % (rel, msg[:110]))
+    # Repeated notes of the same kind: the first, then how many until when.
+    folded = []
+    for n in notes:
+        rel, key = n.split(None, 1)
+        if folded and folded[-1][1] == key:
+            folded[-1][2] += 1
+            folded[-1][3] = rel
+        else:
+            folded.append([n, key, 1, None])
+    notes = [n if k == 1 else "%s (x%d, the last at %s)" % (n, k, last) for n, _, k, last in folded]
+    return at_fault or [], produce_wait, notes
+
+
+def daemon_lines(path, keys):
+    """(epoch s, text) of the lines of a daemon log holding one of `keys`."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+            if not any(k in line for k in keys):
+                continue
+            try:
+                t = datetime.datetime.strptime(line[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+            except ValueError:
+                continue
+            out.append((t, line.split(None, 2)[2].strip()))
+    return out
+
+
+def timeline(args):
+    """Per fault: each victim producer's commit gap with its librdkafka requests (see
+    producer_timeline), the takeover and rejoin seen in the daemon logs, and every other
+    producer whose Produce waited over --min-wait s from the fault until 5 s after the
+    victim was back (a fault should not touch them)."""
+    with open(os.path.join(args.dir, "faults.jsonl")) as fh:
+        faults = [json.loads(line) for line in fh if line.strip()]
+    faults = [f for f in faults if f["kind"] == args.kind]
+    commits = read_commits([os.path.join(args.dir, "lr", "p*.txt")])
+    daemons = {}
+    for path in glob.glob(os.path.join(args.dir, "daemon-*.err")):
+        n = os.path.basename(path)[len("daemon-"):-len(".err")]
+        daemons[n] = daemon_lines(path, ("members changed",))
+    victim_gaps, other_waits = [], []
+    for f in faults:
+        t0, victim = f["t"], f["victim"].split("-")[-1]
+        back = f.get("resumed", f.get("restarted"))
+
+        def changed(after):
+            """The first "members changed" of another daemon after `after`."""
+            return min((t for n, ls in daemons.items() if n != victim for t, _ in ls if t > after), default=None)
+        took, rejoined = changed(t0), changed(back) if back else None
+        print("fault %s %d: %s at %.3f%s; survivors' first members change %s, after the resume %s" % (
+            f["kind"], f["n"], f["victim"], t0,
+            "" if back is None else ", back at %+.2f" % (back - t0),
+            "-" if took is None else "%+.2f" % (took - t0),
+            "-" if rejoined is None else "%+.2f" % (rejoined - t0)))
+        for name, times in sorted(commits.items()):
+            i = bisect.bisect_right(times, t0)
+            if i == 0 or i == len(times):
+                continue
+            a, b = times[i - 1], times[i]
+            path = os.path.join(args.dir, "lr", name + ".log")
+            if not os.path.exists(path):
+                continue
+            at_fault, _, notes = producer_timeline(log_window(path, a - 0.001, b + 0.001), t0)
+            if name in f.get("victim_producers", []):
+                victim_gaps.append(b - a)
+                print("  %s (victim) gap %.2f s, committed at %+.2f; in flight at the fault: %s" % (
+                    name, b - a, b - t0, ", ".join(at_fault) or "nothing"))
+                for n in notes:
+                    print("      " + n)
+                continue
+            # Any producer the fault should not touch: its Produce waits from the fault until
+            # 5 s after the victim is back, and its longest gap between commits then.
+            end = (back or t0) + 5
+            _, worst, notes = producer_timeline(log_window(path, t0, end), t0)
+            j = bisect.bisect_right(times, end)
+            gap = max((y - x for x, y in zip(times[i - 1:j], times[i:j + 1])), default=b - a)
+            other_waits.append(worst)
+            if worst > args.min_wait:
+                print("  %s (not a victim) longest gap %.2f s, a Produce waited %.2f s" % (name, gap, worst))
+                if args.verbose:
+                    for n in notes:
+                        if " sent " not in n:
+                            print("      " + n)
+    s = sorted(victim_gaps)
+    print("victims' gaps: n=%d p50=%s max=%s; other producers whose Produce waited over %.1f s: %d of %d" % (
+        len(s), "%.2f" % percentile(s, 0.5) if s else "-", "%.2f" % s[-1] if s else "-", args.min_wait,
+        sum(w > args.min_wait for w in other_waits), len(other_waits)))
+
+
 # --- verify ----------------------------------------------------------------------------------
 
 
@@ -540,6 +699,13 @@ def main():
     p.add_argument("--gaps-out", default="", help="every fault with each producer's gap (JSON lines)")
     p.add_argument("commits", nargs="+", help="commit files (globs)")
 
+    p = sub.add_parser("timeline")
+    p.add_argument("--dir", required=True, help="the scenario's data directory ($OUT/data/failover)")
+    p.add_argument("--kind", default="stop-daemon", help="the faults to look at")
+    p.add_argument("--min-wait", type=float, default=0.5,
+                   help="list a producer that is not a victim if one of its Produce waited longer (s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="their requests too")
+
     p = sub.add_parser("verify")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)
@@ -559,6 +725,8 @@ def main():
         sys.exit(wait_commits(args))
     elif args.cmd == "report":
         report(args)
+    elif args.cmd == "timeline":
+        timeline(args)
     elif args.cmd == "verify":
         sys.exit(verify(args))
 

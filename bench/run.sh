@@ -24,7 +24,9 @@
 #   KAFKA_LIBS=DIR   resolved Kafka jars (default $OUT/../txn-bench-kafka-libs, resolved with mvn)
 #   NO_BUILD=1       skip cargo build
 #   failover:        KILLS (20) STOPS (5) ETCD_KILLS (5) JAVA_KILLS (5, 0: no Java) faults;
-#                    LEASE_MS (3000) etcd.lease.ttl.ms; FAILOVER_PRODUCERS (8); ETCD_DOWN_S (3);
+#                    LEASE_MS (3000) etcd.lease.ttl.ms; STOP_MS (LEASE_MS + 1000) how long a
+#                    stop-daemon fault holds the SIGSTOP; FAILOVER_PRODUCERS (8); ETCD_DOWN_S (3);
+#                    DAEMON_LOG (info) and REFBROKER_LOG (warn) their RUST_LOG;
 #                    LR_SETTINGS="k=v ..." extra librdkafka settings, JAVA_SETTINGS="k=v ..." the
 #                    Java client's; LR_DEBUG=eos,broker,protocol librdkafka debug logs per producer;
 #                    SUITE_MEASURE=1 also the suite's failover_times (about 2 min)
@@ -111,7 +113,7 @@ start_embedded() {
     local d=$1 port
     mkdir -p "$d"
     port=$(free_port)
-    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$port" --data-dir "$d/broker" \
+    RUST_LOG="${REFBROKER_LOG:-warn}" "$BIN/refbroker" --listen "127.0.0.1:$port" --data-dir "$d/broker" \
         --topics "$TOPIC:$TOPIC_PARTITIONS" --embedded-coordinator >"$d/refbroker.out" 2>"$d/refbroker.err" &
     local pid=$!
     PIDS+=("$pid")
@@ -131,7 +133,7 @@ start_daemon_pair() {
         --bootstrap-servers "127.0.0.1:$rport" "$@" >"$d/daemon.out" 2>"$d/daemon.err" &
     local dpid=$!
     PIDS+=("$dpid")
-    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$rport" --data-dir "$d/broker" \
+    RUST_LOG="${REFBROKER_LOG:-warn}" "$BIN/refbroker" --listen "127.0.0.1:$rport" --data-dir "$d/broker" \
         --topics "$TOPIC:$TOPIC_PARTITIONS" --coordinator "127.0.0.1:$dport" ${REFBROKER_ARGS:-} \
         >"$d/refbroker.out" 2>"$d/refbroker.err" &
     local rpid=$!
@@ -544,10 +546,12 @@ scenario_lr() {
 # bench/failover.py's librdkafka producers (FAILOVER_PRODUCERS, default 8). Faults, each followed
 # by recovery and a settle pause: KILLS x kill-daemon (SIGKILL the owner of a producer's
 # transactional id, restart it after the measurement window), STOPS x stop-daemon (SIGSTOP the
-# owner for LEASE + 1 s, then SIGCONT), ETCD_KILLS x kill-etcd-leader (SIGKILL, restart after
-# ETCD_DOWN_S). Then the client-side commit gap per fault kind, an exactly-once check
+# owner for STOP_MS, default LEASE + 1 s, then SIGCONT), ETCD_KILLS x kill-etcd-leader (SIGKILL,
+# restart after ETCD_DOWN_S). Then the client-side commit gap per fault kind, an exactly-once check
 # (read_committed), the same kill-daemon loop with the Java client (JAVA_KILLS), and with
-# SUITE_MEASURE=1 the suite's own failover_times beside it. Raw data in $OUT/data/failover.
+# SUITE_MEASURE=1 the suite's own failover_times beside it. Raw data in $OUT/data/failover;
+# with LR_DEBUG=eos,protocol,broker, `bench/failover.py timeline --dir $OUT/data/failover`
+# says where each victim's commit gap went.
 
 FO_D=""
 FO_EPID=(); FO_ECP=(); FO_EPP=(); FO_DPID=(); FO_DP=(); FO_MP=()
@@ -604,7 +608,7 @@ fo_etcd_wait() {
 # fo_daemon_start N: daemon N (1..3) on etcd; waits until it listens and /ready says ready.
 fo_daemon_start() {
     local n=$1 t=0
-    RUST_LOG=info "$BIN/txn-coordinator" serve --listen "127.0.0.1:${FO_DP[$n]}" --node-id "$n" \
+    RUST_LOG="${DAEMON_LOG:-info}" "$BIN/txn-coordinator" serve --listen "127.0.0.1:${FO_DP[$n]}" --node-id "$n" \
         --data-dir "$FO_D/daemon-$n" --bootstrap-servers "127.0.0.1:$FO_RP" \
         --metrics-listen "127.0.0.1:${FO_MP[$n]}" --set txn.log.backend=etcd \
         --set "etcd.endpoints=$FO_ENDPOINTS" --set "etcd.lease.ttl.ms=$LEASE_MS" \
@@ -676,6 +680,7 @@ scenario_failover() {
     FO_D="$OUT/data/failover"
     rm -rf "$FO_D"; mkdir -p "$FO_D/etcd" "$FO_D/lr"
     LEASE_MS="${LEASE_MS:-3000}"
+    local stop_ms="${STOP_MS:-$((LEASE_MS + 1000))}"
     FO_WINDOW_S="${FAILOVER_WINDOW_S:-60}"
     local nprod="${FAILOVER_PRODUCERS:-8}" kills="${KILLS:-20}" stops="${STOPS:-5}" ekills="${ETCD_KILLS:-5}"
     local jkills="${JAVA_KILLS:-5}" settle=$((LEASE_MS / 1000 + 2)) prefix="fo$(date +%s)"
@@ -691,7 +696,7 @@ scenario_failover() {
     for n in 1 2 3; do fo_daemon_start "$n" || return 1; done
     # Node ids: the daemons 1..3, the refbroker 100 (its default, 1, would be daemon-1's: clients
     # could not tell them apart).
-    RUST_LOG=warn "$BIN/refbroker" --listen "127.0.0.1:$FO_RP" --node-id 100 --data-dir "$FO_D/broker" --topics failover:8 \
+    RUST_LOG="${REFBROKER_LOG:-warn}" "$BIN/refbroker" --listen "127.0.0.1:$FO_RP" --node-id 100 --data-dir "$FO_D/broker" --topics failover:8 \
         --coordinator "127.0.0.1:${FO_DP[1]},127.0.0.1:${FO_DP[2]},127.0.0.1:${FO_DP[3]}" \
         >"$FO_D/refbroker.out" 2>"$FO_D/refbroker.err" &
     PIDS+=("$!")
@@ -722,11 +727,11 @@ scenario_failover() {
         vp=$(awk -v v="$victim" '$2 == v {print $1}' <<<"$owners" | xargs)
         t=$(fo_now)
         kill -STOP "${FO_DPID[$victim]}"
-        log "librdkafka stop-daemon $k/$stops: daemon-$victim (coordinates $vp) SIGSTOPped for $((LEASE_MS + 1000)) ms (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-        sleep "$(echo "scale=3; ($LEASE_MS + 1000) / 1000" | bc)"
+        log "librdkafka stop-daemon $k/$stops: daemon-$victim (coordinates $vp) SIGSTOPped for $stop_ms ms (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        sleep "$(echo "scale=3; $stop_ms / 1000" | bc)"
         tr=$(fo_now)
         kill -CONT "${FO_DPID[$victim]}"
-        fo_fault librdkafka stop-daemon "$k" "$t" "daemon-$victim" "$vp" resumed "$tr"
+        fo_fault librdkafka stop-daemon "$k" "$t" "daemon-$victim" "$vp" resumed "$tr" stop_ms "$stop_ms"
         fo_wait_commits "$tr" "$FO_WINDOW_S" $lrfiles
         sleep "$settle"
         fo_wait_commits "$(fo_now)" "$FO_WINDOW_S" $lrfiles

@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use markers::wire::{BoxedConnection, Connector};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::server::Broker;
 use super::{Config, CoordinatorMode, NodeAddr};
@@ -177,10 +177,15 @@ struct Daemons {
     connector: Arc<dyn Connector>,
     /// The index of the daemon to ask first.
     next: AtomicUsize,
-    /// Whether each daemon answered its last probe (true until probed).
+    /// Whether each daemon answered its last probe, or since then a relayed FindCoordinator
+    /// (true until probed).
     answering: Vec<AtomicBool>,
     /// The daemons that answered the last probe (the previous list while none answers).
     live: txn_log::sync::Mutex<Vec<(i32, NodeAddr)>>,
+    /// Bound on one forwarded call ([`DAEMON_TIMEOUT`]).
+    forward_timeout: Duration,
+    /// Bound on one daemon's answer to a relayed FindCoordinator ([`PROBE_TIMEOUT`]).
+    relay_timeout: Duration,
 }
 
 /// The prefix of the keys securing the broker's connections to the daemons
@@ -221,6 +226,8 @@ impl Daemons {
             next: AtomicUsize::new(0),
             live: txn_log::sync::Mutex::new(live),
             addrs,
+            forward_timeout: DAEMON_TIMEOUT,
+            relay_timeout: PROBE_TIMEOUT,
         }
     }
 
@@ -236,7 +243,10 @@ impl Daemons {
         up
     }
 
-    /// One call to daemon `i`, bounded by `timeout`; a failed call drops the connection.
+    /// One call to daemon `i`, bounded by `timeout` from now: waiting for the daemon's
+    /// connection (taken by another call to it) counts, so a call queued behind one to a
+    /// stopped daemon gives up by its own bound, not that one's bound later. Given up before
+    /// the request went out, it was not sent: another daemon may be asked.
     async fn call<R: Request>(
         &self,
         i: usize,
@@ -244,14 +254,44 @@ impl Daemons {
         v: i16,
         timeout: Duration,
     ) -> Result<R::Response, CallFailure> {
-        let mut slot = self.conns[i].lock().await;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let Ok(slot) = tokio::time::timeout_at(deadline, self.conns[i].lock()).await else {
+            let a = &self.addrs[i];
+            return Err(CallFailure::NotSent(anyhow::anyhow!(
+                "the connection to the coordinator daemon at {}:{} stayed busy for {timeout:?}",
+                a.host,
+                a.port
+            )));
+        };
+        self.call_on(slot, i, req, v, deadline).await
+    }
+
+    /// The call of [`Daemons::call`] on daemon `i`'s connection `slot` (held), bounded by
+    /// `deadline`; a failed call drops the connection.
+    async fn call_on<R: Request>(
+        &self,
+        mut slot: MutexGuard<'_, Option<BoxedConnection>>,
+        i: usize,
+        req: &R,
+        v: i16,
+        deadline: tokio::time::Instant,
+    ) -> Result<R::Response, CallFailure> {
         let mut c = match slot.take() {
             Some(c) => c,
-            None => connect(self.connector.as_ref(), &self.addrs[i])
-                .await
-                .map_err(CallFailure::NotSent)?,
+            None => {
+                tokio::time::timeout_at(deadline, connect(self.connector.as_ref(), &self.addrs[i]))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(anyhow::anyhow!(
+                            "connecting to {}:{} timed out",
+                            self.addrs[i].host,
+                            self.addrs[i].port
+                        ))
+                    })
+                    .map_err(CallFailure::NotSent)?
+            }
         };
-        match tokio::time::timeout(timeout, c.call(req, v)).await {
+        match tokio::time::timeout_at(deadline, c.call(req, v)).await {
             Ok(Ok(r)) => {
                 *slot = Some(c);
                 Ok(r)
@@ -264,11 +304,12 @@ impl Daemons {
     }
 
     /// Sends `req` to the current daemon, moving on to the next one while a daemon cannot be
-    /// connected to. A call that fails after it was sent is not repeated elsewhere: its error
-    /// closes the client's connection and the client retries.
+    /// connected to (or its connection stays taken by another call for the whole bound). A
+    /// call that fails after it was sent is not repeated elsewhere: its error closes the
+    /// client's connection and the client retries.
     async fn forward<R: Request>(&self, req: &R, v: i16) -> anyhow::Result<R::Response> {
         for i in self.order() {
-            match self.call(i, req, v, DAEMON_TIMEOUT).await {
+            match self.call(i, req, v, self.forward_timeout).await {
                 Ok(r) => {
                     self.next.store(i, Ordering::Relaxed);
                     return Ok(r);
@@ -286,29 +327,85 @@ impl Daemons {
     }
 
     /// Relays a FindCoordinator (read only, so asked again of the next daemon when one fails
-    /// or is slow). A coordinator named that did not answer its last probe is answered as
-    /// COORDINATOR_NOT_AVAILABLE: a client sent to a dead daemon only backs off its
-    /// reconnects, while one told "not available" asks again soon.
+    /// or is slow). Any daemon can answer, and every verification of a first transactional
+    /// append asks, so a lookup must not queue behind a call that waits out its bound on a
+    /// stopped daemon (that would stall, a bound per lookup queued, Produce requests of
+    /// producers the daemon does not coordinate). So the daemons that answer are asked first:
+    /// those whose connection is free, in order, then the first whose connection another call
+    /// gives back; a daemon that did not answer its last probe (or a relay since) is asked only
+    /// after all of them. A coordinator named that did not answer its last probe (or relay) is
+    /// answered as COORDINATOR_NOT_AVAILABLE: a client sent to a dead daemon only backs off
+    /// its reconnects, while one told "not available" asks again soon.
     async fn find_coordinator(
         &self,
         req: &FindCoordinatorRequest,
         v: i16,
     ) -> anyhow::Result<FindCoordinatorResponse> {
         let mut last = anyhow::anyhow!("no coordinator daemon reachable");
+        let (mut busy, mut silent) = (Vec::new(), Vec::new());
         for i in self.order() {
-            match self.call(i, req, v, PROBE_TIMEOUT).await {
-                Ok(mut r) => {
-                    self.next.store(i, Ordering::Relaxed);
-                    self.hide_silent(&mut r);
-                    return Ok(r);
-                }
-                Err(CallFailure::NotSent(e) | CallFailure::Sent(e)) => last = e,
+            if !self.answering[i].load(Ordering::Relaxed) {
+                silent.push(i);
+                continue;
+            }
+            let Ok(slot) = self.conns[i].try_lock() else {
+                busy.push(i);
+                continue;
+            };
+            let until = tokio::time::Instant::now() + self.relay_timeout;
+            match self.call_on(slot, i, req, v, until).await {
+                Ok(r) => return Ok(self.relayed(i, r)),
+                Err(e) => last = self.missed(i, e),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.relay_timeout;
+        while !busy.is_empty() {
+            let freed = busy
+                .iter()
+                .map(|&i| Box::pin(async move { (i, self.conns[i].lock().await) }));
+            let Ok(((i, slot), ..)) =
+                tokio::time::timeout_at(deadline, futures_util::future::select_all(freed)).await
+            else {
+                last = anyhow::anyhow!(
+                    "the connections to the coordinator daemons stayed busy for {:?}",
+                    self.relay_timeout
+                );
+                break;
+            };
+            busy.retain(|&b| b != i);
+            let until = tokio::time::Instant::now() + self.relay_timeout;
+            match self.call_on(slot, i, req, v, until).await {
+                Ok(r) => return Ok(self.relayed(i, r)),
+                Err(e) => last = self.missed(i, e),
+            }
+        }
+        for i in silent {
+            match self.call(i, req, v, self.relay_timeout).await {
+                Ok(r) => return Ok(self.relayed(i, r)),
+                Err(e) => last = self.missed(i, e),
             }
         }
         Err(last)
     }
 
-    /// Whether the daemon at `host:port` did not answer its last probe.
+    /// Daemon `i` did not answer a relayed FindCoordinator (`e`): it is asked last, and not
+    /// named, until it answers a probe or relay again.
+    fn missed(&self, i: usize, e: CallFailure) -> anyhow::Error {
+        self.answering[i].store(false, Ordering::Relaxed);
+        match e {
+            CallFailure::NotSent(e) | CallFailure::Sent(e) => e,
+        }
+    }
+
+    /// Daemon `i`'s answer `r` to a relayed FindCoordinator, as the client gets it.
+    fn relayed(&self, i: usize, mut r: FindCoordinatorResponse) -> FindCoordinatorResponse {
+        self.next.store(i, Ordering::Relaxed);
+        self.answering[i].store(true, Ordering::Relaxed);
+        self.hide_silent(&mut r);
+        r
+    }
+
+    /// Whether the daemon at `host:port` did not answer its last probe (or a relay since).
     fn silent(&self, host: &str, port: i32) -> bool {
         self.addrs.iter().zip(&self.answering).any(|(a, ok)| {
             a.host == host && i32::from(a.port) == port && !ok.load(Ordering::Relaxed)
@@ -427,4 +524,233 @@ pub(crate) async fn dispatch(
         }
         other => anyhow::bail!("request {other:?} is not served"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    use kafka_protocol::protocol::VersionRange;
+    use markers::wire::{
+        ConnectError, DEFAULT_MAX_FRAME_BYTES, KafkaConnection, decode_request,
+        encode_response_frame, read_frame,
+    };
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::mpsc;
+
+    /// The port of the stopped daemon; a daemon at any other port answers as node `port`.
+    const STOPPED: u16 = 1;
+    const LIVE: u16 = 2;
+    /// A bound no test waits out: each fails its own bounded wait ([`WAIT`]) first.
+    const NEVER: Duration = Duration::from_secs(3600);
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// Daemons in memory: the one at [`STOPPED`] reads requests (reporting each) and never
+    /// answers, as a SIGSTOPped daemon whose kernel still accepts connections and data; the
+    /// others answer FindCoordinator and InitProducerId with their port as node and producer id.
+    #[derive(Debug)]
+    struct InMemory {
+        stopped_read: mpsc::UnboundedSender<ApiKey>,
+    }
+
+    #[async_trait::async_trait]
+    impl Connector for InMemory {
+        async fn connect(
+            &self,
+            _host: &str,
+            port: u16,
+            client_id: &str,
+        ) -> Result<BoxedConnection, ConnectError> {
+            let (client, mut server) = tokio::io::duplex(1 << 16);
+            let stopped_read = self.stopped_read.clone();
+            tokio::spawn(async move {
+                let node = i32::from(port);
+                let any = |_| Some(VersionRange { min: 0, max: 20 });
+                while let Ok(Some(frame)) = read_frame(&mut server, DEFAULT_MAX_FRAME_BYTES).await {
+                    let req = decode_request(frame, any).expect("a request");
+                    if port == STOPPED {
+                        let _ = stopped_read.send(req.api_key);
+                        continue;
+                    }
+                    let body = match &req.body {
+                        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(
+                            FindCoordinatorResponse::default().with_coordinators(
+                                r.coordinator_keys
+                                    .iter()
+                                    .map(|k| coordinator(node).with_key(k.clone()))
+                                    .collect(),
+                            ),
+                        ),
+                        RequestKind::InitProducerId(_) => ResponseKind::InitProducerId(
+                            InitProducerIdResponse::default().with_producer_id(
+                                kafka_protocol::messages::ProducerId(i64::from(node)),
+                            ),
+                        ),
+                        other => panic!("unexpected request {other:?}"),
+                    };
+                    let out = encode_response_frame(
+                        req.api_key,
+                        req.version(),
+                        req.header.correlation_id,
+                        &body,
+                    )
+                    .expect("encoded");
+                    if server.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(KafkaConnection::new(Box::new(client), client_id))
+        }
+    }
+
+    /// Node `node` at port `node`, as a FindCoordinator answer names it.
+    fn coordinator(node: i32) -> Coordinator {
+        Coordinator::default()
+            .with_node_id(BrokerId(node))
+            .with_host(StrBytes::from_static_str("daemon"))
+            .with_port(node)
+    }
+
+    /// The stopped daemon (asked first) and the live one, with these bounds, and what the
+    /// stopped one reads.
+    fn daemons(
+        relay: Duration,
+        forward: Duration,
+    ) -> (Arc<Daemons>, mpsc::UnboundedReceiver<ApiKey>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let addr = |port| NodeAddr {
+            host: "daemon".into(),
+            port,
+        };
+        let mut d = Daemons::new(
+            vec![addr(STOPPED), addr(LIVE)],
+            Vec::new(),
+            Arc::new(InMemory { stopped_read: tx }),
+        );
+        d.relay_timeout = relay;
+        d.forward_timeout = forward;
+        (Arc::new(d), rx)
+    }
+
+    fn lookup() -> FindCoordinatorRequest {
+        FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_coordinator_keys(vec![StrBytes::from_static_str("txn-a")])
+    }
+
+    /// Waits (bounded) until the stopped daemon has read a request of `api`.
+    async fn reached_stopped(rx: &mut mpsc::UnboundedReceiver<ApiKey>, api: ApiKey) {
+        let got = tokio::time::timeout(WAIT, rx.recv()).await;
+        assert_eq!(
+            got.ok().flatten(),
+            Some(api),
+            "the stopped daemon got the call"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relay_is_not_queued_behind_a_call_to_a_stopped_daemon() {
+        let (d, mut rx) = daemons(NEVER, NEVER);
+        let first = tokio::spawn({
+            let d = d.clone();
+            async move { d.find_coordinator(&lookup(), 4).await }
+        });
+        reached_stopped(&mut rx, ApiKey::FindCoordinator).await;
+        // Another lookup meanwhile (each verification of a first append makes one): the live
+        // daemon answers it while the first still waits on the stopped one.
+        let second = tokio::time::timeout(WAIT, d.find_coordinator(&lookup(), 4))
+            .await
+            .expect("not queued behind the call to the stopped daemon")
+            .expect("answered");
+        assert_eq!(second.coordinators[0].node_id, BrokerId(i32::from(LIVE)));
+        assert!(!first.is_finished());
+        first.abort();
+    }
+
+    #[tokio::test]
+    async fn with_every_connection_taken_a_relay_uses_the_first_given_back() {
+        let (d, mut rx) = daemons(NEVER, NEVER);
+        let first = tokio::spawn({
+            let d = d.clone();
+            async move { d.find_coordinator(&lookup(), 4).await }
+        });
+        reached_stopped(&mut rx, ApiKey::FindCoordinator).await;
+        // The live daemon's connection is taken too (a call in flight there) when the next
+        // lookup comes, and given back a moment later.
+        let live = d.conns[1].lock().await;
+        let second = tokio::spawn({
+            let d = d.clone();
+            async move { d.find_coordinator(&lookup(), 4).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(live);
+        let second = tokio::time::timeout(WAIT, second)
+            .await
+            .expect("not queued behind the call to the stopped daemon")
+            .expect("joined")
+            .expect("answered");
+        assert_eq!(second.coordinators[0].node_id, BrokerId(i32::from(LIVE)));
+        assert!(!first.is_finished());
+        first.abort();
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_missed_a_relay_is_asked_last_and_not_named() {
+        let (mut d, mut rx) = daemons(Duration::from_millis(50), NEVER);
+        let r = tokio::time::timeout(WAIT, d.find_coordinator(&lookup(), 4))
+            .await
+            .expect("bounded")
+            .expect("answered by the live daemon");
+        reached_stopped(&mut rx, ApiKey::FindCoordinator).await;
+        assert_eq!(r.coordinators[0].node_id, BrokerId(i32::from(LIVE)));
+        assert_eq!(d.order(), vec![1, 0], "the stopped daemon is asked last");
+        let mut named = FindCoordinatorResponse::default()
+            .with_coordinators(vec![coordinator(i32::from(STOPPED))]);
+        d.hide_silent(&mut named);
+        assert_eq!(
+            named.coordinators[0].node_id,
+            BrokerId(-1),
+            "not handed out"
+        );
+        // While the live daemon's connection is taken, the next lookup waits for it (however
+        // long) rather than ask the stopped daemon: that one reads nothing more.
+        Arc::get_mut(&mut d).expect("one handle").relay_timeout = NEVER;
+        let live = d.conns[1].lock().await;
+        let next = tokio::spawn({
+            let d = d.clone();
+            async move { d.find_coordinator(&lookup(), 4).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(live);
+        let r = tokio::time::timeout(WAIT, next)
+            .await
+            .expect("bounded")
+            .expect("joined")
+            .expect("answered");
+        assert_eq!(r.coordinators[0].node_id, BrokerId(i32::from(LIVE)));
+        assert!(rx.try_recv().is_err(), "the stopped daemon was asked again");
+    }
+
+    #[tokio::test]
+    async fn a_forward_waits_for_a_taken_connection_no_longer_than_its_bound() {
+        let (d, mut rx) = daemons(NEVER, Duration::from_millis(50));
+        let init = InitProducerIdRequest::default().with_transaction_timeout_ms(60_000);
+        // A call to the stopped daemon holds its connection.
+        let first = tokio::spawn({
+            let (d, init) = (d.clone(), init.clone());
+            async move { d.call(0, &init, 4, NEVER).await.is_ok() }
+        });
+        reached_stopped(&mut rx, ApiKey::InitProducerId).await;
+        // A forward cannot have that connection within its bound: not sent there, it goes to
+        // the next daemon.
+        let r = tokio::time::timeout(WAIT, d.forward(&init, 4))
+            .await
+            .expect("not held up until the first call ends")
+            .expect("answered by the live daemon");
+        assert_eq!(r.producer_id.0, i64::from(LIVE));
+        assert!(!first.is_finished());
+        first.abort();
+    }
 }
