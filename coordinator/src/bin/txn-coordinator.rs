@@ -116,7 +116,8 @@ enum Command {
         timeout_ms: u64,
     },
     /// Abort the open transaction of an id by fencing its producer (Kafka 4.1's
-    /// forceTerminateTransaction, Admin.fenceProducers). Waits until the id is idle, at most
+    /// forceTerminateTransaction, Admin.fenceProducers); a transaction already decided keeps
+    /// its decision and has its markers delivered again. Waits until the id is idle, at most
     /// --timeout-ms; exits 1 if it is not idle by then.
     #[command(alias = "forceTerminateTransaction")]
     ForceTerminate {
