@@ -8,6 +8,7 @@
 pub mod blocking;
 pub mod client;
 pub mod fake_broker;
+pub mod http;
 pub mod pool;
 pub mod process;
 pub mod requests;

@@ -159,23 +159,6 @@ async fn a_second_daemon_continues_the_transactions_of_a_killed_one() {
     assert!(text.contains("\"transactionalId\":\"other\""), "{text}");
 }
 
-/// `GET path` on `addr`: (status code, body).
-async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut sock = tokio::net::TcpStream::connect(addr).await.ok()?;
-    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), sock.read_to_string(&mut out))
-        .await
-        .ok()?
-        .ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
-
 /// `/ready` on etcd: each daemon is ready once the partitions it owns in its view are loaded;
 /// with two daemons settled, both are ready and the log partitions they serve (their
 /// `partition_coordinator_epoch` series) are disjoint and cover all 8.
@@ -205,7 +188,7 @@ async fn ready_means_this_daemons_share_is_loaded() {
         let mut all_ready = true;
         last.clear();
         for m in &metrics {
-            let ready = http_get(m, "/ready").await;
+            let ready = txn_testkit::http::get(m, "/ready").await;
             match &ready {
                 Some((200, body)) => assert_eq!(body, "ready\n"),
                 Some((503, body)) => {
@@ -214,7 +197,9 @@ async fn ready_means_this_daemons_share_is_loaded() {
                 }
                 other => panic!("/ready answered {other:?}"),
             }
-            let (status, text) = http_get(m, "/metrics").await.expect("metrics");
+            let (status, text) = txn_testkit::http::get(m, "/metrics")
+                .await
+                .expect("metrics");
             assert_eq!(status, 200);
             let parts: Vec<u32> = text
                 .lines()
@@ -241,7 +226,10 @@ async fn ready_means_this_daemons_share_is_loaded() {
     }
     // /health answers throughout.
     for m in &metrics {
-        assert_eq!(http_get(m, "/health").await, Some((200, "ok\n".to_owned())));
+        assert_eq!(
+            txn_testkit::http::get(m, "/health").await,
+            Some((200, "ok\n".to_owned()))
+        );
     }
     drop(daemons);
 }

@@ -460,7 +460,9 @@ async fn refused_marker(ctx: Arc<Ctx>) {
     assert_eq!(state.transaction_state.as_str(), "PrepareCommit");
     assert_eq!(partitions_of(&state), [(b.to_owned(), 0)]);
     assert_eq!(
-        http_get(d.metrics, "/ready").await.map(|(s, _)| s),
+        txn_testkit::http::get(d.metrics, "/ready")
+            .await
+            .map(|(s, _)| s),
         Some(200),
         "/ready"
     );
@@ -1162,26 +1164,9 @@ fn value_of(r: &Record) -> String {
 // ---------------------------------------------------------------------------------------------
 // The daemon's metrics endpoint
 
-/// `GET path` on `addr`: (status, body), or `None` without an answer within 10 s.
-async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut sock = tokio::net::TcpStream::connect(addr).await.ok()?;
-    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), sock.read_to_string(&mut out))
-        .await
-        .ok()?
-        .ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
-
 /// The sum of every series of metric `name` on the daemon's `/metrics` (0 when absent).
 async fn metric(d: &Daemon, name: &str) -> f64 {
-    let (status, body) = http_get(d.metrics, "/metrics")
+    let (status, body) = txn_testkit::http::get(d.metrics, "/metrics")
         .await
         .expect("/metrics answers");
     assert_eq!(status, 200, "/metrics");
