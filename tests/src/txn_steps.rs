@@ -159,6 +159,12 @@ pub struct Committed {
 /// A Fetch (v4 and up, no waiting, 1 MiB) of `t`/`partition` from `offset`, read_committed or
 /// read_uncommitted.
 pub fn fetch_of_t(partition: i32, offset: i64, read_committed: bool) -> FetchRequest {
+    fetch_of("t", partition, offset, read_committed)
+}
+
+/// A Fetch (v4 and up, no waiting, 1 MiB) of `topic`/`partition` from `offset`, read_committed
+/// or read_uncommitted.
+pub fn fetch_of(topic: &str, partition: i32, offset: i64, read_committed: bool) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(0)
@@ -167,7 +173,7 @@ pub fn fetch_of_t(partition: i32, offset: i64, read_committed: bool) -> FetchReq
         .with_isolation_level(i8::from(read_committed))
         .with_topics(vec![
             FetchTopic::default()
-                .with_topic(TopicName(sb("t")))
+                .with_topic(TopicName(sb(topic)))
                 .with_partitions(vec![
                     FetchPartition::default()
                         .with_partition(partition)

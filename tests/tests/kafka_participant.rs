@@ -1096,23 +1096,7 @@ async fn fetch(
     offset: i64,
     read_committed: bool,
 ) -> (km::fetch_response::PartitionData, Vec<Record>) {
-    use km::fetch_request::{FetchPartition, FetchTopic};
-    let req = km::FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(i8::from(read_committed))
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(sb(topic)))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ]);
+    let req = txn_tests::txn_steps::fetch_of(topic, partition, offset, read_committed);
     let r = call(pool, ctx.kafka.addr(), &req, 11).await;
     assert_eq!(r.error_code, 0, "Fetch {topic}-{partition}");
     let p = r
